@@ -1,0 +1,17 @@
+"""Tool circuit breakers: states, the transition table, and the pure decision core."""
+
+from .core import BreakerState, Permission, Transition, acquire, force, record
+from .states import TRANSITIONS, BreakerStateName, IllegalTransition, check_transition
+
+__all__ = [
+    "TRANSITIONS",
+    "BreakerState",
+    "BreakerStateName",
+    "IllegalTransition",
+    "Permission",
+    "Transition",
+    "acquire",
+    "check_transition",
+    "force",
+    "record",
+]

@@ -1,0 +1,161 @@
+"""The tool circuit breaker as pure functions over plain state.
+
+`acquire` decides whether one call may run now; `record` takes its outcome. Both take the
+state, the config and `now`, change the state in place and say which transition happened, if
+any. Storage backends run them under a lock (memory) or mirror them in Lua (Redis).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from ..config import BreakerConfig
+from ..windows import BucketWindow
+from .states import BreakerStateName as S
+from .states import check_transition
+
+# window series
+CALLS, FAILURES, SLOW = 0, 1, 2
+
+
+@dataclass(slots=True)
+class BreakerState:
+    name: str
+    state: S = S.CLOSED
+    window: BucketWindow | None = None
+    opened_at: float = 0.0
+    open_interval_s: float = 0.0
+    probes: list[float] = field(default_factory=list)  # admission times of probes in flight
+    probe_successes: int = 0
+    changed_at: float = 0.0
+
+    def ensure_window(self, cfg: BreakerConfig) -> BucketWindow:
+        if self.window is None or self.window.window_s != cfg.window_s or self.window.bucket_s != cfg.bucket_s:
+            self.window = BucketWindow(cfg.window_s, cfg.bucket_s, 3)
+        return self.window
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    breaker: str
+    src: S
+    dst: S
+    at: float
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Permission:
+    allowed: bool
+    state: S
+    probe: bool = False
+    retry_after_s: float | None = None
+    transition: Transition | None = None
+    # metrics-only breakers let calls through but say they would have refused them
+    would_refuse: bool = False
+
+
+def _move(st: BreakerState, dst: S, now: float, reason: str) -> Transition:
+    check_transition(st.name, st.state, dst)
+    t = Transition(st.name, st.state, dst, now, reason)
+    st.state = dst
+    st.changed_at = now
+    return t
+
+
+def _open(st: BreakerState, cfg: BreakerConfig, now: float, interval_s: float, reason: str, rng: random.Random) -> Transition:
+    if cfg.jitter_pct:
+        spread = interval_s * cfg.jitter_pct / 100.0
+        interval_s = max(0.001, interval_s + rng.uniform(-spread, spread))
+    t = _move(st, S.OPEN, now, reason)
+    st.opened_at = now
+    st.open_interval_s = interval_s
+    st.probes.clear()
+    st.probe_successes = 0
+    return t
+
+
+def acquire(st: BreakerState, cfg: BreakerConfig, now: float) -> Permission:
+    state = st.state
+    if state is S.CLOSED or state is S.DISABLED:
+        return Permission(True, state)
+    if state is S.METRICS_ONLY:
+        return Permission(True, state, would_refuse=_should_trip(st, cfg, now) is not None)
+    if state is S.FORCED_OPEN:
+        return Permission(False, state)
+    transition = None
+    if state is S.OPEN:
+        reopen_at = st.opened_at + st.open_interval_s
+        if now < reopen_at:
+            return Permission(False, state, retry_after_s=reopen_at - now)
+        transition = _move(st, S.HALF_OPEN, now, f"open interval of {st.open_interval_s:g}s elapsed")
+        st.probes.clear()
+        st.probe_successes = 0
+    # HALF_OPEN: probes that never reported free their slot after probe_timeout_s
+    if st.probes:
+        st.probes = [t for t in st.probes if now - t < cfg.probe_timeout_s]
+    if len(st.probes) + st.probe_successes < cfg.half_open_probes:
+        st.probes.append(now)
+        return Permission(True, S.HALF_OPEN, probe=True, transition=transition)
+    oldest = min(st.probes) if st.probes else now
+    return Permission(False, S.HALF_OPEN, retry_after_s=max(0.0, oldest + cfg.probe_timeout_s - now), transition=transition)
+
+
+def _should_trip(st: BreakerState, cfg: BreakerConfig, now: float) -> str | None:
+    calls, failures, slow = st.ensure_window(cfg).read(now)
+    bad = failures + (slow if cfg.slow_calls_are_failures else 0)
+    if cfg.failure_threshold is not None and bad >= cfg.failure_threshold:
+        return f"{bad:g} failures in {cfg.window_s:g}s (threshold {cfg.failure_threshold})"
+    if cfg.failure_rate_pct is not None and calls >= cfg.min_calls and bad * 100.0 >= cfg.failure_rate_pct * calls:
+        return f"failure rate {bad * 100.0 / calls:.0f}% over {calls:g} calls (threshold {cfg.failure_rate_pct:g}%)"
+    return None
+
+
+def record(
+    st: BreakerState,
+    cfg: BreakerConfig,
+    now: float,
+    *,
+    failed: bool,
+    slow: bool = False,
+    probe: bool = False,
+    rng: random.Random | None = None,
+) -> Transition | None:
+    state = st.state
+    if state is S.DISABLED or state is S.FORCED_OPEN or state is S.OPEN:
+        # open: a late result of a call admitted before the breaker opened tells nothing new
+        return None
+    if state is S.HALF_OPEN:
+        if not probe:
+            return None
+        if st.probes:
+            st.probes.pop(0)
+        if failed or (slow and cfg.slow_calls_are_failures):
+            interval = min(max(st.open_interval_s, cfg.open_s) * cfg.backoff_multiplier, cfg.max_open_s)
+            return _open(st, cfg, now, interval, "a half-open probe failed", rng or random.Random())
+        st.probe_successes += 1
+        if st.probe_successes >= cfg.half_open_probes:
+            st.ensure_window(cfg).clear()
+            st.open_interval_s = 0.0
+            st.probe_successes = 0
+            st.probes.clear()
+            return _move(st, S.CLOSED, now, f"{cfg.half_open_probes} half-open probes succeeded")
+        return None
+    st.ensure_window(cfg).add(now, 1.0, 1.0 if failed else 0.0, 1.0 if slow else 0.0)
+    if state is S.CLOSED:
+        reason = _should_trip(st, cfg, now)
+        if reason is not None:
+            return _open(st, cfg, now, cfg.open_s, reason, rng or random.Random())
+    return None
+
+
+def force(st: BreakerState, dst: S, now: float, cfg: BreakerConfig) -> Transition:
+    """Operator moves: force open, disable, metrics-only, or reset to closed."""
+    t = _move(st, dst, now, "operator")
+    if dst is S.CLOSED:
+        st.ensure_window(cfg).clear()
+        st.open_interval_s = 0.0
+        st.probes.clear()
+        st.probe_successes = 0
+    return t

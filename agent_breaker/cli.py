@@ -1,0 +1,77 @@
+"""The `agent-breaker` command. Imports nothing from NeMo, so it starts fast."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import sys
+from pathlib import Path
+
+from .config import AgentBreakerConfig, ConfigError, load_config
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from .engine import Engine
+    from .replay import replay_lines
+    from .store import MemoryStore
+
+    config = load_config(args.config) if args.config else AgentBreakerConfig()
+    if args.incidents:
+        handler = logging.StreamHandler(sys.stderr) if args.incidents == "-" else logging.FileHandler(args.incidents)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger = logging.getLogger("agent_breaker.incidents")
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+        listeners = None
+    else:
+        listeners = []
+    # sessions of a trace may each run on their own clock: idle eviction by another session's
+    # time would drop live sessions, so replay evicts by count only
+    store = MemoryStore(ttl_s=math.inf, max_sessions=config.sessions.max_sessions)
+    engine = Engine(
+        config, store=store, listeners=listeners, share_breakers=args.shared_breakers, observe=args.observe
+    )
+    path = Path(args.trace)
+    try:
+        stream = sys.stdin if args.trace == "-" else path.open(encoding="utf-8")
+    except OSError as exc:
+        print(f"agent-breaker: cannot read {path}: {exc.strerror}", file=sys.stderr)
+        return 2
+    with stream:
+        results, invalid = replay_lines(stream, engine)
+    out = sys.stdout
+    for r in results:
+        out.write(json.dumps(r) + "\n")
+    if invalid:
+        print(f"agent-breaker: {invalid} invalid line(s), see above", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="agent-breaker", description="Deterministic guards for AI agents.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    rp = sub.add_parser("replay", help="replay a JSONL agent trace through the guards; one JSON line per session")
+    rp.add_argument("trace", help="trace file (JSONL, shared/spec/traces.md), or - for stdin")
+    rp.add_argument("--config", help="YAML config: the agent_breaker block, or a NeMo config.yml holding it")
+    rp.add_argument("--observe", action="store_true", help="block nothing; report would-trip decisions")
+    rp.add_argument(
+        "--shared-breakers",
+        action="store_true",
+        help="share tool breakers across sessions (only when every session's ts is on one clock)",
+    )
+    rp.add_argument("--incidents", metavar="FILE", help="write incident JSON lines to FILE (- for stderr)")
+    rp.set_defaults(func=_replay)
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except ConfigError as exc:
+        print(f"agent-breaker: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

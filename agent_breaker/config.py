@@ -1,0 +1,347 @@
+"""The configuration tree: frozen pydantic models, validated as they are built.
+
+The same tree sits under `custom_data: agent_breaker:` in a NeMo `config.yml`, or stands alone
+in a YAML file for `agent-breaker replay --config`. Every default is a named constant below and
+documented in the README.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from . import heuristics as H
+from ._canonical import DEFAULT_VOLATILE_FIELDS
+
+Mode = Literal["enforce", "observe", "off"]
+
+DEFAULT_MAX_ARGS_BYTES = 65_536
+
+DEFAULT_BREAKER_WINDOW_S = 60.0
+DEFAULT_BREAKER_FAILURE_THRESHOLD = 5
+DEFAULT_BREAKER_FAILURE_RATE_PCT = 50.0
+DEFAULT_BREAKER_MIN_CALLS = 10
+DEFAULT_BREAKER_OPEN_S = 30.0
+DEFAULT_BREAKER_BACKOFF_MULTIPLIER = 2.0
+DEFAULT_BREAKER_MAX_OPEN_S = 600.0
+DEFAULT_BREAKER_HALF_OPEN_PROBES = 2
+DEFAULT_BREAKER_PROBE_TIMEOUT_S = 60.0
+
+DEFAULT_IDENTICAL_FAILURES = 3
+DEFAULT_IDENTICAL_REPEATS = 3
+DEFAULT_IDENTICAL_WINDOW_S = 600.0
+DEFAULT_MAX_POLLS = 15
+DEFAULT_POLL_WINDOW_S = 600.0
+DEFAULT_POLLING_TOOLS = ("*status*", "*poll*", "*wait*", "*progress*")
+DEFAULT_IN_PROGRESS_VALUES = (
+    "pending",
+    "queued",
+    "running",
+    "in_progress",
+    "inprogress",
+    "processing",
+    "started",
+    "waiting",
+    "scheduled",
+    "not_ready",
+)
+DEFAULT_ARGS_SIMILARITY = 0.9
+DEFAULT_THOUGHT_SIMILARITY = 0.5
+DEFAULT_NEAR_DUPLICATE_REPEATS = 3
+DEFAULT_MAX_PERIOD = 4
+DEFAULT_MIN_CYCLES = 2
+DEFAULT_ECHO_SIMILARITY = 0.65
+DEFAULT_ECHO_REPEATS = 3
+DEFAULT_DEADLOCK_SIMILARITY = 0.6
+DEFAULT_DEADLOCK_TURNS = 3
+
+DEFAULT_MAX_TOKENS = 5_000_000
+DEFAULT_MAX_COST_USD = 10.0
+DEFAULT_SOFT_LIMIT_PCT = 85.0
+DEFAULT_MAX_TOKENS_PER_S = 50_000.0
+DEFAULT_VELOCITY_WINDOW_S = 10.0
+DEFAULT_MAX_STEPS = 500
+DEFAULT_MAX_DEPTH = 4
+
+DEFAULT_SESSION_TTL_S = 3600.0
+DEFAULT_MAX_SESSIONS = 100_000
+
+
+class ConfigError(ValueError):
+    """A bad configuration value; the message names the key and the value."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class BreakerConfig(_Frozen):
+    key_by_tenant: bool = Field(False, description="One breaker per (tenant, tool) instead of per tool.")
+    window_s: float = Field(DEFAULT_BREAKER_WINDOW_S, gt=0, description="Sliding time window of call outcomes.")
+    bucket_s: float = Field(1.0, gt=0, description="Granularity of the sliding window.")
+    failure_threshold: int | None = Field(
+        DEFAULT_BREAKER_FAILURE_THRESHOLD, ge=1, description="Open after this many failures in the window (null: off)."
+    )
+    failure_rate_pct: float | None = Field(
+        DEFAULT_BREAKER_FAILURE_RATE_PCT, gt=0, le=100, description="Open at this failure rate (null: off)."
+    )
+    min_calls: int = Field(DEFAULT_BREAKER_MIN_CALLS, ge=1, description="Calls in the window before the rate counts.")
+    slow_call_ms: float | None = Field(None, gt=0, description="Latency over this counts as slow (null: off).")
+    slow_calls_are_failures: bool = Field(True, description="Slow calls count as failures.")
+    open_s: float = Field(DEFAULT_BREAKER_OPEN_S, gt=0, description="First open interval.")
+    backoff_multiplier: float = Field(
+        DEFAULT_BREAKER_BACKOFF_MULTIPLIER, ge=1, description="Open interval multiplier after a failed probe."
+    )
+    max_open_s: float = Field(DEFAULT_BREAKER_MAX_OPEN_S, gt=0, description="Cap of the open interval.")
+    jitter_pct: float = Field(0.0, ge=0, le=100, description="Random +/- spread of each open interval.")
+    half_open_probes: int = Field(
+        DEFAULT_BREAKER_HALF_OPEN_PROBES, ge=1, description="K: probes admitted in half-open; K successes close."
+    )
+    probe_timeout_s: float = Field(
+        DEFAULT_BREAKER_PROBE_TIMEOUT_S, gt=0, description="A probe with no result after this frees its slot."
+    )
+    semantic_failures: bool = Field(
+        True, description='Count {"status": "error"}, {"error": ...}, {"success": false}, {"ok": false} as failures.'
+    )
+
+    @model_validator(mode="after")
+    def _open_interval_order(self) -> BreakerConfig:
+        if self.max_open_s < self.open_s:
+            raise ValueError(f"max_open_s must be >= open_s ({self.open_s}), but was {self.max_open_s}")
+        if self.bucket_s > self.window_s:
+            raise ValueError(f"bucket_s must be <= window_s ({self.window_s}), but was {self.bucket_s}")
+        return self
+
+
+class ToolPolicy(_Frozen):
+    mutating: bool = Field(False, description="Changes the world (payments, writes, e-mail); results get receipts.")
+    read_only: bool = Field(False, description="May still run past the budget's soft limit.")
+    polling: bool = Field(False, description="A status tool polled on purpose: stuck_polling applies, not identical_call.")
+    max_tokens: int | None = Field(None, ge=1, description="Token allocation of this tool per session (tool_token_budget).")
+
+
+class IdenticalFailureConfig(_Frozen):
+    max_failures: int = Field(
+        DEFAULT_IDENTICAL_FAILURES, ge=1, description="The same call failing this many times in a row blocks the next."
+    )
+
+
+class IdenticalCallConfig(_Frozen):
+    max_repeats: int = Field(
+        DEFAULT_IDENTICAL_REPEATS, ge=2, description="Runs of the same call with no progress before the next is blocked."
+    )
+    window_s: float = Field(DEFAULT_IDENTICAL_WINDOW_S, gt=0, description="Repeats further apart than this start over.")
+
+
+class StuckPollingConfig(_Frozen):
+    max_polls: int = Field(DEFAULT_MAX_POLLS, ge=2, description="Polls with an unchanged result allowed in the window.")
+    window_s: float = Field(DEFAULT_POLL_WINDOW_S, gt=0)
+    polling_tools: tuple[str, ...] = Field(
+        DEFAULT_POLLING_TOOLS, description="Glob patterns of tool names that are polled on purpose."
+    )
+    in_progress_values: tuple[str, ...] = Field(
+        DEFAULT_IN_PROGRESS_VALUES,
+        description="A result whose status/state field holds one of these marks its call as a poll.",
+    )
+
+    def is_polling_tool(self, tool: str) -> bool:
+        name = tool.lower()
+        return any(fnmatch.fnmatchcase(name, p) for p in self.polling_tools)
+
+
+class NearDuplicateConfig(_Frozen):
+    args_similarity: float = Field(DEFAULT_ARGS_SIMILARITY, gt=0, le=1)
+    thought_similarity: float = Field(DEFAULT_THOUGHT_SIMILARITY, ge=0, le=1)
+    max_repeats: int = Field(DEFAULT_NEAR_DUPLICATE_REPEATS, ge=2)
+
+
+class OscillationConfig(_Frozen):
+    max_period: int = Field(DEFAULT_MAX_PERIOD, ge=2, le=8, description="Longest cycle looked for (A-B: 2).")
+    min_cycles: int = Field(DEFAULT_MIN_CYCLES, ge=2, le=5, description="Full turns of the cycle, the blocked call included.")
+
+
+class SemanticEchoConfig(_Frozen):
+    similarity: float = Field(DEFAULT_ECHO_SIMILARITY, gt=0, le=1)
+    max_repeats: int = Field(DEFAULT_ECHO_REPEATS, ge=2, description="Similar assistant turns in a row that trip.")
+
+
+class AgentDeadlockConfig(_Frozen):
+    similarity: float = Field(DEFAULT_DEADLOCK_SIMILARITY, gt=0, le=1)
+    max_turns: int = Field(DEFAULT_DEADLOCK_TURNS, ge=2, description="Repeated status turns across agents that trip.")
+
+
+class Price(_Frozen):
+    input_per_mtok_usd: float = Field(ge=0)
+    output_per_mtok_usd: float = Field(ge=0)
+
+
+class BudgetConfig(_Frozen):
+    max_tokens: int | None = Field(DEFAULT_MAX_TOKENS, ge=1, description="Session tokens, input + output (null: off).")
+    max_cost_usd: float | None = Field(DEFAULT_MAX_COST_USD, gt=0, description="Session spend (null: off).")
+    soft_limit_pct: float = Field(
+        DEFAULT_SOFT_LIMIT_PCT, gt=0, le=100, description="Past this share of a limit only read-only tools run."
+    )
+    prices: dict[str, Price] = Field(default_factory=dict, description="Price per model, used when cost_usd is absent.")
+    default_model: str | None = Field(None, description="Model priced when an event names none.")
+
+    @model_validator(mode="after")
+    def _default_model_priced(self) -> BudgetConfig:
+        if self.default_model is not None and self.default_model not in self.prices:
+            raise ValueError(f"default_model must be one of prices ({sorted(self.prices)}), but was {self.default_model!r}")
+        return self
+
+
+class VelocityConfig(_Frozen):
+    max_tokens_per_s: float = Field(DEFAULT_MAX_TOKENS_PER_S, gt=0)
+    window_s: float = Field(DEFAULT_VELOCITY_WINDOW_S, gt=0)
+
+
+class StepLimitConfig(_Frozen):
+    max_steps: int = Field(DEFAULT_MAX_STEPS, ge=1, description="Model steps (tool calls and assistant turns) per session.")
+
+
+class DepthLimitConfig(_Frozen):
+    max_depth: int = Field(DEFAULT_MAX_DEPTH, ge=0, description="Deepest agent nesting allowed (0 = top level only).")
+
+
+class SessionsConfig(_Frozen):
+    ttl_s: float = Field(DEFAULT_SESSION_TTL_S, gt=0, description="Idle sessions are forgotten after this.")
+    max_sessions: int = Field(DEFAULT_MAX_SESSIONS, ge=1, description="Least recently used sessions go past this.")
+
+
+class Override(_Frozen):
+    tenant: str | None = None
+    feature: str | None = None
+    agent: str | None = None
+    settings: dict[str, Any] = Field(description="A partial config tree merged over the base one.")
+
+    def matches(self, tenant: str | None, feature: str | None, agent: str | None) -> bool:
+        return (
+            (self.tenant is None or self.tenant == tenant)
+            and (self.feature is None or self.feature == feature)
+            and (self.agent is None or self.agent == agent)
+        )
+
+    def specificity(self) -> int:
+        return sum(x is not None for x in (self.tenant, self.feature, self.agent))
+
+
+class AgentBreakerConfig(_Frozen):
+    mode: Mode = Field("enforce", description="enforce: block; observe: report only; off: do nothing.")
+    modes: dict[str, Mode] = Field(default_factory=dict, description="Mode per heuristic, over `mode`.")
+    volatile_fields: tuple[str, ...] = Field(
+        DEFAULT_VOLATILE_FIELDS, description="Argument/result keys ignored when comparing calls."
+    )
+    max_args_bytes: int = Field(DEFAULT_MAX_ARGS_BYTES, ge=64, description="Largest canonical args accepted.")
+    fingerprint_secret: str = Field("", description="Salt of the token hashes kept for fuzzy comparison.")
+    breaker: BreakerConfig = BreakerConfig()
+    tools: dict[str, ToolPolicy] = Field(default_factory=dict)
+    identical_failure: IdenticalFailureConfig = IdenticalFailureConfig()
+    identical_call: IdenticalCallConfig = IdenticalCallConfig()
+    stuck_polling: StuckPollingConfig = StuckPollingConfig()
+    near_duplicate: NearDuplicateConfig = NearDuplicateConfig()
+    oscillation: OscillationConfig = OscillationConfig()
+    semantic_echo: SemanticEchoConfig = SemanticEchoConfig()
+    agent_deadlock: AgentDeadlockConfig = AgentDeadlockConfig()
+    budget: BudgetConfig = BudgetConfig()
+    token_velocity: VelocityConfig = VelocityConfig()
+    step_limit: StepLimitConfig = StepLimitConfig()
+    depth_limit: DepthLimitConfig = DepthLimitConfig()
+    sessions: SessionsConfig = SessionsConfig()
+    overrides: tuple[Override, ...] = Field(
+        (), description="Settings per tenant / feature / agent; the more specific override wins."
+    )
+
+    @field_validator("modes")
+    @classmethod
+    def _known_heuristics(cls, modes: dict[str, Mode]) -> dict[str, Mode]:
+        unknown = sorted(set(modes) - set(H.CONFIGURABLE))
+        if unknown:
+            raise ValueError(f"modes names unknown heuristics {unknown}; known: {list(H.CONFIGURABLE)}")
+        return modes
+
+    @model_validator(mode="after")
+    def _overrides_are_valid(self) -> AgentBreakerConfig:
+        base = self.model_dump(exclude={"overrides"})
+        for i, override in enumerate(self.overrides):
+            if "overrides" in override.settings:
+                raise ValueError(f"overrides[{i}].settings may not hold overrides")
+            try:
+                AgentBreakerConfig.model_validate(_deep_merge(base, override.settings))
+            except ValidationError as exc:
+                raise ValueError(f"overrides[{i}].settings: {_describe(exc)}") from None
+        return self
+
+    def mode_of(self, heuristic: str) -> Mode:
+        if self.mode == "off":
+            return "off"
+        return self.modes.get(heuristic, self.mode)
+
+    def tool(self, name: str) -> ToolPolicy:
+        return self.tools.get(name, _DEFAULT_TOOL)
+
+    def resolve(self, tenant: str | None, feature: str | None, agent: str | None) -> AgentBreakerConfig:
+        """The config in force for one tenant / feature / agent (overrides applied)."""
+        matching = [o for o in self.overrides if o.matches(tenant, feature, agent)]
+        if not matching:
+            return self
+        merged = self.model_dump(exclude={"overrides"})
+        for override in sorted(matching, key=Override.specificity):
+            merged = _deep_merge(merged, override.settings)
+        return AgentBreakerConfig.model_validate(merged)
+
+
+_DEFAULT_TOOL = ToolPolicy()
+
+
+def _deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(root)"
+        msg = err["msg"].removeprefix("Value error, ")
+        if "input" in err and err["type"] not in ("missing",) and not isinstance(err["input"], (dict, list)):
+            parts.append(f"{where}: {msg} (got {err['input']!r})")
+        else:
+            parts.append(f"{where}: {msg}")
+    return "; ".join(parts)
+
+
+def parse_config(data: Mapping[str, Any] | None) -> AgentBreakerConfig:
+    """Validate a config dict (the `agent_breaker:` block). Raises ConfigError naming the bad value."""
+    if data is None:
+        return AgentBreakerConfig()
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"agent_breaker config must be a mapping, but was {type(data).__name__}")
+    try:
+        return AgentBreakerConfig.model_validate(dict(data))
+    except ValidationError as exc:
+        raise ConfigError(f"invalid agent_breaker config: {_describe(exc)}") from None
+
+
+def load_config(path: str | Path) -> AgentBreakerConfig:
+    """Load a YAML file: either the bare config tree, or a NeMo config.yml whose
+    `custom_data: agent_breaker:` holds it."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config {path} is not valid YAML: {exc}") from None
+    if isinstance(data, Mapping) and "custom_data" in data:
+        data = (data.get("custom_data") or {}).get("agent_breaker")
+    return parse_config(data)

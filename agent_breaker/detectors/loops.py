@@ -1,0 +1,220 @@
+"""Loop detectors over a session's tool-call trajectory.
+
+Each `check_*` runs before a call and returns a Trip or None; `record_result` updates the
+trajectory when a result comes back. Progress is the key: a repeated call whose result
+changes is work, not a loop, so every streak restarts when a result is new.
+"""
+
+from __future__ import annotations
+
+from ..config import AgentBreakerConfig
+from ..heuristics import IDENTICAL_CALL, IDENTICAL_FAILURE, NEAR_DUPLICATE, OSCILLATION, STUCK_POLLING
+from ..session import FAILED, MAX_KEYS, MAX_SEEN, CallFacts, Chain, KeyStat, Pending, SessionState
+from .base import Trip, similarity
+
+
+def check_identical_failure(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig, now: float) -> Trip | None:
+    limit = cfg.identical_failure.max_failures
+    if s.fail_key == f.key and s.fail_run >= limit:
+        return Trip(
+            IDENTICAL_FAILURE,
+            "session",
+            f"{f.tool} failed {s.fail_run} times in a row with the same arguments",
+            "Stop retrying this call: it fails the same way every time. Report the error or try a different approach.",
+            {"failures": s.fail_run, "max_failures": limit},
+        )
+    return None
+
+
+def check_identical_call(
+    s: SessionState, f: CallFacts, cfg: AgentBreakerConfig, now: float, polling: bool
+) -> Trip | None:
+    st = s.keys.get(f.key)
+    c = cfg.identical_call
+    if st is None or polling or st.polling or st.runs < c.max_repeats or now - st.last_ts > c.window_s:
+        return None
+    return Trip(
+        IDENTICAL_CALL,
+        "session",
+        f"{f.tool} was called {st.runs} times with the same arguments and no new result",
+        "You already have this result. Use it, or change your approach instead of repeating the call.",
+        {"repeats": st.runs, "max_repeats": c.max_repeats, "window_s": c.window_s},
+    )
+
+
+def check_stuck_polling(
+    s: SessionState, f: CallFacts, cfg: AgentBreakerConfig, now: float, polling: bool
+) -> Trip | None:
+    st = s.keys.get(f.key)
+    if st is None or not (polling or st.polling) or not st.poll_ts:
+        return None
+    c = cfg.stuck_polling
+    horizon = now - c.window_s
+    if st.poll_ts[0] < horizon:
+        st.poll_ts = [t for t in st.poll_ts if t >= horizon]
+    if len(st.poll_ts) < c.max_polls:
+        return None
+    return Trip(
+        STUCK_POLLING,
+        "session",
+        f"{f.tool} was polled {len(st.poll_ts)} times in {c.window_s:g}s and its result never changed",
+        "The job is not moving. Stop polling; report its current state, or escalate to a human.",
+        {"polls": len(st.poll_ts), "max_polls": c.max_polls, "window_s": c.window_s},
+    )
+
+
+def chain_similarity(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig) -> tuple[bool, bool]:
+    """Is this call similar to its tool's current no-progress chain: (as text, ids aside)."""
+    chain = s.chains.get(f.tool)
+    if chain is None:
+        return False, False
+    c = cfg.near_duplicate
+    if chain.fp_thought is not None and f.fp_thought is not None:
+        if similarity(f.fp_thought, chain.fp_thought) < c.thought_similarity:
+            return False, False
+    if chain.failed:
+        return False, similarity(f.fp_shape, chain.fp_shape) >= c.args_similarity
+    return similarity(f.fp_text, chain.fp_text) >= c.args_similarity, False
+
+
+def check_near_duplicate(
+    s: SessionState, f: CallFacts, cfg: AgentBreakerConfig, similar: tuple[bool, bool], polling: bool
+) -> Trip | None:
+    chain = s.chains.get(f.tool)
+    c = cfg.near_duplicate
+    if chain is None or chain.length < c.max_repeats or not (similar[1] if chain.failed else similar[0]):
+        return None
+    if polling and not chain.failed:
+        return None  # an unchanged poll is stuck_polling's call
+    what = "failed the same way" if chain.failed else "returned the same result"
+    return Trip(
+        NEAR_DUPLICATE,
+        "session",
+        f"{chain.length} near-identical calls to {f.tool} in a row {what}",
+        "Rewording the same call will not change the outcome. Fix the cause (a wrong table, id or parameter) "
+        "or report what you found.",
+        {"repeats": chain.length, "max_repeats": c.max_repeats, "args_similarity": c.args_similarity},
+    )
+
+
+def check_oscillation(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig) -> Trip | None:
+    c = cfg.oscillation
+    history = s.history
+    for period in range(2, c.max_period + 1):
+        span = c.min_cycles * period
+        if len(history) < span - 1:
+            break
+        window = history[len(history) - span + 1 :]
+        keys = [h[0] for h in window]
+        keys.append(f.key)
+        if len(set(keys[:period])) < 2:
+            continue
+        if any(keys[i] != keys[i + period] for i in range(span - period)):
+            continue
+        compared = 0
+        progress = False
+        for i in range(len(window) - period):
+            a, b = window[i][1], window[i + period][1]
+            if a is None or b is None:
+                continue
+            compared += 1
+            if a != b:
+                progress = True
+                break
+        if progress or not compared:
+            continue
+        return Trip(
+            OSCILLATION,
+            "session",
+            f"the last {span} calls repeat a cycle of {period} calls with the same results",
+            "You are going around in a circle. Step back: summarize what the repeated calls told you and "
+            "decide on a different next step.",
+            {"period": period, "cycles": c.min_cycles},
+        )
+    return None
+
+
+def record_call(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig) -> int:
+    """A call was let through: append it to the trajectory; returns its history index."""
+    history = s.history
+    history.append([f.key, None])
+    cap = cfg.oscillation.max_period * cfg.oscillation.min_cycles
+    if len(history) > cap:
+        drop = len(history) - cap
+        del history[:drop]
+        s.history_base += drop
+    return s.history_base + len(history) - 1
+
+
+def record_result(
+    s: SessionState,
+    p: Pending,
+    result_hash: int,
+    failed: bool,
+    in_progress: bool,
+    now: float,
+    cfg: AgentBreakerConfig,
+) -> bool:
+    """Update every streak with one result. Returns True when the result is progress: a
+    success this call had not returned before."""
+    f = p.facts
+    outcome = FAILED if failed else result_hash
+
+    # identical_failure: the same call failing in a row
+    if failed:
+        s.fail_run = s.fail_run + 1 if s.fail_key == f.key else 1
+        s.fail_key = f.key
+    else:
+        s.fail_key = None
+        s.fail_run = 0
+
+    # identical_call / stuck_polling: per distinct call
+    st = s.keys.pop(f.key, None)
+    if st is None:
+        st = KeyStat()
+        while len(s.keys) >= MAX_KEYS:
+            del s.keys[next(iter(s.keys))]
+    unchanged = st.last_result is not None and outcome == st.last_result
+    if st.last_result is None or now - st.last_ts > cfg.identical_call.window_s:
+        st.runs = 1
+    elif failed or unchanged:
+        st.runs += 1
+    else:
+        st.runs = 1
+    st.polling = st.polling or in_progress
+    if unchanged:
+        st.poll_ts.append(now)
+        if len(st.poll_ts) > cfg.stuck_polling.max_polls:
+            del st.poll_ts[0]
+    else:
+        st.poll_ts = [now]
+    st.last_result = outcome
+    st.last_ts = now
+    s.keys[f.key] = st
+
+    # near_duplicate: the tool's chain of similar calls without progress
+    chain = s.chains.get(f.tool)
+    if (
+        chain is not None
+        and ((failed and chain.failed and p.similar_shape) or (not failed and not chain.failed and p.similar_text))
+        and (failed or outcome == chain.last_result)
+    ):
+        chain.length += 1
+        chain.fp_text, chain.fp_shape, chain.fp_thought = f.fp_text, f.fp_shape, f.fp_thought
+    else:
+        s.chains[f.tool] = Chain(f.fp_text, f.fp_shape, f.fp_thought, 1, outcome, failed)
+
+    # oscillation: fill in the result of this call's place in the trajectory
+    i = p.history_index - s.history_base
+    if 0 <= i < len(s.history):
+        s.history[i][1] = outcome
+
+    if failed:
+        return False
+    pair = (f.key * 1_000_003 + result_hash) & 0xFFFF_FFFF_FFFF_FFFF
+    if pair in s.seen:
+        return False
+    s.seen[pair] = None
+    if len(s.seen) > MAX_SEEN:
+        del s.seen[next(iter(s.seen))]
+    return True

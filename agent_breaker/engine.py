@@ -1,0 +1,527 @@
+"""The guard engine: one decision per agent event.
+
+`Engine` is the single code path behind `agent-breaker replay`, the NeMo actions and direct
+Python use. It validates the event, reduces it to hashes and numbers, and runs the pure
+detectors and governor on the session's state inside one atomic store update.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping
+
+from . import heuristics as H
+from ._canonical import CanonicalError, Canonicalizer, hash64, salt_from, token_hashes
+from .breaker import BreakerState, BreakerStateName, Permission
+from .breaker import core as breaker_core
+from .clock import Clock, SystemClock
+from .config import AgentBreakerConfig, parse_config
+from .detectors import conversation, loops
+from .detectors.base import Trip
+from .events import Assistant, Final, InvalidEventError, ToolCall, ToolResult, User, parse_event
+from .governor import budget
+from .session import MAX_PENDING, CallFacts, Pending, SessionState
+from .store import MemoryStore, Store
+from .verdicts import ALLOW, Incident, ResultVerdict, Verdict, observation
+
+log = logging.getLogger("agent_breaker")
+incident_log = logging.getLogger("agent_breaker.incidents")
+
+Listener = Callable[[Incident], None]
+FailurePredicate = Callable[[Any], bool]
+
+# loop halts end when the user says something new; budget halts do not
+_LIFTED_BY_USER = frozenset(
+    {H.IDENTICAL_FAILURE, H.IDENTICAL_CALL, H.STUCK_POLLING, H.NEAR_DUPLICATE, H.OSCILLATION, H.SEMANTIC_ECHO, H.AGENT_DEADLOCK}
+)
+_FAILED_STATUS = frozenset({"error", "failed", "failure", "fail"})
+_RESULT_MAX_BYTES = 16 * 1024 * 1024
+
+
+def log_incident(incident: Incident) -> None:
+    """The default listener: one JSON line per trip on the `agent_breaker.incidents` logger."""
+    incident_log.warning(json.dumps(incident.to_dict(), sort_keys=True))
+
+
+def is_semantic_failure(result: Any) -> bool:
+    """A payload that says the call failed even though the transport said ok."""
+    if not isinstance(result, dict):
+        return False
+    status = result.get("status")
+    if isinstance(status, str) and status.lower() in _FAILED_STATUS:
+        return True
+    if result.get("error") not in (None, "", False, {}, []):
+        return True
+    return result.get("success") is False or result.get("ok") is False
+
+
+@dataclass(frozen=True, slots=True)
+class _Policy:
+    """A resolved config plus what is derived from it once."""
+
+    cfg: AgentBreakerConfig
+    canon: Canonicalizer
+    result_canon: Canonicalizer
+    salt: int
+    in_progress: frozenset[str]
+
+
+class Engine:
+    def __init__(
+        self,
+        config: AgentBreakerConfig | Mapping[str, Any] | None = None,
+        *,
+        store: Store | None = None,
+        clock: Clock | None = None,
+        listeners: Iterable[Listener] | None = None,
+        share_breakers: bool = True,
+        observe: bool = False,
+        failure_predicates: Mapping[str, FailurePredicate] | None = None,
+    ) -> None:
+        self.config = config if isinstance(config, AgentBreakerConfig) else parse_config(config)
+        self.store: Store = store or MemoryStore(
+            ttl_s=self.config.sessions.ttl_s, max_sessions=self.config.sessions.max_sessions
+        )
+        self.clock = clock or SystemClock()
+        self.listeners: list[Listener] = [log_incident] if listeners is None else list(listeners)
+        self.share_breakers = share_breakers
+        self.observe = observe
+        self.failure_predicates: dict[str, FailurePredicate] = dict(failure_predicates or {})
+        self._policies: dict[tuple[str | None, str | None, str | None], _Policy] = {}
+        self._polling_tools: dict[tuple[int, str], bool] = {}
+        self._metrics: Counter[tuple[str, str]] = Counter()
+        self._metrics_lock = threading.Lock()
+
+    # ----------------------------------------------------------------- helpers
+    def _policy(self, tenant: str | None, feature: str | None, agent: str | None) -> _Policy:
+        k = (tenant, feature, agent)
+        p = self._policies.get(k)
+        if p is None:
+            cfg = self.config.resolve(tenant, feature, agent)
+            if self.observe:
+                cfg = _observe_only(cfg)
+            p = _Policy(
+                cfg,
+                Canonicalizer(cfg.volatile_fields, max_bytes=cfg.max_args_bytes),
+                Canonicalizer(cfg.volatile_fields, max_bytes=_RESULT_MAX_BYTES),
+                salt_from(cfg.fingerprint_secret),
+                frozenset(cfg.stuck_polling.in_progress_values),
+            )
+            if len(self._policies) > 10_000:
+                self._policies.clear()
+            self._policies[k] = p
+        return p
+
+    @staticmethod
+    def _session_key(ev: Any) -> str:
+        if ev.session is not None:
+            return ev.session
+        if ev.conversation is not None:
+            return f"conv:{ev.tenant or ''}:{hash64(ev.tenant or '', ev.conversation):016x}"
+        raise InvalidEventError("event has neither a session id nor a conversation to fingerprint")
+
+    def _now(self, ev: Any) -> float:
+        return ev.ts if ev.ts is not None else self.clock.now()
+
+    def _is_polling(self, p: _Policy, tool: str) -> bool:
+        k = (id(p), tool)
+        v = self._polling_tools.get(k)
+        if v is None:
+            v = p.cfg.tool(tool).polling or p.cfg.stuck_polling.is_polling_tool(tool)
+            self._polling_tools[k] = v
+        return v
+
+    def _facts(self, ev: ToolCall, p: _Policy) -> CallFacts:
+        try:
+            canonical = p.canon.canonical(ev.args)
+        except CanonicalError as exc:
+            raise InvalidEventError(f"args of {ev.tool}: {exc}") from None
+        cfg = p.cfg
+        tokens = ev.input_tokens + ev.output_tokens
+        return CallFacts(
+            tool=ev.tool,
+            key=hash64(ev.tool, canonical),
+            fp_text=token_hashes(canonical, salt=p.salt),
+            fp_shape=token_hashes(canonical, salt=p.salt, shape=True),
+            fp_thought=None if not ev.thought else tuple(sorted(token_hashes(ev.thought, salt=p.salt, shape=True))),
+            tokens=tokens,
+            cost_usd=budget.step_cost_usd(cfg, ev.input_tokens, ev.output_tokens, ev.cost_usd, ev.model),
+            depth=ev.depth or 0,
+            mutating=bool(ev.mutating) or cfg.tool(ev.tool).mutating,
+        )
+
+    def _breaker_key(self, cfg: AgentBreakerConfig, tenant: str | None, tool: str, session: str) -> str:
+        if not self.share_breakers:
+            return tool
+        return f"{tenant or ''}:{tool}" if cfg.breaker.key_by_tenant else tool
+
+    def _new_session(self, key: str, ev: Any, now: float) -> SessionState:
+        return SessionState(key, tenant=ev.tenant, feature=ev.feature, agent=ev.agent, created_s=now)
+
+    def _emit(self, s: SessionState, ev: Any, trip: Trip, severity: str, now: float, tool: str | None) -> None:
+        with self._metrics_lock:
+            self._metrics[(trip.heuristic, severity)] += 1
+        if not self.listeners:
+            return
+        incident = Incident(
+            ts=now,
+            session=s.key,
+            tenant=s.tenant,
+            feature=s.feature,
+            agent=ev.agent or s.agent,
+            heuristic=trip.heuristic,
+            severity=severity,  # type: ignore[arg-type]
+            scope=trip.scope,
+            tool=tool,
+            reason=trip.reason,
+            counters=dict(trip.counters),
+            tokens_so_far=s.tokens,
+            cost_usd_so_far=s.cost_usd,
+        )
+        for listener in self.listeners:
+            try:
+                listener(incident)
+            except Exception:  # a failing listener never breaks a decision
+                log.exception("agent-breaker incident listener %r failed", listener)
+
+    def step_cost_usd(self, ev: ToolCall | Assistant) -> float:
+        """The model spend of one step: its cost_usd, or its tokens at the configured price."""
+        cfg = self._policy(ev.tenant, ev.feature, ev.agent).cfg
+        return budget.step_cost_usd(cfg, ev.input_tokens, ev.output_tokens, ev.cost_usd, ev.model)
+
+    def metrics(self) -> dict[str, int]:
+        """Trips so far, as {"heuristic:severity": count}."""
+        with self._metrics_lock:
+            return {f"{h}:{sev}": n for (h, sev), n in sorted(self._metrics.items())}
+
+    @staticmethod
+    def _verdict(trip: Trip, severity: str, tool: str | None, call_id: str | None = None) -> Verdict:
+        return Verdict(
+            allowed=severity != "block",
+            heuristic=trip.heuristic,
+            severity=severity,  # type: ignore[arg-type]
+            scope=trip.scope,
+            reason=trip.reason,
+            counters=trip.counters,
+            observation=observation(trip.heuristic, tool, trip.reason, trip.instruction, trip.retry_after_s),
+            call_id=call_id,
+        )
+
+    @staticmethod
+    def _run_checks(
+        cfg: AgentBreakerConfig, checks: Iterable[tuple[str, Callable[[], Trip | None]]]
+    ) -> tuple[Trip | None, Trip | None]:
+        """Run checks in order; return (first blocking trip, first observed trip)."""
+        warn = None
+        for name, check in checks:
+            mode = cfg.mode_of(name)
+            if mode == "off":
+                continue
+            trip = check()
+            if trip is None:
+                continue
+            if mode == "enforce":
+                return trip, warn
+            warn = warn or trip
+        return None, warn
+
+    def _halted_verdict(self, s: SessionState, cfg: AgentBreakerConfig, tool: str | None) -> Verdict | None:
+        if s.halted is None:
+            return None
+        heuristic, reason = s.halted
+        if cfg.mode_of(heuristic) != "enforce":
+            return None
+        trip = Trip(heuristic, "session", f"session halted earlier: {reason}", "Write your final answer now.")
+        return self._verdict(trip, "block", tool)
+
+    def _session_limits(self, s: SessionState, cfg: AgentBreakerConfig, now: float) -> list[tuple[str, Callable[[], Trip | None]]]:
+        return [
+            (H.STEP_LIMIT, lambda: budget.check_step_limit(s, cfg)),
+            (H.TOKEN_BUDGET, lambda: budget.check_token_budget(s, cfg)),
+            (H.COST_BUDGET, lambda: budget.check_cost_budget(s, cfg)),
+            (H.TOKEN_VELOCITY, lambda: budget.check_velocity(s, cfg, now)),
+        ]
+
+    # ----------------------------------------------------------------- tool calls
+    def check_tool_call(self, event: ToolCall | Mapping[str, Any]) -> Verdict:
+        """Decide, before it runs, whether a tool call may run."""
+        ev = event if isinstance(event, ToolCall) else _expect(parse_event(dict(event)), ToolCall)
+        key = self._session_key(ev)
+        now = self._now(ev)
+        p = self._policy(ev.tenant, ev.feature, ev.agent)
+        cfg = p.cfg
+        if cfg.mode == "off":
+            return ALLOW
+        f = self._facts(ev, p)
+        polling = self._is_polling(p, ev.tool)
+        emitted: list[tuple[SessionState, Trip, str]] = []
+
+        def decide(state: object | None) -> tuple[SessionState, Verdict]:
+            s = state if isinstance(state, SessionState) else self._new_session(key, ev, now)
+            budget.account(s, cfg, now, f.tokens, f.cost_usd, f.tool)
+            halted = self._halted_verdict(s, cfg, f.tool)
+            if halted is not None:
+                return s, halted
+            similar = loops.chain_similarity(s, f, cfg)
+            checks = self._session_limits(s, cfg, now) + [
+                (H.DEPTH_LIMIT, lambda: budget.check_depth_limit(f.depth, cfg)),
+                (H.BUDGET_SOFT_LIMIT, lambda: budget.check_soft_limit(s, cfg, f.tool)),
+                (H.TOOL_TOKEN_BUDGET, lambda: budget.check_tool_token_budget(s, cfg, f.tool)),
+                (H.IDENTICAL_FAILURE, lambda: loops.check_identical_failure(s, f, cfg, now)),
+                (H.IDENTICAL_CALL, lambda: loops.check_identical_call(s, f, cfg, now, polling)),
+                (H.STUCK_POLLING, lambda: loops.check_stuck_polling(s, f, cfg, now, polling)),
+                (H.NEAR_DUPLICATE, lambda: loops.check_near_duplicate(s, f, cfg, similar, polling)),
+                (H.OSCILLATION, lambda: loops.check_oscillation(s, f, cfg)),
+            ]
+            block, warn = self._run_checks(cfg, checks)
+            bkey = self._breaker_key(cfg, s.tenant, f.tool, key)
+            probe = False
+            if block is None and cfg.mode_of(H.CIRCUIT_OPEN) != "off":
+                permission = self._breaker_acquire(s, bkey, cfg, now)
+                probe = permission.probe
+                trip = _breaker_trip(permission, f.tool)
+                if trip is not None:
+                    # a metrics-only breaker lets the call through and only reports
+                    if permission.allowed is False and cfg.mode_of(H.CIRCUIT_OPEN) == "enforce":
+                        block = trip
+                    else:
+                        warn = warn or trip
+            if block is not None:
+                if block.scope == "session":
+                    s.halted = (block.heuristic, block.reason)
+                emitted.append((s, block, "block"))
+                return s, self._verdict(block, "block", f.tool)
+            call_id = ev.call_id
+            if call_id is None:
+                s.auto_ids += 1
+                call_id = f"~{s.auto_ids}"
+            if len(s.pending) >= MAX_PENDING:
+                del s.pending[next(iter(s.pending))]
+            s.pending[call_id] = Pending(f, bkey, probe, similar[0], similar[1], loops.record_call(s, f, cfg))
+            if warn is not None:
+                emitted.append((s, warn, "warn"))
+                return s, self._verdict(warn, "warn", f.tool, call_id)
+            return s, Verdict(True, call_id=call_id)
+
+        verdict = self.store.update_session(key, now, decide)
+        for s, trip, severity in emitted:
+            self._emit(s, ev, trip, severity, now, f.tool)
+        return verdict
+
+    def _breaker_acquire(self, s: SessionState, bkey: str, cfg: AgentBreakerConfig, now: float) -> Permission:
+        if self.share_breakers:
+            return self.store.breaker_acquire(bkey, cfg.breaker, now)
+        st = s.breakers.get(bkey)
+        if st is None:
+            st = s.breakers[bkey] = BreakerState(bkey)
+        return breaker_core.acquire(st, cfg.breaker, now)
+
+    def _breaker_record(
+        self, s: SessionState, bkey: str, cfg: AgentBreakerConfig, now: float, failed: bool, slow: bool, probe: bool
+    ) -> str:
+        if self.share_breakers:
+            self.store.breaker_record(bkey, cfg.breaker, now, failed=failed, slow=slow, probe=probe)
+            st = self.store.breaker_state(bkey)
+        else:
+            st = s.breakers.get(bkey)
+            if st is None:
+                st = s.breakers[bkey] = BreakerState(bkey)
+            breaker_core.record(st, cfg.breaker, now, failed=failed, slow=slow, probe=probe)
+        return st.state.value if st is not None else BreakerStateName.CLOSED.value
+
+    # ----------------------------------------------------------------- tool results
+    def record_tool_result(self, event: ToolResult | Mapping[str, Any]) -> ResultVerdict:
+        """Record what a tool returned (after it ran)."""
+        ev = event if isinstance(event, ToolResult) else _expect(parse_event(dict(event)), ToolResult)
+        key = self._session_key(ev)
+        now = self._now(ev)
+        p = self._policy(ev.tenant, ev.feature, ev.agent)
+        cfg = p.cfg
+        if cfg.mode == "off":
+            return ResultVerdict(True)
+        predicate = self.failure_predicates.get(ev.tool)
+        failed = (
+            not ev.ok
+            or (cfg.breaker.semantic_failures and is_semantic_failure(ev.result))
+            or (predicate is not None and bool(predicate(ev.result)))
+        )
+        slow = cfg.breaker.slow_call_ms is not None and ev.latency_ms is not None and ev.latency_ms > cfg.breaker.slow_call_ms
+        result_hash = self._result_hash(p, ev.result)
+        in_progress = _in_progress(ev.result, p.in_progress)
+
+        def record(state: object | None) -> tuple[SessionState, ResultVerdict]:
+            s = state if isinstance(state, SessionState) else self._new_session(key, ev, now)
+            pending = _pop_pending(s, ev)
+            if pending is None:
+                bkey = self._breaker_key(cfg, s.tenant, ev.tool, key)
+                bstate = self._breaker_record(s, bkey, cfg, now, failed, slow, False)
+                return s, ResultVerdict(True, reason="no pending call matches this result", failed=failed, breaker_state=bstate)
+            if loops.record_result(s, pending, result_hash, failed, in_progress, now, cfg):
+                s.turns.clear()  # new information: assistant turns start a new stretch
+            bstate = self._breaker_record(s, pending.breaker_key, cfg, now, failed, slow, pending.probe)
+            return s, ResultVerdict(True, failed=failed, breaker_state=bstate)
+
+        return self.store.update_session(key, now, record)
+
+    @staticmethod
+    def _result_hash(p: _Policy, result: Any) -> int:
+        try:
+            return hash64(p.result_canon.canonical(result))
+        except CanonicalError:
+            return hash64(json.dumps(result, sort_keys=True, default=str))
+
+    # ----------------------------------------------------------------- turns
+    def record_assistant(self, event: Assistant | Mapping[str, Any]) -> Verdict:
+        """An assistant turn with text and no tool call: spend, echo and deadlock checks."""
+        ev = event if isinstance(event, Assistant) else _expect(parse_event(dict(event)), Assistant)
+        key = self._session_key(ev)
+        now = self._now(ev)
+        p = self._policy(ev.tenant, ev.feature, ev.agent)
+        cfg = p.cfg
+        if cfg.mode == "off":
+            return ALLOW
+        tokens = ev.input_tokens + ev.output_tokens
+        cost = budget.step_cost_usd(cfg, ev.input_tokens, ev.output_tokens, ev.cost_usd, ev.model)
+        fp = tuple(sorted(token_hashes(ev.text, salt=p.salt)))
+        agent = hash64(ev.agent or "") & 0xFFFF_FFFF
+        emitted: list[tuple[SessionState, Trip, str]] = []
+
+        def decide(state: object | None) -> tuple[SessionState, Verdict]:
+            s = state if isinstance(state, SessionState) else self._new_session(key, ev, now)
+            budget.account(s, cfg, now, tokens, cost, None)
+            halted = self._halted_verdict(s, cfg, None)
+            if halted is not None:
+                return s, halted
+            own_run, repeats, agents = conversation.record_turn(s, agent, fp, cfg)
+            turn_trips = conversation.check_turn(own_run, repeats, agents, cfg)
+            checks = self._session_limits(s, cfg, now) + [(t.heuristic, (lambda t=t: t)) for t in turn_trips]
+            block, warn = self._run_checks(cfg, checks)
+            if block is not None:
+                if block.scope == "session":
+                    s.halted = (block.heuristic, block.reason)
+                emitted.append((s, block, "block"))
+                return s, self._verdict(block, "block", None)
+            if warn is not None:
+                emitted.append((s, warn, "warn"))
+                return s, self._verdict(warn, "warn", None)
+            return s, ALLOW
+
+        verdict = self.store.update_session(key, now, decide)
+        for s, trip, severity in emitted:
+            self._emit(s, ev, trip, severity, now, None)
+        return verdict
+
+    def record_user(self, event: User | Mapping[str, Any]) -> Verdict:
+        """A user turn is new information: loop streaks start over, loop halts are lifted."""
+        ev = event if isinstance(event, User) else _expect(parse_event(dict(event)), User)
+        key = self._session_key(ev)
+        now = self._now(ev)
+        if self._policy(ev.tenant, ev.feature, ev.agent).cfg.mode == "off":
+            return ALLOW
+
+        def reset(state: object | None) -> tuple[SessionState, Verdict]:
+            s = state if isinstance(state, SessionState) else self._new_session(key, ev, now)
+            s.reset_streaks()
+            if s.halted is not None and s.halted[0] in _LIFTED_BY_USER:
+                s.halted = None
+            return s, ALLOW
+
+        return self.store.update_session(key, now, reset)
+
+    def verify_final(self, event: Final | Mapping[str, Any]) -> Verdict:
+        """Check a final answer before it reaches the user."""
+        ev = event if isinstance(event, Final) else _expect(parse_event(dict(event)), Final)
+        self._session_key(ev)
+        return ALLOW
+
+    # ----------------------------------------------------------------- any event
+    def process(self, event: Mapping[str, Any] | Any) -> Verdict | ResultVerdict:
+        """Dispatch one event (a trace line or a typed event) to its handler."""
+        ev = parse_event(dict(event)) if isinstance(event, Mapping) else event
+        if isinstance(ev, ToolCall):
+            return self.check_tool_call(ev)
+        if isinstance(ev, ToolResult):
+            return self.record_tool_result(ev)
+        if isinstance(ev, Assistant):
+            return self.record_assistant(ev)
+        if isinstance(ev, User):
+            return self.record_user(ev)
+        if isinstance(ev, Final):
+            return self.verify_final(ev)
+        raise InvalidEventError(f"not an agent event: {type(ev).__name__}")
+
+    # ----------------------------------------------------------------- operators
+    def breaker_state(self, tool: str, *, tenant: str | None = None) -> BreakerStateName:
+        st = self.store.breaker_state(self._breaker_key(self.config, tenant, tool, ""))
+        return BreakerStateName.CLOSED if st is None else st.state
+
+    def force_breaker(self, tool: str, state: BreakerStateName | str, *, tenant: str | None = None) -> None:
+        """Operator control: force open, disable, metrics-only, or reset a tool's breaker."""
+        self.store.breaker_force(
+            self._breaker_key(self.config, tenant, tool, ""), self.config.breaker, self.clock.now(), BreakerStateName(state)
+        )
+
+
+def _observe_only(cfg: AgentBreakerConfig) -> AgentBreakerConfig:
+    """The same config with every enforcing heuristic reporting instead."""
+    if cfg.mode == "off":
+        return cfg
+    modes = {h: ("off" if cfg.mode_of(h) == "off" else "observe") for h in H.CONFIGURABLE}
+    return cfg.model_copy(update={"mode": "observe", "modes": modes})
+
+
+def _expect(ev: Any, cls: type) -> Any:
+    if not isinstance(ev, cls):
+        raise InvalidEventError(f"expected a {cls.__name__.lower()} event, but got type {ev.type!r}")
+    return ev
+
+
+def _pop_pending(s: SessionState, ev: ToolResult) -> Pending | None:
+    if ev.call_id is not None:
+        pending = s.pending.pop(ev.call_id, None)
+        if pending is not None and pending.facts.tool != ev.tool:
+            s.pending[ev.call_id] = pending  # a result of another tool: not ours
+            return None
+        return pending
+    # no call_id: the oldest call of this tool that had none
+    for cid, pending in s.pending.items():
+        if cid.startswith("~") and pending.facts.tool == ev.tool:
+            del s.pending[cid]
+            return pending
+    return None
+
+
+def _in_progress(result: Any, values: frozenset[str]) -> bool:
+    if not isinstance(result, dict):
+        return False
+    for field in ("status", "state", "phase"):
+        v = result.get(field)
+        if isinstance(v, str) and v.lower().replace(" ", "_").replace("-", "_") in values:
+            return True
+    return False
+
+
+def _breaker_trip(permission: Permission, tool: str) -> Trip | None:
+    if permission.allowed and not permission.would_refuse:
+        return None
+    if permission.state is BreakerStateName.HALF_OPEN:
+        return Trip(
+            H.CIRCUIT_HALF_OPEN,
+            "tool",
+            f"{tool} is recovering: its probe calls are in flight",
+            f"Wait for {tool} to recover, or use another tool.",
+            {"state": permission.state.value},
+            permission.retry_after_s,
+        )
+    return Trip(
+        H.CIRCUIT_OPEN,
+        "tool",
+        f"{tool} is failing for every session; its circuit breaker is {permission.state.value}",
+        f"Do not call {tool} now. Use another tool, or tell the user the service is unavailable.",
+        {"state": permission.state.value},
+        permission.retry_after_s,
+    )

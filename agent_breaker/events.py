@@ -1,0 +1,109 @@
+"""Typed events of an agent run (shared/spec/traces.md), validated on the way in.
+
+Bad input gets an InvalidEventError that says what is wrong: never a crash, never a silent allow.
+Unknown keys are ignored, as the trace format says.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+MAX_ID_CHARS = 256
+MAX_TEXT_CHARS = 1_000_000
+
+_Id = Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS)]
+_Tokens = Annotated[int, Field(ge=0, le=10**12)]
+_Money = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+_Text = Annotated[str, Field(max_length=MAX_TEXT_CHARS)]
+
+
+class InvalidEventError(ValueError):
+    """An event the engine refuses to decide on; the message says why."""
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    session: _Id | None = None
+    ts: Annotated[float, Field(allow_inf_nan=False)] | None = None
+    tenant: _Id | None = None
+    feature: _Id | None = None
+    agent: _Id | None = None
+    depth: Annotated[int, Field(ge=0, le=10_000)] | None = None
+    # fingerprint of the conversation, used as the session key when `session` is absent
+    conversation: _Text | None = None
+
+
+class _Spend(BaseModel):
+    input_tokens: _Tokens = 0
+    output_tokens: _Tokens = 0
+    cost_usd: _Money | None = None
+    model: _Id | None = None
+
+
+class ToolCall(_Event, _Spend):
+    type: Literal["tool_call"] = "tool_call"
+    tool: _Id
+    args: dict[str, Any] = Field(default_factory=dict)
+    call_id: _Id | None = None
+    thought: _Text | None = None
+    mutating: bool | None = None
+
+
+class ToolResult(_Event):
+    type: Literal["tool_result"] = "tool_result"
+    tool: _Id
+    ok: bool
+    call_id: _Id | None = None
+    result: Any = None
+    error: _Text | None = None
+    latency_ms: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
+    mutating: bool | None = None
+
+
+class Assistant(_Event, _Spend):
+    type: Literal["assistant"] = "assistant"
+    text: _Text = ""
+
+
+class User(_Event):
+    type: Literal["user"] = "user"
+    text: _Text = ""
+
+
+class Final(_Event):
+    type: Literal["final"] = "final"
+    text: _Text = ""
+
+
+Event = Annotated[Union[ToolCall, ToolResult, Assistant, User, Final], Field(discriminator="type")]
+EVENT_TYPES = ("tool_call", "tool_result", "assistant", "user", "final")
+
+_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors(include_url=False):
+        where = ".".join(str(p) for p in err["loc"][1:]) or "event"
+        if err["type"] == "union_tag_invalid":
+            parts.append(f"unknown event type {err['input'].get('type')!r}; expected one of {', '.join(EVENT_TYPES)}")
+        elif err["type"] == "union_tag_not_found":
+            parts.append(f"event has no 'type'; expected one of {', '.join(EVENT_TYPES)}")
+        else:
+            value = err.get("input")
+            shown = "" if isinstance(value, (dict, list)) or err["type"] == "missing" else f" (got {value!r:.80})"
+            parts.append(f"{where}: {err['msg']}{shown}")
+    return "; ".join(parts)
+
+
+def parse_event(data: Any) -> ToolCall | ToolResult | Assistant | User | Final:
+    """Validate one event dict (a trace line, or a NeMo event's fields)."""
+    if not isinstance(data, dict):
+        raise InvalidEventError(f"an event must be a JSON object, but was {type(data).__name__}")
+    try:
+        return _ADAPTER.validate_python(data)
+    except ValidationError as exc:
+        raise InvalidEventError(_describe(exc)) from None

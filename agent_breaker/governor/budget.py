@@ -1,0 +1,156 @@
+"""The budget governor: spend accounting and the ceilings checked before each step.
+
+Spend is counted when a step arrives (the model call that produced it has been paid for,
+whatever we decide). The ceilings are checked against the projected spend: what has been spent,
+plus one more step of the session's average size, since letting a call run means at least one
+more model call to read its result.
+"""
+
+from __future__ import annotations
+
+from ..config import AgentBreakerConfig
+from ..heuristics import (
+    BUDGET_SOFT_LIMIT,
+    COST_BUDGET,
+    DEPTH_LIMIT,
+    STEP_LIMIT,
+    TOKEN_BUDGET,
+    TOKEN_VELOCITY,
+    TOOL_TOKEN_BUDGET,
+)
+from ..detectors.base import Trip
+from ..session import SessionState
+from ..windows import BucketWindow
+
+_FINISH = "Stop calling tools and write your final answer from what you already have."
+
+
+def step_cost_usd(cfg: AgentBreakerConfig, input_tokens: int, output_tokens: int, cost_usd: float | None, model: str | None) -> float:
+    if cost_usd is not None:
+        return cost_usd
+    price = cfg.budget.prices.get(model or cfg.budget.default_model or "")
+    if price is None:
+        return 0.0
+    return (input_tokens * price.input_per_mtok_usd + output_tokens * price.output_per_mtok_usd) / 1e6
+
+
+def account(s: SessionState, cfg: AgentBreakerConfig, now: float, tokens: int, cost_usd: float, tool: str | None) -> None:
+    s.steps += 1
+    s.tokens += tokens
+    s.cost_usd += cost_usd
+    if tool is not None and tokens:
+        s.tool_tokens[tool] = s.tool_tokens.get(tool, 0) + tokens
+    v = cfg.token_velocity
+    if s.velocity is None or s.velocity.window_s != v.window_s:
+        s.velocity = BucketWindow(v.window_s, min(1.0, v.window_s / 10), 1)
+    s.velocity.add(now, float(tokens))
+
+
+def _projected(spent: float, s: SessionState) -> float:
+    return spent + spent / s.steps if s.steps else spent
+
+
+def check_step_limit(s: SessionState, cfg: AgentBreakerConfig) -> Trip | None:
+    limit = cfg.step_limit.max_steps
+    if s.steps <= limit:
+        return None
+    return Trip(STEP_LIMIT, "session", f"step {s.steps} is over the ceiling of {limit} steps", _FINISH, {"steps": s.steps, "max_steps": limit})
+
+
+def check_depth_limit(depth: int, cfg: AgentBreakerConfig) -> Trip | None:
+    limit = cfg.depth_limit.max_depth
+    if depth <= limit:
+        return None
+    return Trip(
+        DEPTH_LIMIT,
+        "call",
+        f"agent nesting depth {depth} is over the ceiling of {limit}",
+        "Do not delegate further. Do the work at this level, or return what you have to your parent agent.",
+        {"depth": depth, "max_depth": limit},
+    )
+
+
+def check_token_budget(s: SessionState, cfg: AgentBreakerConfig) -> Trip | None:
+    limit = cfg.budget.max_tokens
+    if limit is None:
+        return None
+    projected = _projected(s.tokens, s)
+    if projected <= limit:
+        return None
+    return Trip(
+        TOKEN_BUDGET,
+        "session",
+        f"projected spend of {projected:,.0f} tokens is over the session budget of {limit:,}",
+        _FINISH,
+        {"tokens": s.tokens, "projected_tokens": round(projected), "max_tokens": limit},
+    )
+
+
+def check_cost_budget(s: SessionState, cfg: AgentBreakerConfig) -> Trip | None:
+    limit = cfg.budget.max_cost_usd
+    if limit is None:
+        return None
+    projected = _projected(s.cost_usd, s)
+    if projected <= limit:
+        return None
+    return Trip(
+        COST_BUDGET,
+        "session",
+        f"projected spend of ${projected:.2f} is over the session budget of ${limit:.2f}",
+        _FINISH,
+        {"cost_usd": round(s.cost_usd, 6), "projected_cost_usd": round(projected, 6), "max_cost_usd": limit},
+    )
+
+
+def check_soft_limit(s: SessionState, cfg: AgentBreakerConfig, tool: str) -> Trip | None:
+    if cfg.tool(tool).read_only:
+        return None
+    b = cfg.budget
+    share = b.soft_limit_pct / 100.0
+    used = 0.0
+    if b.max_tokens is not None:
+        used = _projected(s.tokens, s) / b.max_tokens
+    if b.max_cost_usd is not None:
+        used = max(used, _projected(s.cost_usd, s) / b.max_cost_usd)
+    if used < share:
+        return None
+    return Trip(
+        BUDGET_SOFT_LIMIT,
+        "call",
+        f"the session has used {used:.0%} of its budget; past {b.soft_limit_pct:g}% only read-only tools run",
+        "Budget is nearly spent: use read-only tools only, then write your final answer.",
+        {"budget_used_pct": round(used * 100, 1), "soft_limit_pct": b.soft_limit_pct},
+    )
+
+
+def check_tool_token_budget(s: SessionState, cfg: AgentBreakerConfig, tool: str) -> Trip | None:
+    limit = cfg.tool(tool).max_tokens
+    if limit is None:
+        return None
+    used = s.tool_tokens.get(tool, 0)
+    if used <= limit:
+        return None
+    return Trip(
+        TOOL_TOKEN_BUDGET,
+        "tool",
+        f"steps calling {tool} have used {used:,} tokens, over its allocation of {limit:,}",
+        f"Stop using {tool} in this session; use other tools or write your final answer.",
+        {"tool_tokens": used, "max_tokens": limit},
+    )
+
+
+def check_velocity(s: SessionState, cfg: AgentBreakerConfig, now: float) -> Trip | None:
+    v = cfg.token_velocity
+    if s.velocity is None:
+        return None
+    rate = s.velocity.read(now)[0] / v.window_s
+    if rate <= v.max_tokens_per_s:
+        return None
+    return Trip(
+        TOKEN_VELOCITY,
+        "call",
+        f"{rate:,.0f} tokens/s over the last {v.window_s:g}s is over the ceiling of {v.max_tokens_per_s:,.0f}",
+        "You are spending tokens too fast. Slow down: do fewer, smaller steps.",
+        {"tokens_per_s": round(rate), "max_tokens_per_s": v.max_tokens_per_s, "window_s": v.window_s},
+        retry_after_s=v.window_s,
+    )

@@ -1,0 +1,65 @@
+"""The stable machine name of every guard. Verdicts, incidents, metrics, config keys and the
+README all use these strings; renaming one is a breaking change."""
+
+from __future__ import annotations
+
+CIRCUIT_OPEN = "circuit_open"
+CIRCUIT_HALF_OPEN = "circuit_half_open"
+
+IDENTICAL_FAILURE = "identical_failure"
+IDENTICAL_CALL = "identical_call"
+STUCK_POLLING = "stuck_polling"
+NEAR_DUPLICATE = "near_duplicate"
+OSCILLATION = "oscillation"
+SEMANTIC_ECHO = "semantic_echo"
+AGENT_DEADLOCK = "agent_deadlock"
+
+TOKEN_BUDGET = "token_budget"
+COST_BUDGET = "cost_budget"
+BUDGET_SOFT_LIMIT = "budget_soft_limit"
+TOOL_TOKEN_BUDGET = "tool_token_budget"
+TOKEN_VELOCITY = "token_velocity"
+STEP_LIMIT = "step_limit"
+DEPTH_LIMIT = "depth_limit"
+
+UNVERIFIED_CLAIM = "unverified_claim"
+EMPTY_MUTATION_RESULT = "empty_mutation_result"
+
+INVALID_EVENT = "invalid_event"
+
+#: every heuristic whose mode can be set in config (`modes:`)
+CONFIGURABLE: tuple[str, ...] = (
+    CIRCUIT_OPEN,
+    IDENTICAL_FAILURE,
+    IDENTICAL_CALL,
+    STUCK_POLLING,
+    NEAR_DUPLICATE,
+    OSCILLATION,
+    SEMANTIC_ECHO,
+    AGENT_DEADLOCK,
+    TOKEN_BUDGET,
+    COST_BUDGET,
+    BUDGET_SOFT_LIMIT,
+    TOOL_TOKEN_BUDGET,
+    TOKEN_VELOCITY,
+    STEP_LIMIT,
+    DEPTH_LIMIT,
+    UNVERIFIED_CLAIM,
+    EMPTY_MUTATION_RESULT,
+)
+
+#: trips that end the session: every later call of it is refused (enforce mode)
+SESSION_TERMINAL: frozenset[str] = frozenset(
+    {
+        IDENTICAL_FAILURE,
+        IDENTICAL_CALL,
+        STUCK_POLLING,
+        NEAR_DUPLICATE,
+        OSCILLATION,
+        SEMANTIC_ECHO,
+        AGENT_DEADLOCK,
+        TOKEN_BUDGET,
+        COST_BUDGET,
+        STEP_LIMIT,
+    }
+)

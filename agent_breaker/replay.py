@@ -1,0 +1,144 @@
+"""`agent-breaker replay`: what would the breaker have done on a recorded run?
+
+Implements the replay contract of shared/spec/traces.md through the same Engine the NeMo
+actions call. A blocked call is not executed, so its result is skipped, and the agent is
+assumed to go on as recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import deque
+from dataclasses import dataclass, field
+from typing import IO, Any, Iterable, Iterator
+
+from . import heuristics as H
+from .engine import Engine
+from .events import InvalidEventError, ToolCall, ToolResult, parse_event
+
+
+@dataclass
+class _SessionReplay:
+    session: str
+    events: int = 0
+    last_ts: float | None = None
+    trip_event: int | None = None
+    heuristic: str | None = None
+    allowed_calls: int = 0
+    blocked_calls: int = 0
+    cost_allowed_usd: float = 0.0
+    cost_blocked_usd: float = 0.0
+    blocked_ids: set[str] = field(default_factory=set)
+    # calls without call_id, per tool, in order: was each one blocked?
+    unpaired: dict[str, deque[bool]] = field(default_factory=dict)
+
+    def trip(self, heuristic: str) -> None:
+        if self.trip_event is None:
+            self.trip_event = self.events
+            self.heuristic = heuristic
+
+    def output(self) -> dict[str, Any]:
+        return {
+            "session": self.session,
+            "tripped": self.trip_event is not None,
+            "trip_event": self.trip_event,
+            "heuristic": self.heuristic,
+            "allowed_calls": self.allowed_calls,
+            "blocked_calls": self.blocked_calls,
+            "cost_allowed_usd": round(self.cost_allowed_usd, 6),
+            "cost_blocked_usd": round(self.cost_blocked_usd, 6),
+        }
+
+
+class Replayer:
+    def __init__(self, engine: Engine, *, errors: IO[str] | None = None) -> None:
+        self.engine = engine
+        self.sessions: dict[str, _SessionReplay] = {}
+        self.errors = errors if errors is not None else sys.stderr
+        self.invalid = 0
+
+    def _error(self, line_no: int, message: str) -> None:
+        self.invalid += 1
+        print(f"line {line_no}: {message}", file=self.errors)
+
+    def feed(self, line: str, line_no: int) -> None:
+        line = line.strip()
+        if not line:
+            return
+        try:
+            raw = json.loads(line)
+        except json.JSONDecodeError as exc:
+            self._error(line_no, f"not JSON: {exc}")
+            return
+        if not isinstance(raw, dict) or not isinstance(raw.get("session"), str) or not raw["session"]:
+            self._error(line_no, "an event needs a non-empty string 'session'")
+            return
+        sid = raw["session"]
+        r = self.sessions.get(sid)
+        if r is None:
+            r = self.sessions[sid] = _SessionReplay(sid)
+        r.events += 1
+        ts = raw.get("ts")
+        if not isinstance(ts, (int, float)) or isinstance(ts, bool):
+            raw["ts"] = ts = (r.last_ts + 1.0) if r.last_ts is not None else 0.0
+        r.last_ts = float(ts)
+        try:
+            ev = parse_event(raw)
+            self._apply(r, ev)
+        except InvalidEventError as exc:
+            self._error(line_no, f"session {sid}: {exc}")
+            if raw.get("type") == "tool_call":
+                # a call that cannot be validated is not run
+                r.blocked_calls += 1
+                r.trip(H.INVALID_EVENT)
+                tool = raw.get("tool")
+                if isinstance(raw.get("call_id"), str):
+                    r.blocked_ids.add(raw["call_id"])
+                elif isinstance(tool, str):
+                    r.unpaired.setdefault(tool, deque()).append(True)
+
+    def _apply(self, r: _SessionReplay, ev: Any) -> None:
+        if isinstance(ev, ToolCall):
+            verdict = self.engine.check_tool_call(ev)
+            cost = self.engine.step_cost_usd(ev)
+            blocked = not verdict.allowed
+            if blocked:
+                r.blocked_calls += 1
+                r.cost_blocked_usd += cost
+            else:
+                r.allowed_calls += 1
+                r.cost_allowed_usd += cost
+            if ev.call_id is not None:
+                if blocked:
+                    r.blocked_ids.add(ev.call_id)
+            else:
+                r.unpaired.setdefault(ev.tool, deque()).append(blocked)
+            if verdict.heuristic is not None:
+                r.trip(verdict.heuristic)
+            return
+        if isinstance(ev, ToolResult):
+            if ev.call_id is not None:
+                if ev.call_id in r.blocked_ids:
+                    r.blocked_ids.discard(ev.call_id)
+                    return
+            else:
+                queue = r.unpaired.get(ev.tool)
+                if queue and queue.popleft():
+                    return
+        verdict = self.engine.process(ev)
+        heuristic = getattr(verdict, "heuristic", None)
+        if heuristic is not None and not isinstance(ev, ToolResult):
+            r.trip(heuristic)
+
+    def results(self) -> Iterator[dict[str, Any]]:
+        for r in self.sessions.values():
+            yield r.output()
+
+
+def replay_lines(lines: Iterable[str], engine: Engine, *, errors: IO[str] | None = None) -> tuple[list[dict[str, Any]], int]:
+    """Replay trace lines; returns (one verdict dict per session, number of invalid lines)."""
+    replayer = Replayer(engine, errors=errors)
+    for n, line in enumerate(lines, 1):
+        replayer.feed(line, n)
+    return list(replayer.results()), replayer.invalid

@@ -1,0 +1,114 @@
+"""Per-session state: plain, bounded, and free of payload text.
+
+What the engine keeps about a run is hashes (of canonical calls and results), token-hash
+fingerprints for fuzzy comparison, counters and numbers. Every collection is capped, so a
+session that runs for days stays small.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .breaker import BreakerState
+from .windows import BucketWindow
+
+# caps on per-session collections
+MAX_KEYS = 256
+MAX_PENDING = 128
+MAX_TURNS = 16
+MAX_SEEN = 512
+
+FAILED = -1  # result hash of a failed execution: any two failures compare equal
+
+
+@dataclass(frozen=True, slots=True)
+class CallFacts:
+    """What one tool call is, reduced to hashes and numbers (computed once per call)."""
+
+    tool: str
+    key: int  # hash of tool + canonical args
+    fp_text: tuple[int, ...]  # token hashes of the canonical args
+    fp_shape: tuple[int, ...]  # the same with digit runs folded (ids, numbers)
+    fp_thought: tuple[int, ...] | None
+    tokens: int
+    cost_usd: float
+    depth: int
+    mutating: bool
+
+
+@dataclass(slots=True)
+class KeyStat:
+    """One distinct call (tool + canonical args) and what its runs returned."""
+
+    runs: int = 0  # runs in the current streak without progress
+    last_result: int | None = None
+    last_ts: float = 0.0
+    polling: bool = False
+    poll_ts: list[float] = field(default_factory=list)  # unchanged polls in the window
+
+
+@dataclass(slots=True)
+class Chain:
+    """The latest streak of similar calls to one tool with no progress (near_duplicate)."""
+
+    fp_text: tuple[int, ...]
+    fp_shape: tuple[int, ...]
+    fp_thought: tuple[int, ...] | None
+    length: int
+    last_result: int
+    failed: bool
+
+
+@dataclass(slots=True)
+class Pending:
+    """A call let through, waiting for its result."""
+
+    facts: CallFacts
+    breaker_key: str
+    probe: bool
+    similar_text: bool  # similar to its tool's chain, as text
+    similar_shape: bool  # similar to its tool's chain, ids and numbers aside
+    history_index: int
+
+
+@dataclass(slots=True)
+class SessionState:
+    key: str
+    tenant: str | None = None
+    feature: str | None = None
+    agent: str | None = None
+    created_s: float = 0.0
+    # spend
+    steps: int = 0
+    tokens: int = 0
+    cost_usd: float = 0.0
+    tool_tokens: dict[str, int] = field(default_factory=dict)
+    velocity: BucketWindow | None = None
+    # a session-terminal trip: (heuristic, reason)
+    halted: tuple[str, str] | None = None
+    # calls and results
+    pending: dict[str, Pending] = field(default_factory=dict)
+    auto_ids: int = 0
+    keys: dict[int, KeyStat] = field(default_factory=dict)
+    fail_key: int | None = None  # identical_failure: the call failing in a row ...
+    fail_run: int = 0  # ... and how many times
+    chains: dict[str, Chain] = field(default_factory=dict)
+    history: list[list[Any]] = field(default_factory=list)  # [key, result hash or None]
+    history_base: int = 0  # absolute index of history[0]
+    seen: dict[int, None] = field(default_factory=dict)  # (call, result) pairs seen: progress test
+    # assistant turns since the last progress: (agent, fingerprint, repeats own turn, repeats any turn)
+    turns: list[tuple[int, tuple[int, ...], bool, bool]] = field(default_factory=list)
+    # session-scoped breakers (when breakers are not shared)
+    breakers: dict[str, BreakerState] = field(default_factory=dict)
+    version: int = 0
+
+    def reset_streaks(self) -> None:
+        """New information from outside (a user turn): the run starts over."""
+        self.keys.clear()
+        self.fail_key = None
+        self.fail_run = 0
+        self.chains.clear()
+        self.history_base += len(self.history)
+        self.history.clear()
+        self.turns.clear()

@@ -1,0 +1,89 @@
+"""In-process storage: the embedded default (`memory://`)."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections import OrderedDict
+from typing import Callable, TypeVar
+
+from ..breaker import BreakerState, BreakerStateName, Permission, Transition
+from ..breaker import core as breaker_core
+from ..config import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_TTL_S, BreakerConfig
+
+R = TypeVar("R")
+
+
+class MemoryStore:
+    """Sessions in an LRU map with an idle TTL; breakers in a dict. Thread-safe: one lock
+    guards the maps, so every decision is atomic; a decision takes microseconds."""
+
+    def __init__(
+        self,
+        *,
+        ttl_s: float = DEFAULT_SESSION_TTL_S,
+        max_sessions: int = DEFAULT_MAX_SESSIONS,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.ttl_s = ttl_s
+        self.max_sessions = max_sessions
+        self._sessions: OrderedDict[str, tuple[float, object]] = OrderedDict()
+        self._breakers: dict[str, BreakerState] = {}
+        self._lock = threading.RLock()
+        self._rng = rng or random.Random()
+
+    # sessions
+    def update_session(self, key: str, now: float, fn: Callable[[object | None], tuple[object, R]]) -> R:
+        with self._lock:
+            entry = self._sessions.pop(key, None)
+            state = None
+            if entry is not None and now - entry[0] <= self.ttl_s:
+                state = entry[1]
+            new_state, result = fn(state)
+            self._sessions[key] = (now, new_state)
+            self._evict(now)
+            return result
+
+    def _evict(self, now: float) -> None:
+        sessions = self._sessions
+        while len(sessions) > self.max_sessions:
+            sessions.popitem(last=False)
+        # least recently used first: stop at the first one still fresh
+        while sessions:
+            key, (seen, _) = next(iter(sessions.items()))
+            if now - seen <= self.ttl_s:
+                break
+            del sessions[key]
+
+    def peek_session(self, key: str) -> object | None:
+        with self._lock:
+            entry = self._sessions.get(key)
+            return None if entry is None else entry[1]
+
+    def session_count(self) -> int:
+        return len(self._sessions)
+
+    # breakers
+    def _breaker(self, key: str) -> BreakerState:
+        st = self._breakers.get(key)
+        if st is None:
+            st = self._breakers[key] = BreakerState(key)
+        return st
+
+    def breaker_acquire(self, key: str, cfg: BreakerConfig, now: float) -> Permission:
+        with self._lock:
+            return breaker_core.acquire(self._breaker(key), cfg, now)
+
+    def breaker_record(
+        self, key: str, cfg: BreakerConfig, now: float, *, failed: bool, slow: bool, probe: bool
+    ) -> Transition | None:
+        with self._lock:
+            return breaker_core.record(self._breaker(key), cfg, now, failed=failed, slow=slow, probe=probe, rng=self._rng)
+
+    def breaker_force(self, key: str, cfg: BreakerConfig, now: float, state: BreakerStateName) -> Transition:
+        with self._lock:
+            return breaker_core.force(self._breaker(key), state, now, cfg)
+
+    def breaker_state(self, key: str) -> BreakerState | None:
+        with self._lock:
+            return self._breakers.get(key)

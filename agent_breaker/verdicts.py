@@ -1,0 +1,115 @@
+"""What the engine answers: verdicts, the synthetic observation, and incidents."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Severity = Literal["warn", "block"]
+Scope = Literal["call", "tool", "session"]
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The decision on one event. `allowed` is False only for a block in enforce mode; a
+    would-trip verdict in observe mode is allowed with severity "warn"."""
+
+    allowed: bool
+    heuristic: str | None = None
+    severity: Severity | None = None
+    scope: Scope | None = None
+    reason: str = ""
+    counters: dict[str, Any] = field(default_factory=dict)
+    observation: dict[str, Any] | None = None
+    # identifies the execution for record_tool_result when the caller has no call_id
+    call_id: str | None = None
+
+    @property
+    def tripped(self) -> bool:
+        return self.heuristic is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "allowed": self.allowed,
+            "heuristic": self.heuristic,
+            "severity": self.severity,
+            "scope": self.scope,
+            "reason": self.reason,
+            "counters": dict(self.counters),
+            "observation": None if self.observation is None else dict(self.observation),
+            "call_id": self.call_id,
+        }
+
+
+ALLOW = Verdict(True)
+
+
+@dataclass(frozen=True, slots=True)
+class ResultVerdict:
+    """The engine's answer to a tool result: recorded, and whether it looks wrong."""
+
+    accepted: bool
+    heuristic: str | None = None
+    reason: str = ""
+    failed: bool = False
+    breaker_state: str | None = None
+    receipt: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "accepted": self.accepted,
+            "heuristic": self.heuristic,
+            "reason": self.reason,
+            "failed": self.failed,
+            "breaker_state": self.breaker_state,
+            "receipt": self.receipt,
+        }
+
+
+def observation(
+    heuristic: str, tool: str | None, message: str, instruction: str, retry_after_s: float | None
+) -> dict[str, Any]:
+    """The structured text the agent reads instead of the tool's output."""
+    return {
+        "error": heuristic.upper(),
+        "tool": tool,
+        "message": message,
+        "actionable_instruction": instruction,
+        "retry_after_s": None if retry_after_s is None else round(retry_after_s, 3),
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Incident:
+    """One trip, as listeners receive it. Counters and numbers only: no payload text."""
+
+    ts: float
+    session: str
+    tenant: str | None
+    feature: str | None
+    agent: str | None
+    heuristic: str
+    severity: Severity
+    scope: Scope
+    tool: str | None
+    reason: str
+    counters: dict[str, Any]
+    tokens_so_far: int
+    cost_usd_so_far: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ts": self.ts,
+            "session": self.session,
+            "tenant": self.tenant,
+            "feature": self.feature,
+            "agent": self.agent,
+            "heuristic": self.heuristic,
+            "severity": self.severity,
+            "scope": self.scope,
+            "tool": self.tool,
+            "reason": self.reason,
+            "counters": dict(self.counters),
+            "tokens_so_far": self.tokens_so_far,
+            "cost_usd_so_far": round(self.cost_usd_so_far, 6),
+        }

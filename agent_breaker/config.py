@@ -22,9 +22,10 @@ Mode = Literal["enforce", "observe", "off"]
 DEFAULT_MAX_ARGS_BYTES = 65_536
 
 DEFAULT_BREAKER_WINDOW_S = 60.0
-DEFAULT_BREAKER_FAILURE_THRESHOLD = 5
+DEFAULT_BREAKER_CONSECUTIVE_FAILURES = 5
+DEFAULT_BREAKER_FAILURE_THRESHOLD: int | None = None
 DEFAULT_BREAKER_FAILURE_RATE_PCT = 50.0
-DEFAULT_BREAKER_MIN_CALLS = 10
+DEFAULT_BREAKER_MIN_CALLS = 20
 DEFAULT_BREAKER_OPEN_S = 30.0
 DEFAULT_BREAKER_BACKOFF_MULTIPLIER = 2.0
 DEFAULT_BREAKER_MAX_OPEN_S = 600.0
@@ -83,8 +84,12 @@ class BreakerConfig(_Frozen):
     key_by_tenant: bool = Field(False, description="One breaker per (tenant, tool) instead of per tool.")
     window_s: float = Field(DEFAULT_BREAKER_WINDOW_S, gt=0, description="Sliding time window of call outcomes.")
     bucket_s: float = Field(1.0, gt=0, description="Granularity of the sliding window.")
+    consecutive_failures: int | None = Field(
+        DEFAULT_BREAKER_CONSECUTIVE_FAILURES, ge=1, description="Open after this many failures in a row (null: off)."
+    )
     failure_threshold: int | None = Field(
-        DEFAULT_BREAKER_FAILURE_THRESHOLD, ge=1, description="Open after this many failures in the window (null: off)."
+        DEFAULT_BREAKER_FAILURE_THRESHOLD,
+        ge=1, description="Open after this many failures in the window (null: off)."
     )
     failure_rate_pct: float | None = Field(
         DEFAULT_BREAKER_FAILURE_RATE_PCT, gt=0, le=100, description="Open at this failure rate (null: off)."

@@ -112,3 +112,6 @@ class SessionState:
         self.history_base += len(self.history)
         self.history.clear()
         self.turns.clear()
+        # session-scoped breakers (replay) judge this run's calls: new input restarts their streak
+        for breaker in self.breakers.values():
+            breaker.consecutive_failures = 0

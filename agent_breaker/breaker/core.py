@@ -28,6 +28,7 @@ class BreakerState:
     open_interval_s: float = 0.0
     probes: list[float] = field(default_factory=list)  # admission times of probes in flight
     probe_successes: int = 0
+    consecutive_failures: int = 0
     changed_at: float = 0.0
 
     def ensure_window(self, cfg: BreakerConfig) -> BucketWindow:
@@ -103,6 +104,8 @@ def acquire(st: BreakerState, cfg: BreakerConfig, now: float) -> Permission:
 
 
 def _should_trip(st: BreakerState, cfg: BreakerConfig, now: float) -> str | None:
+    if cfg.consecutive_failures is not None and st.consecutive_failures >= cfg.consecutive_failures:
+        return f"{st.consecutive_failures} failures in a row (threshold {cfg.consecutive_failures})"
     calls, failures, slow = st.ensure_window(cfg).read(now)
     bad = failures + (slow if cfg.slow_calls_are_failures else 0)
     if cfg.failure_threshold is not None and bad >= cfg.failure_threshold:
@@ -136,12 +139,11 @@ def record(
             return _open(st, cfg, now, interval, "a half-open probe failed", rng or random.Random())
         st.probe_successes += 1
         if st.probe_successes >= cfg.half_open_probes:
-            st.ensure_window(cfg).clear()
-            st.open_interval_s = 0.0
-            st.probe_successes = 0
-            st.probes.clear()
+            _reset(st, cfg)
             return _move(st, S.CLOSED, now, f"{cfg.half_open_probes} half-open probes succeeded")
         return None
+    bad = failed or (slow and cfg.slow_calls_are_failures)
+    st.consecutive_failures = st.consecutive_failures + 1 if bad else 0
     st.ensure_window(cfg).add(now, 1.0, 1.0 if failed else 0.0, 1.0 if slow else 0.0)
     if state is S.CLOSED:
         reason = _should_trip(st, cfg, now)
@@ -154,8 +156,13 @@ def force(st: BreakerState, dst: S, now: float, cfg: BreakerConfig) -> Transitio
     """Operator moves: force open, disable, metrics-only, or reset to closed."""
     t = _move(st, dst, now, "operator")
     if dst is S.CLOSED:
-        st.ensure_window(cfg).clear()
-        st.open_interval_s = 0.0
-        st.probes.clear()
-        st.probe_successes = 0
+        _reset(st, cfg)
     return t
+
+
+def _reset(st: BreakerState, cfg: BreakerConfig) -> None:
+    st.ensure_window(cfg).clear()
+    st.open_interval_s = 0.0
+    st.probes.clear()
+    st.probe_successes = 0
+    st.consecutive_failures = 0

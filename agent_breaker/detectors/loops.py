@@ -217,4 +217,7 @@ def record_result(
     s.seen[pair] = None
     if len(s.seen) > MAX_SEEN:
         del s.seen[next(iter(s.seen))]
+    # the agent learned something new: its other retry chains start over
+    for tool in [t for t in s.chains if t != f.tool]:
+        del s.chains[tool]
     return True

@@ -15,6 +15,7 @@ from .config import AgentBreakerConfig, ConfigError, load_config
 def _replay(args: argparse.Namespace) -> int:
     from .engine import Engine
     from .replay import replay_lines
+    from .receipts import ReceiptKeys
     from .store import MemoryStore
 
     config = load_config(args.config) if args.config else AgentBreakerConfig()
@@ -32,7 +33,13 @@ def _replay(args: argparse.Namespace) -> int:
     # time would drop live sessions, so replay evicts by count only
     store = MemoryStore(ttl_s=math.inf, max_sessions=config.sessions.max_sessions)
     engine = Engine(
-        config, store=store, listeners=listeners, share_breakers=args.shared_breakers, observe=args.observe
+        config,
+        store=store,
+        listeners=listeners,
+        share_breakers=args.shared_breakers,
+        observe=args.observe,
+        # replay's receipts never leave the process: a per-run key is all it needs
+        receipt_keys=ReceiptKeys.ephemeral(),
     )
     path = Path(args.trace)
     try:

@@ -8,6 +8,7 @@ documented in the README.
 from __future__ import annotations
 
 import fnmatch
+import re
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
@@ -68,6 +69,24 @@ DEFAULT_VELOCITY_WINDOW_S = 10.0
 DEFAULT_MAX_STEPS = 500
 DEFAULT_MAX_DEPTH = 4
 
+DEFAULT_RECEIPT_KEY_ENV = "AGENT_BREAKER_RECEIPT_KEYS"
+DEFAULT_REFERENCE_PATTERNS = (r"\b[A-Z]{2,}-\d{3,}\b",)
+DEFAULT_CLAIM_VERBS = {
+    "transferred": "transfer",
+    "sent": "send",
+    "booked": "book",
+    "refunded": "refund",
+    "deleted": "delete",
+    "created": "create",
+    "completed": "complete",
+    "paid": "pay",
+    "cancelled": "cancel",
+    "canceled": "cancel",
+    "charged": "charge",
+    "submitted": "submit",
+    "wired": "wire",
+}
+
 DEFAULT_SESSION_TTL_S = 3600.0
 DEFAULT_MAX_SESSIONS = 100_000
 
@@ -127,6 +146,9 @@ class ToolPolicy(_Frozen):
     read_only: bool = Field(False, description="May still run past the budget's soft limit.")
     polling: bool = Field(False, description="A status tool polled on purpose: stuck_polling applies, not identical_call.")
     max_tokens: int | None = Field(None, ge=1, description="Token allocation of this tool per session (tool_token_budget).")
+    claim_phrases: tuple[str, ...] = Field(
+        (), description="Phrases by which a final answer claims this tool's action happened (unverified_claim)."
+    )
 
 
 class IdenticalFailureConfig(_Frozen):
@@ -213,6 +235,29 @@ class DepthLimitConfig(_Frozen):
     max_depth: int = Field(DEFAULT_MAX_DEPTH, ge=0, description="Deepest agent nesting allowed (0 = top level only).")
 
 
+class ReceiptsConfig(_Frozen):
+    key_env: str = Field(DEFAULT_RECEIPT_KEY_ENV, description="Environment variable holding 'kid:key[,kid:key]'.")
+    key_file: str | None = Field(None, description='JSON file {"current": kid, "keys": {kid: key}}; wins over key_env.')
+    dev_ephemeral_key: bool = Field(False, description="Development only: sign with a random per-process key.")
+    reference_patterns: tuple[str, ...] = Field(
+        DEFAULT_REFERENCE_PATTERNS, description="Regexes of reference ids an answer must not invent."
+    )
+    claim_verbs: dict[str, str] = Field(
+        default_factory=lambda: dict(DEFAULT_CLAIM_VERBS),
+        description="Generic completion claims, each with the tool-name stem it is about.",
+    )
+
+    @field_validator("reference_patterns")
+    @classmethod
+    def _patterns_compile(cls, patterns: tuple[str, ...]) -> tuple[str, ...]:
+        for p in patterns:
+            try:
+                re.compile(p)
+            except re.error as exc:
+                raise ValueError(f"reference pattern {p!r} is not a valid regex: {exc}") from None
+        return patterns
+
+
 class SessionsConfig(_Frozen):
     ttl_s: float = Field(DEFAULT_SESSION_TTL_S, gt=0, description="Idle sessions are forgotten after this.")
     max_sessions: int = Field(DEFAULT_MAX_SESSIONS, ge=1, description="Least recently used sessions go past this.")
@@ -256,6 +301,7 @@ class AgentBreakerConfig(_Frozen):
     token_velocity: VelocityConfig = VelocityConfig()
     step_limit: StepLimitConfig = StepLimitConfig()
     depth_limit: DepthLimitConfig = DepthLimitConfig()
+    receipts: ReceiptsConfig = ReceiptsConfig()
     sessions: SessionsConfig = SessionsConfig()
     overrides: tuple[Override, ...] = Field(
         (), description="Settings per tenant / feature / agent; the more specific override wins."

@@ -24,6 +24,7 @@ from .detectors import conversation, loops
 from .detectors.base import Trip
 from .events import Assistant, Final, InvalidEventError, ToolCall, ToolResult, User, parse_event
 from .governor import budget
+from .receipts import ClaimChecker, ReceiptKeys, empty_mutation_trip, is_empty_result, mint, reference_hashes, verify
 from .session import MAX_PENDING, CallFacts, Pending, SessionState
 from .store import MemoryStore, Store
 from .verdicts import ALLOW, Incident, ResultVerdict, Verdict, observation
@@ -68,6 +69,7 @@ class _Policy:
     result_canon: Canonicalizer
     salt: int
     in_progress: frozenset[str]
+    claims: ClaimChecker
 
 
 class Engine:
@@ -81,6 +83,7 @@ class Engine:
         share_breakers: bool = True,
         observe: bool = False,
         failure_predicates: Mapping[str, FailurePredicate] | None = None,
+        receipt_keys: ReceiptKeys | None = None,
     ) -> None:
         self.config = config if isinstance(config, AgentBreakerConfig) else parse_config(config)
         self.store: Store = store or MemoryStore(
@@ -91,6 +94,9 @@ class Engine:
         self.share_breakers = share_breakers
         self.observe = observe
         self.failure_predicates: dict[str, FailurePredicate] = dict(failure_predicates or {})
+        self.receipt_keys = receipt_keys or ReceiptKeys.from_config(
+            self.config.receipts, required=self.config.mode_of(H.UNVERIFIED_CLAIM) == "enforce" and not observe
+        )
         self._policies: dict[tuple[str | None, str | None, str | None], _Policy] = {}
         self._polling_tools: dict[tuple[int, str], bool] = {}
         self._metrics: Counter[tuple[str, str]] = Counter()
@@ -110,6 +116,7 @@ class Engine:
                 Canonicalizer(cfg.volatile_fields, max_bytes=_RESULT_MAX_BYTES),
                 salt_from(cfg.fingerprint_secret),
                 frozenset(cfg.stuck_polling.in_progress_values),
+                ClaimChecker(cfg),
             )
             if len(self._policies) > 10_000:
                 self._policies.clear()
@@ -263,6 +270,8 @@ class Engine:
         def decide(state: object | None) -> tuple[SessionState, Verdict]:
             s = state if isinstance(state, SessionState) else self._new_session(key, ev, now)
             budget.account(s, cfg, now, f.tokens, f.cost_usd, f.tool)
+            if f.mutating:
+                s.ledger.attempt(f.tool)
             halted = self._halted_verdict(s, cfg, f.tool)
             if halted is not None:
                 return s, halted
@@ -301,7 +310,7 @@ class Engine:
                 call_id = f"~{s.auto_ids}"
             if len(s.pending) >= MAX_PENDING:
                 del s.pending[next(iter(s.pending))]
-            s.pending[call_id] = Pending(f, bkey, probe, similar[0], similar[1], loops.record_call(s, f, cfg))
+            s.pending[call_id] = Pending(f, call_id, bkey, probe, similar[0], similar[1], loops.record_call(s, f, cfg))
             if warn is not None:
                 emitted.append((s, warn, "warn"))
                 return s, self._verdict(warn, "warn", f.tool, call_id)
@@ -352,10 +361,14 @@ class Engine:
         slow = cfg.breaker.slow_call_ms is not None and ev.latency_ms is not None and ev.latency_ms > cfg.breaker.slow_call_ms
         result_hash = self._result_hash(p, ev.result)
         in_progress = _in_progress(ev.result, p.in_progress)
+        references = reference_hashes(ev.result) if not failed else None
+        emitted: list[tuple[SessionState, Trip, str]] = []
 
         def record(state: object | None) -> tuple[SessionState, ResultVerdict]:
             s = state if isinstance(state, SessionState) else self._new_session(key, ev, now)
             pending = _pop_pending(s, ev)
+            if references:
+                s.ledger.observe(references)
             if pending is None:
                 bkey = self._breaker_key(cfg, s.tenant, ev.tool, key)
                 bstate = self._breaker_record(s, bkey, cfg, now, failed, slow, False)
@@ -363,9 +376,35 @@ class Engine:
             if loops.record_result(s, pending, result_hash, failed, in_progress, now, cfg):
                 s.turns.clear()  # new information: assistant turns start a new stretch
             bstate = self._breaker_record(s, pending.breaker_key, cfg, now, failed, slow, pending.probe)
-            return s, ResultVerdict(True, failed=failed, breaker_state=bstate)
+            f = pending.facts
+            if failed or not (f.mutating or ev.mutating):
+                return s, ResultVerdict(True, failed=failed, breaker_state=bstate)
+            s.ledger.attempt(f.tool)
+            if is_empty_result(ev.result) and cfg.mode_of(H.EMPTY_MUTATION_RESULT) != "off":
+                trip = empty_mutation_trip(f.tool)
+                severity = "block" if cfg.mode_of(H.EMPTY_MUTATION_RESULT) == "enforce" else "warn"
+                emitted.append((s, trip, severity))
+                return s, ResultVerdict(
+                    severity != "block", trip.heuristic, trip.reason, failed=False, breaker_state=bstate
+                )
+            receipt = None
+            if self.receipt_keys is not None:
+                receipt = mint(
+                    self.receipt_keys,
+                    session=key,
+                    call_id=pending.call_id,
+                    tool=f.tool,
+                    args_hash=f.key,
+                    result_hash=result_hash,
+                    ts=now,
+                )
+                s.ledger.add(receipt, f.tool)
+            return s, ResultVerdict(True, failed=False, breaker_state=bstate, receipt=receipt)
 
-        return self.store.update_session(key, now, record)
+        verdict = self.store.update_session(key, now, record)
+        for s, trip, severity in emitted:
+            self._emit(s, ev, trip, severity, now, ev.tool)
+        return verdict
 
     @staticmethod
     def _result_hash(p: _Policy, result: Any) -> int:
@@ -433,10 +472,40 @@ class Engine:
         return self.store.update_session(key, now, reset)
 
     def verify_final(self, event: Final | Mapping[str, Any]) -> Verdict:
-        """Check a final answer before it reaches the user."""
+        """Check a final answer before it reaches the user: every reference it cites must come
+        from a tool result of this session, every completed action it claims needs a receipt."""
         ev = event if isinstance(event, Final) else _expect(parse_event(dict(event)), Final)
-        self._session_key(ev)
-        return ALLOW
+        key = self._session_key(ev)
+        now = self._now(ev)
+        p = self._policy(ev.tenant, ev.feature, ev.agent)
+        mode = p.cfg.mode_of(H.UNVERIFIED_CLAIM)
+        if mode == "off":
+            return ALLOW
+        emitted: list[tuple[SessionState, Trip, str]] = []
+
+        def check(state: object | None) -> tuple[SessionState, Verdict]:
+            s = state if isinstance(state, SessionState) else self._new_session(key, ev, now)
+            trip = p.claims.check(ev.text, s.ledger)
+            if trip is None:
+                return s, ALLOW
+            severity = "block" if mode == "enforce" else "warn"
+            emitted.append((s, trip, severity))
+            return s, self._verdict(trip, severity, None)
+
+        verdict = self.store.update_session(key, now, check)
+        for s, trip, severity in emitted:
+            self._emit(s, ev, trip, severity, now, None)
+        return verdict
+
+    def verify_receipt(
+        self, receipt: Mapping[str, Any], *, session: str, call_id: str, tool: str, result: Any
+    ) -> tuple[bool, str]:
+        """For downstream systems: does this receipt vouch for this (session, call, tool, result)?
+        Forged, tampered, cross-session and replayed receipts fail."""
+        if self.receipt_keys is None:
+            return False, "no receipt keys configured"
+        result_hash = self._result_hash(self._policy(None, None, None), result)
+        return verify(self.receipt_keys, receipt, session=session, call_id=call_id, tool=tool, result_hash=result_hash)
 
     # ----------------------------------------------------------------- any event
     def process(self, event: Mapping[str, Any] | Any) -> Verdict | ResultVerdict:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .breaker import BreakerState
+from .receipts import Ledger
 from .windows import BucketWindow
 
 # caps on per-session collections
@@ -65,6 +66,7 @@ class Pending:
     """A call let through, waiting for its result."""
 
     facts: CallFacts
+    call_id: str
     breaker_key: str
     probe: bool
     similar_text: bool  # similar to its tool's chain, as text
@@ -101,6 +103,7 @@ class SessionState:
     turns: list[tuple[int, tuple[int, ...], bool, bool]] = field(default_factory=list)
     # session-scoped breakers (when breakers are not shared)
     breakers: dict[str, BreakerState] = field(default_factory=dict)
+    ledger: Ledger = field(default_factory=Ledger)
     version: int = 0
 
     def reset_streaks(self) -> None:

@@ -1,0 +1,311 @@
+"""Execution receipts and final-answer verification (against reward hacking).
+
+A successful result of a mutating tool gets a receipt: an HMAC-SHA256 over a canonical encoding
+of (session, call id, tool, canonical-args hash, result hash, time), tagged with a key id so
+keys can rotate. The session's ledger keeps the receipts and hashes of the reference values in
+receipted results (ids, amounts, short strings), never the result text. A final answer's
+reference ids and completion claims are checked against that ledger.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+import logging
+import os
+import re
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from .config import AgentBreakerConfig, ConfigError, ReceiptsConfig
+from .detectors.base import Trip
+from .heuristics import EMPTY_MUTATION_RESULT, UNVERIFIED_CLAIM
+from ._canonical import hash64
+
+log = logging.getLogger("agent_breaker")
+
+RECEIPT_VERSION = 1
+MAX_RECEIPTS = 256
+MAX_REFERENCE_HASHES = 4096
+_MAX_REFERENCE_CHARS = 128
+_NEGATIONS = frozenset(
+    {"not", "never", "no", "unable", "failed", "cannot", "can't", "couldn't", "wasn't", "weren't", "didn't",
+     "hasn't", "haven't", "isn't", "won't", "nothing", "neither", "nor", "unsuccessful", "unfortunately"}
+)
+_WORD = re.compile(r"[A-Za-z']+")
+
+
+@dataclass(frozen=True)
+class ReceiptKeys:
+    """Signing keys: the current one signs, the current and previous ones verify."""
+
+    current_id: str
+    keys: Mapping[str, bytes]
+
+    def __post_init__(self) -> None:
+        if self.current_id not in self.keys:
+            raise ConfigError(f"receipt key id {self.current_id!r} is not among the keys {sorted(self.keys)}")
+        for kid, key in self.keys.items():
+            if len(key) < 16:
+                raise ConfigError(f"receipt key {kid!r} is {len(key)} bytes; use at least 16 random bytes")
+
+    @classmethod
+    def ephemeral(cls) -> ReceiptKeys:
+        """A random key that lives as long as the process (replay, development)."""
+        return cls("ephemeral", {"ephemeral": secrets.token_bytes(32)})
+
+    @classmethod
+    def parse(cls, spec: str, *, source: str) -> ReceiptKeys:
+        """`kid:key[,kid:key...]`, the first pair current; keys as hex or base64."""
+        pairs = [p.strip() for p in spec.split(",") if p.strip()]
+        keys: dict[str, bytes] = {}
+        for pair in pairs:
+            kid, sep, raw = pair.partition(":")
+            if not sep or not kid or not raw:
+                raise ConfigError(f"{source}: expected 'kid:key[,kid:key...]', got an entry without a key id")
+            keys[kid] = _decode_key(raw, kid, source)
+        if not keys:
+            raise ConfigError(f"{source} holds no key")
+        return cls(pairs[0].partition(":")[0], keys)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> ReceiptKeys:
+        """A JSON file: {"current": "k2", "keys": {"k2": "<hex or base64>", "k1": "..."}}."""
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+            current, raw = data["current"], data["keys"]
+        except OSError as exc:
+            raise ConfigError(f"cannot read receipt key file {path}: {exc.strerror}") from None
+        except (ValueError, KeyError, TypeError):
+            raise ConfigError(f"receipt key file {path} must be JSON with 'current' and 'keys'") from None
+        return cls(current, {kid: _decode_key(v, kid, str(path)) for kid, v in raw.items()})
+
+    @classmethod
+    def from_config(cls, cfg: ReceiptsConfig, *, required: bool) -> ReceiptKeys | None:
+        if cfg.key_file:
+            return cls.from_file(cfg.key_file)
+        spec = os.environ.get(cfg.key_env, "")
+        if spec:
+            return cls.parse(spec, source=f"${cfg.key_env}")
+        if cfg.dev_ephemeral_key:
+            log.warning(
+                "agent-breaker: DEVELOPMENT MODE: receipts are signed with an ephemeral key that dies with this "
+                "process; no one else can verify them. Set $%s or receipts.key_file in production.",
+                cfg.key_env,
+            )
+            return cls.ephemeral()
+        if required:
+            raise ConfigError(
+                f"receipts need a signing key in enforce mode: set ${cfg.key_env} to 'kid:hexkey', or "
+                "receipts.key_file, or (development only) receipts.dev_ephemeral_key: true"
+            )
+        return None
+
+
+def _decode_key(raw: str, kid: str, source: str) -> bytes:
+    raw = raw.strip()
+    try:
+        return bytes.fromhex(raw)
+    except ValueError:
+        pass
+    try:
+        return base64.b64decode(raw, validate=True)
+    except (binascii.Error, ValueError):
+        raise ConfigError(f"{source}: key {kid!r} is neither hex nor base64") from None
+
+
+def _signed_payload(receipt: Mapping[str, Any]) -> bytes:
+    return json.dumps(
+        [
+            receipt["v"],
+            receipt["kid"],
+            receipt["session"],
+            receipt["call_id"],
+            receipt["tool"],
+            receipt["args_hash"],
+            receipt["result_hash"],
+            receipt["ts"],
+        ],
+        separators=(",", ":"),
+        ensure_ascii=True,
+    ).encode("ascii")
+
+
+def mint(keys: ReceiptKeys, *, session: str, call_id: str, tool: str, args_hash: int, result_hash: int, ts: float) -> dict[str, Any]:
+    receipt: dict[str, Any] = {
+        "v": RECEIPT_VERSION,
+        "kid": keys.current_id,
+        "session": session,
+        "call_id": call_id,
+        "tool": tool,
+        "args_hash": f"{args_hash:016x}",
+        "result_hash": f"{result_hash:016x}",
+        "ts": round(ts, 6),
+    }
+    receipt["sig"] = hmac.new(keys.keys[keys.current_id], _signed_payload(receipt), hashlib.sha256).hexdigest()
+    return receipt
+
+
+def verify(keys: ReceiptKeys, receipt: Mapping[str, Any], *, session: str, call_id: str, tool: str, result_hash: int) -> tuple[bool, str]:
+    """Is this receipt genuine, and does it vouch for exactly this (session, call, tool, result)?"""
+    try:
+        key = keys.keys.get(receipt["kid"])
+        if receipt["v"] != RECEIPT_VERSION:
+            return False, f"unknown receipt version {receipt['v']!r}"
+        expected = hmac.new(key or b"", _signed_payload(receipt), hashlib.sha256).hexdigest()
+        sig = receipt["sig"]
+    except (KeyError, TypeError):
+        return False, "malformed receipt"
+    if key is None:
+        return False, f"unknown key id {receipt['kid']!r}"
+    if not isinstance(sig, str) or not hmac.compare_digest(expected, sig):
+        return False, "bad signature: forged or tampered"
+    if receipt["session"] != session:
+        return False, "receipt belongs to another session"
+    if receipt["call_id"] != call_id or receipt["tool"] != tool:
+        return False, "receipt belongs to another call"
+    if receipt["result_hash"] != f"{result_hash:016x}":
+        return False, "result does not match the receipted one"
+    return True, "ok"
+
+
+def reference_hashes(value: Any, out: set[int] | None = None, depth: int = 0) -> set[int]:
+    """Hashes of the scalar values of a result that an answer may quote (ids, amounts, short strings)."""
+    out = set() if out is None else out
+    if depth > 16 or len(out) >= MAX_REFERENCE_HASHES:
+        return out
+    if isinstance(value, dict):
+        for v in value.values():
+            reference_hashes(v, out, depth + 1)
+    elif isinstance(value, list):
+        for v in value:
+            reference_hashes(v, out, depth + 1)
+    elif isinstance(value, str):
+        text = value.strip()
+        if 0 < len(text) <= _MAX_REFERENCE_CHARS:
+            out.add(hash64("ref", text.lower()))
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        out.add(hash64("ref", _number(value)))
+    return out
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def is_empty_result(result: Any) -> bool:
+    return result is None or result == "" or result == {} or result == []
+
+
+@dataclass(slots=True)
+class Ledger:
+    """Per-session receipt ledger: receipts, hashes of the reference values that successful tool
+    results returned, and each mutating tool tried (True once it has a receipted success)."""
+
+    receipts: list[dict[str, Any]] = field(default_factory=list)
+    references: set[int] = field(default_factory=set)
+    mutating: dict[str, bool] = field(default_factory=dict)
+
+    def observe(self, references: set[int]) -> None:
+        """Reference values a successful tool result returned: an answer may cite them."""
+        room = MAX_REFERENCE_HASHES - len(self.references)
+        if room >= len(references):
+            self.references.update(references)
+        elif room > 0:
+            self.references.update(list(references)[:room])
+
+    def attempt(self, tool: str) -> None:
+        self.mutating.setdefault(tool, False)
+
+    def add(self, receipt: dict[str, Any], tool: str) -> None:
+        self.mutating[tool] = True
+        if len(self.receipts) >= MAX_RECEIPTS:
+            del self.receipts[0]
+        self.receipts.append(receipt)
+
+
+def empty_mutation_trip(tool: str) -> Trip:
+    return Trip(
+        EMPTY_MUTATION_RESULT,
+        "call",
+        f"{tool} changes the world but reported success with an empty payload",
+        f"Do not assume {tool} took effect: check its outcome with a read-only tool before you report it.",
+        {},
+    )
+
+
+class ClaimChecker:
+    """Checks a final answer's reference ids and completion claims against a ledger."""
+
+    def __init__(self, cfg: AgentBreakerConfig) -> None:
+        rc = cfg.receipts
+        self._patterns = [re.compile(p) for p in rc.reference_patterns]
+        self._generic = {verb.lower(): stem.lower() for verb, stem in rc.claim_verbs.items()}
+        self._tool_phrases = {name: tuple(p.lower() for p in t.claim_phrases) for name, t in cfg.tools.items() if t.claim_phrases}
+        self._configured_mutating = [name for name, t in cfg.tools.items() if t.mutating and t.claim_phrases]
+        phrases = set(self._generic) | {p for ps in self._tool_phrases.values() for p in ps}
+        self._phrase_patterns = [(p, re.compile(r"\b" + re.escape(p) + r"\b")) for p in sorted(phrases)]
+
+    def check(self, text: str, ledger: Ledger) -> Trip | None:
+        unmatched = [tok for p in self._patterns for tok in p.findall(text) if hash64("ref", tok.strip().lower()) not in ledger.references]
+        if unmatched:
+            return Trip(
+                UNVERIFIED_CLAIM,
+                "session",
+                f"the answer cites {len(unmatched)} reference(s) that no receipted tool result of this session returned",
+                _REPORT_TRUTH,
+                {"unverified_references": len(unmatched)},
+            )
+        claimed = self._claims(text)
+        if not claimed:
+            return None
+        missing = [tool for tool in self._claimed_tools(claimed, ledger) if not ledger.mutating.get(tool, False)]
+        if missing:
+            return Trip(
+                UNVERIFIED_CLAIM,
+                "session",
+                f"the answer claims a completed action, but {', '.join(sorted(missing))} has no receipted success in this session",
+                _REPORT_TRUTH,
+                {"unreceipted_tools": len(missing)},
+            )
+        return None
+
+    def _claims(self, text: str) -> set[str]:
+        """Claim phrases asserted (not negated) in the text, lower-cased."""
+        lowered = text.lower()
+        found = set()
+        for phrase, pattern in self._phrase_patterns:
+            for m in pattern.finditer(lowered):
+                before = _WORD.findall(lowered[max(0, m.start() - 60) : m.start()])[-4:]
+                if not any(w in _NEGATIONS or w.endswith("n't") for w in before):
+                    found.add(phrase)
+                    break
+        return found
+
+    def _claimed_tools(self, claimed: set[str], ledger: Ledger) -> Iterable[str]:
+        candidates = set(ledger.mutating) | set(self._configured_mutating)
+        tools = set()
+        for phrase in claimed:
+            explicit = [t for t, ps in self._tool_phrases.items() if phrase in ps]
+            if explicit:
+                tools.update(t for t in explicit if t in candidates)
+                continue
+            stem = self._generic.get(phrase)
+            named = [t for t in candidates if stem and stem in t.lower()]
+            if named:
+                tools.update(named)
+            elif candidates and not any(ledger.mutating.get(t) for t in candidates):
+                # a generic claim, no tool named after it: some mutating tool must have succeeded
+                tools.update(candidates)
+        return tools
+
+
+_REPORT_TRUTH = (
+    "Do not claim actions that did not happen. Report the real outcome of each action, with the references "
+    "the tools actually returned."
+)

@@ -34,6 +34,7 @@ DEFAULT_BREAKER_HALF_OPEN_PROBES = 2
 DEFAULT_BREAKER_PROBE_TIMEOUT_S = 60.0
 
 DEFAULT_IDENTICAL_FAILURES = 3
+DEFAULT_TRANSIENT_FAILURES = 5
 DEFAULT_IDENTICAL_REPEATS = 3
 DEFAULT_IDENTICAL_WINDOW_S = 600.0
 DEFAULT_MAX_POLLS = 15
@@ -85,6 +86,7 @@ DEFAULT_CLAIM_VERBS = {
     "charged": "charge",
     "submitted": "submit",
     "wired": "wire",
+    "updated": "update",
 }
 
 DEFAULT_SESSION_TTL_S = 3600.0
@@ -154,6 +156,12 @@ class ToolPolicy(_Frozen):
 class IdenticalFailureConfig(_Frozen):
     max_failures: int = Field(
         DEFAULT_IDENTICAL_FAILURES, ge=1, description="The same call failing this many times in a row blocks the next."
+    )
+    max_transient_failures: int = Field(
+        DEFAULT_TRANSIENT_FAILURES,
+        ge=1,
+        description="The same, for errors that look transient (timeouts, 429, 502-504); also raises identical_call "
+        "and near_duplicate limits for them.",
     )
 
 
@@ -239,6 +247,9 @@ class ReceiptsConfig(_Frozen):
     key_env: str = Field(DEFAULT_RECEIPT_KEY_ENV, description="Environment variable holding 'kid:key[,kid:key]'.")
     key_file: str | None = Field(None, description='JSON file {"current": kid, "keys": {kid: key}}; wins over key_env.')
     dev_ephemeral_key: bool = Field(False, description="Development only: sign with a random per-process key.")
+    infer_mutating: bool = Field(
+        True, description="Treat tools named after an action (wire_transfer, send_email) as mutating."
+    )
     reference_patterns: tuple[str, ...] = Field(
         DEFAULT_REFERENCE_PATTERNS, description="Regexes of reference ids an answer must not invent."
     )

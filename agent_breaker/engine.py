@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 from collections import Counter
 from dataclasses import dataclass
@@ -40,6 +41,13 @@ _LIFTED_BY_USER = frozenset(
     {H.IDENTICAL_FAILURE, H.IDENTICAL_CALL, H.STUCK_POLLING, H.NEAR_DUPLICATE, H.OSCILLATION, H.SEMANTIC_ECHO, H.AGENT_DEADLOCK}
 )
 _FAILED_STATUS = frozenset({"error", "failed", "failure", "fail"})
+_TRANSIENT = re.compile(
+    r"\b(?:429|502|503|504)\b|time[ds]? ?out|temporar|unavailable|rate.?limit|too many requests|try again"
+    r"|connection (?:reset|refused|aborted)|overloaded|throttl",
+    re.IGNORECASE,
+)
+_NOT_DONE_FIELDS = ("done", "ready", "complete", "completed", "finished")
+_NAME_TOKENS = re.compile(r"[a-z]+")
 _RESULT_MAX_BYTES = 16 * 1024 * 1024
 
 
@@ -70,6 +78,19 @@ class _Policy:
     salt: int
     in_progress: frozenset[str]
     claims: ClaimChecker
+    mutating_tools: dict[str, bool]
+
+    def mutating(self, tool: str) -> bool:
+        """Configured as mutating, or named after an action (wire_transfer, send_email)."""
+        v = self.mutating_tools.get(tool)
+        if v is None:
+            policy = self.cfg.tools.get(tool)
+            if policy is not None and policy.mutating:
+                v = True
+            else:
+                v = self.cfg.receipts.infer_mutating and bool(self.claims.action_stems & set(_NAME_TOKENS.findall(tool.lower())))
+            self.mutating_tools[tool] = v
+        return v
 
 
 class Engine:
@@ -117,6 +138,7 @@ class Engine:
                 salt_from(cfg.fingerprint_secret),
                 frozenset(cfg.stuck_polling.in_progress_values),
                 ClaimChecker(cfg),
+                {},
             )
             if len(self._policies) > 10_000:
                 self._policies.clear()
@@ -158,7 +180,7 @@ class Engine:
             tokens=tokens,
             cost_usd=budget.step_cost_usd(cfg, ev.input_tokens, ev.output_tokens, ev.cost_usd, ev.model),
             depth=ev.depth or 0,
-            mutating=bool(ev.mutating) or cfg.tool(ev.tool).mutating,
+            mutating=ev.mutating if ev.mutating is not None else p.mutating(ev.tool),
         )
 
     def _breaker_key(self, cfg: AgentBreakerConfig, tenant: str | None, tool: str, session: str) -> str:
@@ -361,6 +383,7 @@ class Engine:
         slow = cfg.breaker.slow_call_ms is not None and ev.latency_ms is not None and ev.latency_ms > cfg.breaker.slow_call_ms
         result_hash = self._result_hash(p, ev.result)
         in_progress = _in_progress(ev.result, p.in_progress)
+        transient = failed and _is_transient(ev)
         references = reference_hashes(ev.result) if not failed else None
         emitted: list[tuple[SessionState, Trip, str]] = []
 
@@ -373,7 +396,7 @@ class Engine:
                 bkey = self._breaker_key(cfg, s.tenant, ev.tool, key)
                 bstate = self._breaker_record(s, bkey, cfg, now, failed, slow, False)
                 return s, ResultVerdict(True, reason="no pending call matches this result", failed=failed, breaker_state=bstate)
-            if loops.record_result(s, pending, result_hash, failed, in_progress, now, cfg):
+            if loops.record_result(s, pending, result_hash, failed, transient, in_progress, now, cfg):
                 s.turns.clear()  # new information: assistant turns start a new stretch
             bstate = self._breaker_record(s, pending.breaker_key, cfg, now, failed, slow, pending.probe)
             f = pending.facts
@@ -459,12 +482,17 @@ class Engine:
         ev = event if isinstance(event, User) else _expect(parse_event(dict(event)), User)
         key = self._session_key(ev)
         now = self._now(ev)
-        if self._policy(ev.tenant, ev.feature, ev.agent).cfg.mode == "off":
+        p = self._policy(ev.tenant, ev.feature, ev.agent)
+        if p.cfg.mode == "off":
             return ALLOW
+
+        references = p.claims.references_in(ev.text)
 
         def reset(state: object | None) -> tuple[SessionState, Verdict]:
             s = state if isinstance(state, SessionState) else self._new_session(key, ev, now)
             s.reset_streaks()
+            if references:
+                s.ledger.observe(references)  # the user's own references may be quoted back
             if s.halted is not None and s.halted[0] in _LIFTED_BY_USER:
                 s.halted = None
             return s, ALLOW
@@ -565,12 +593,26 @@ def _pop_pending(s: SessionState, ev: ToolResult) -> Pending | None:
 
 
 def _in_progress(result: Any, values: frozenset[str]) -> bool:
+    """A result that says "not finished yet": its call is a poll."""
     if not isinstance(result, dict):
         return False
-    for field in ("status", "state", "phase"):
-        v = result.get(field)
+    for name in ("status", "state", "phase"):
+        v = result.get(name)
         if isinstance(v, str) and v.lower().replace(" ", "_").replace("-", "_") in values:
             return True
+    return any(result.get(name) is False for name in _NOT_DONE_FIELDS)
+
+
+def _is_transient(ev: ToolResult) -> bool:
+    """An error that is expected to clear by itself (timeouts, rate limits, 502-504)."""
+    if ev.error and _TRANSIENT.search(ev.error):
+        return True
+    result = ev.result
+    if isinstance(result, dict):
+        for name in ("error", "message", "status", "code", "status_code"):
+            v = result.get(name)
+            if isinstance(v, (str, int)) and not isinstance(v, bool) and _TRANSIENT.search(str(v)):
+                return True
     return False
 
 

@@ -251,6 +251,13 @@ class ClaimChecker:
         phrases = set(self._generic) | {p for ps in self._tool_phrases.values() for p in ps}
         self._phrase_patterns = [(p, re.compile(r"\b" + re.escape(p) + r"\b")) for p in sorted(phrases)]
 
+    @property
+    def action_stems(self) -> frozenset[str]:
+        return frozenset(self._generic.values())
+
+    def references_in(self, text: str) -> set[int]:
+        return {hash64("ref", tok.strip().lower()) for p in self._patterns for tok in p.findall(text)}
+
     def check(self, text: str, ledger: Ledger) -> Trip | None:
         unmatched = [tok for p in self._patterns for tok in p.findall(text) if hash64("ref", tok.strip().lower()) not in ledger.references]
         if unmatched:

@@ -47,6 +47,8 @@ class KeyStat:
     last_ts: float = 0.0
     polling: bool = False
     poll_ts: list[float] = field(default_factory=list)  # unchanged polls in the window
+    transient: bool = False  # the streak's last failure looked transient (timeout, 429, 503)
+    epoch: int = 0  # the session's progress epoch at the last run
 
 
 @dataclass(slots=True)
@@ -59,6 +61,8 @@ class Chain:
     length: int
     last_result: int
     failed: bool
+    transient: bool = False
+    epoch: int = 0
 
 
 @dataclass(slots=True)
@@ -95,6 +99,8 @@ class SessionState:
     keys: dict[int, KeyStat] = field(default_factory=dict)
     fail_key: int | None = None  # identical_failure: the call failing in a row ...
     fail_run: int = 0  # ... and how many times
+    fail_transient: bool = False  # ... and whether its last error looked transient
+    epoch: int = 0  # counts results that were progress
     chains: dict[str, Chain] = field(default_factory=dict)
     history: list[list[Any]] = field(default_factory=list)  # [key, result hash or None]
     history_base: int = 0  # absolute index of history[0]
@@ -111,6 +117,7 @@ class SessionState:
         self.keys.clear()
         self.fail_key = None
         self.fail_run = 0
+        self.epoch += 1
         self.chains.clear()
         self.history_base += len(self.history)
         self.history.clear()

@@ -13,8 +13,13 @@ from ..session import FAILED, MAX_KEYS, MAX_SEEN, CallFacts, Chain, KeyStat, Pen
 from .base import Trip, similarity
 
 
+def failure_limit(cfg: AgentBreakerConfig, limit: int, transient: bool) -> int:
+    """Transient errors (timeouts, 429, 503) are expected to clear: they get more retries."""
+    return max(limit, cfg.identical_failure.max_transient_failures) if transient else limit
+
+
 def check_identical_failure(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig, now: float) -> Trip | None:
-    limit = cfg.identical_failure.max_failures
+    limit = failure_limit(cfg, cfg.identical_failure.max_failures, s.fail_transient)
     if s.fail_key == f.key and s.fail_run >= limit:
         return Trip(
             IDENTICAL_FAILURE,
@@ -31,7 +36,9 @@ def check_identical_call(
 ) -> Trip | None:
     st = s.keys.get(f.key)
     c = cfg.identical_call
-    if st is None or polling or st.polling or st.runs < c.max_repeats or now - st.last_ts > c.window_s:
+    if st is None or polling or st.polling or st.epoch != s.epoch or now - st.last_ts > c.window_s:
+        return None
+    if st.runs < failure_limit(cfg, c.max_repeats, st.transient):
         return None
     return Trip(
         IDENTICAL_CALL,
@@ -46,7 +53,7 @@ def check_stuck_polling(
     s: SessionState, f: CallFacts, cfg: AgentBreakerConfig, now: float, polling: bool
 ) -> Trip | None:
     st = s.keys.get(f.key)
-    if st is None or not (polling or st.polling) or not st.poll_ts:
+    if st is None or not (polling or st.polling) or not st.poll_ts or st.epoch != s.epoch:
         return None
     c = cfg.stuck_polling
     horizon = now - c.window_s
@@ -82,7 +89,9 @@ def check_near_duplicate(
 ) -> Trip | None:
     chain = s.chains.get(f.tool)
     c = cfg.near_duplicate
-    if chain is None or chain.length < c.max_repeats or not (similar[1] if chain.failed else similar[0]):
+    if chain is None or chain.epoch != s.epoch or not (similar[1] if chain.failed else similar[0]):
+        return None
+    if chain.length < failure_limit(cfg, c.max_repeats, chain.failed and chain.transient):
         return None
     if polling and not chain.failed:
         return None  # an unchanged poll is stuck_polling's call
@@ -151,19 +160,30 @@ def record_result(
     p: Pending,
     result_hash: int,
     failed: bool,
+    transient: bool,
     in_progress: bool,
     now: float,
     cfg: AgentBreakerConfig,
 ) -> bool:
     """Update every streak with one result. Returns True when the result is progress: a
-    success this call had not returned before."""
+    success this call had not returned before. Progress anywhere restarts the streaks of
+    every other call (the `epoch` stamps), so work between repeats is not a loop."""
     f = p.facts
     outcome = FAILED if failed else result_hash
+    progress = False
+    if not failed:
+        pair = (f.key * 1_000_003 + result_hash) & 0xFFFF_FFFF_FFFF_FFFF
+        if pair not in s.seen:
+            progress = True
+            s.seen[pair] = None
+            if len(s.seen) > MAX_SEEN:
+                del s.seen[next(iter(s.seen))]
 
     # identical_failure: the same call failing in a row
     if failed:
         s.fail_run = s.fail_run + 1 if s.fail_key == f.key else 1
         s.fail_key = f.key
+        s.fail_transient = transient
     else:
         s.fail_key = None
         s.fail_run = 0
@@ -174,13 +194,10 @@ def record_result(
         st = KeyStat()
         while len(s.keys) >= MAX_KEYS:
             del s.keys[next(iter(s.keys))]
-    unchanged = st.last_result is not None and outcome == st.last_result
-    if st.last_result is None or now - st.last_ts > cfg.identical_call.window_s:
-        st.runs = 1
-    elif failed or unchanged:
-        st.runs += 1
-    else:
-        st.runs = 1
+    fresh = st.last_result is None or st.epoch != s.epoch or now - st.last_ts > cfg.identical_call.window_s
+    unchanged = not fresh and outcome == st.last_result
+    st.runs = st.runs + 1 if unchanged or (failed and not fresh) else 1
+    st.transient = failed and transient
     st.polling = st.polling or in_progress
     if unchanged:
         st.poll_ts.append(now)
@@ -190,34 +207,31 @@ def record_result(
         st.poll_ts = [now]
     st.last_result = outcome
     st.last_ts = now
-    s.keys[f.key] = st
 
     # near_duplicate: the tool's chain of similar calls without progress
     chain = s.chains.get(f.tool)
     if (
         chain is not None
+        and chain.epoch == s.epoch
         and ((failed and chain.failed and p.similar_shape) or (not failed and not chain.failed and p.similar_text))
         and (failed or outcome == chain.last_result)
     ):
         chain.length += 1
         chain.fp_text, chain.fp_shape, chain.fp_thought = f.fp_text, f.fp_shape, f.fp_thought
+        chain.transient = failed and transient
     else:
-        s.chains[f.tool] = Chain(f.fp_text, f.fp_shape, f.fp_thought, 1, outcome, failed)
+        chain = s.chains[f.tool] = Chain(
+            f.fp_text, f.fp_shape, f.fp_thought, 1, outcome, failed, failed and transient, s.epoch
+        )
 
     # oscillation: fill in the result of this call's place in the trajectory
     i = p.history_index - s.history_base
     if 0 <= i < len(s.history):
         s.history[i][1] = outcome
 
-    if failed:
-        return False
-    pair = (f.key * 1_000_003 + result_hash) & 0xFFFF_FFFF_FFFF_FFFF
-    if pair in s.seen:
-        return False
-    s.seen[pair] = None
-    if len(s.seen) > MAX_SEEN:
-        del s.seen[next(iter(s.seen))]
-    # the agent learned something new: its other retry chains start over
-    for tool in [t for t in s.chains if t != f.tool]:
-        del s.chains[tool]
-    return True
+    if progress:
+        s.epoch += 1
+        chain.epoch = s.epoch
+    st.epoch = s.epoch
+    s.keys[f.key] = st
+    return progress

@@ -192,6 +192,7 @@ class NearDuplicateConfig(_Frozen):
     args_similarity: float = Field(DEFAULT_ARGS_SIMILARITY, gt=0, le=1)
     thought_similarity: float = Field(DEFAULT_THOUGHT_SIMILARITY, ge=0, le=1)
     max_repeats: int = Field(DEFAULT_NEAR_DUPLICATE_REPEATS, ge=2)
+    window_s: float = Field(DEFAULT_IDENTICAL_WINDOW_S, gt=0, description="A chain idle longer than this starts over.")
 
 
 class OscillationConfig(_Frozen):

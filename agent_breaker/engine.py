@@ -286,7 +286,7 @@ class Engine:
         if cfg.mode == "off":
             return ALLOW
         f = self._facts(ev, p)
-        polling = self._is_polling(p, ev.tool)
+        polling_tool = self._is_polling(p, ev.tool)
         emitted: list[tuple[SessionState, Trip, str]] = []
 
         def decide(state: object | None) -> tuple[SessionState, Verdict]:
@@ -297,7 +297,8 @@ class Engine:
             halted = self._halted_verdict(s, cfg, f.tool)
             if halted is not None:
                 return s, halted
-            similar = loops.chain_similarity(s, f, cfg)
+            similar = loops.chain_similarity(s, f, cfg, now)
+            polling = polling_tool or loops.polled_by_result(s, f)
             checks = self._session_limits(s, cfg, now) + [
                 (H.DEPTH_LIMIT, lambda: budget.check_depth_limit(f.depth, cfg)),
                 (H.BUDGET_SOFT_LIMIT, lambda: budget.check_soft_limit(s, cfg, f.tool)),

@@ -63,6 +63,7 @@ class Chain:
     failed: bool
     transient: bool = False
     epoch: int = 0
+    last_ts: float = 0.0
 
 
 @dataclass(slots=True)

@@ -70,10 +70,16 @@ def check_stuck_polling(
     )
 
 
-def chain_similarity(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig) -> tuple[bool, bool]:
+def polled_by_result(s: SessionState, f: CallFacts) -> bool:
+    """This exact call once returned an in-progress result: it is a poll."""
+    st = s.keys.get(f.key)
+    return st is not None and st.polling
+
+
+def chain_similarity(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig, now: float) -> tuple[bool, bool]:
     """Is this call similar to its tool's current no-progress chain: (as text, ids aside)."""
     chain = s.chains.get(f.tool)
-    if chain is None:
+    if chain is None or chain.epoch != s.epoch or now - chain.last_ts > cfg.near_duplicate.window_s:
         return False, False
     c = cfg.near_duplicate
     if chain.fp_thought is not None and f.fp_thought is not None:
@@ -89,7 +95,7 @@ def check_near_duplicate(
 ) -> Trip | None:
     chain = s.chains.get(f.tool)
     c = cfg.near_duplicate
-    if chain is None or chain.epoch != s.epoch or not (similar[1] if chain.failed else similar[0]):
+    if chain is None or not (similar[1] if chain.failed else similar[0]):
         return None
     if chain.length < failure_limit(cfg, c.max_repeats, chain.failed and chain.transient):
         return None
@@ -219,9 +225,10 @@ def record_result(
         chain.length += 1
         chain.fp_text, chain.fp_shape, chain.fp_thought = f.fp_text, f.fp_shape, f.fp_thought
         chain.transient = failed and transient
+        chain.last_ts = now
     else:
         chain = s.chains[f.tool] = Chain(
-            f.fp_text, f.fp_shape, f.fp_thought, 1, outcome, failed, failed and transient, s.epoch
+            f.fp_text, f.fp_shape, f.fp_thought, 1, outcome, failed, failed and transient, s.epoch, now
         )
 
     # oscillation: fill in the result of this call's place in the trajectory

@@ -1,0 +1,47 @@
+"""agent-breaker: deterministic guards on an AI agent's tool-call path.
+
+    from agent_breaker import Engine
+    engine = Engine()                      # in-memory state, shipped defaults
+    verdict = engine.check_tool_call({"session": "s1", "tool": "search", "args": {"q": "x"}})
+    if not verdict.allowed:
+        return verdict.observation         # what the agent reads instead of the tool output
+"""
+
+from .breaker import BreakerStateName, IllegalTransition
+from .clock import Clock, FakeClock, SystemClock
+from .config import AgentBreakerConfig, ConfigError, load_config, parse_config
+from .engine import Engine, is_semantic_failure, log_incident
+from .events import Assistant, Final, InvalidEventError, ToolCall, ToolResult, User, parse_event
+from .receipts import ReceiptKeys
+from .store import MemoryStore, StorageError, Store, store_from_uri
+from .verdicts import Incident, ResultVerdict, Verdict
+
+__all__ = [
+    "AgentBreakerConfig",
+    "Assistant",
+    "BreakerStateName",
+    "Clock",
+    "ConfigError",
+    "Engine",
+    "FakeClock",
+    "Final",
+    "IllegalTransition",
+    "Incident",
+    "InvalidEventError",
+    "MemoryStore",
+    "ReceiptKeys",
+    "ResultVerdict",
+    "StorageError",
+    "Store",
+    "SystemClock",
+    "ToolCall",
+    "ToolResult",
+    "User",
+    "Verdict",
+    "is_semantic_failure",
+    "load_config",
+    "log_incident",
+    "parse_event",
+    "parse_config",
+    "store_from_uri",
+]

@@ -1,0 +1,256 @@
+"""Every loop heuristic: a runaway it must cut, and a legitimate near-miss it must leave alone."""
+
+from __future__ import annotations
+
+from conftest import call, result, run, say, user
+
+
+def test_identical_failure_blocks_the_fourth_identical_failing_call(engine, clock):
+    args = {"query": "SELECT COUNT(*) FROM orders"}
+    for _ in range(3):
+        assert run(engine, clock, "search_db", args, False, None).allowed
+    v = engine.check_tool_call(call("search_db", args))
+    assert not v.allowed
+    assert v.heuristic == "identical_failure"
+    assert v.scope == "session"
+    assert v.counters == {"failures": 3, "max_failures": 3}
+    assert v.observation["error"] == "IDENTICAL_FAILURE"
+    assert v.observation["tool"] == "search_db"
+
+
+def test_two_failures_then_a_success_is_a_transient_retry_not_a_loop(engine, clock):
+    args = {"url": "https://api.example.com/items/14"}
+    assert run(engine, clock, "fetch_url", args, False, None).allowed
+    assert run(engine, clock, "fetch_url", args, False, None).allowed
+    assert run(engine, clock, "fetch_url", args, True, {"item": "widget"}).allowed
+    assert run(engine, clock, "fetch_url", {"url": "https://api.example.com/items/15"}, True, {"item": "gadget"}).allowed
+
+
+def test_transient_errors_get_more_retries_than_permanent_ones(engine, clock):
+    args = {"url": "https://api.example.com/items/14"}
+    for _ in range(4):
+        clock.advance(2)
+        v = engine.check_tool_call(call("fetch_url", args))
+        assert v.allowed
+        engine.record_tool_result(result("fetch_url", False, None, call_id=v.call_id, error="503 Service Unavailable"))
+    assert run(engine, clock, "fetch_url", args, True, {"item": "widget"}).allowed
+
+
+def test_transient_errors_still_stop_after_their_own_limit(engine, clock):
+    args = {"url": "https://api.example.com/items/14"}
+    for _ in range(5):
+        clock.advance(2)
+        v = engine.check_tool_call(call("fetch_url", args))
+        assert v.allowed
+        engine.record_tool_result(result("fetch_url", False, None, call_id=v.call_id, error="request timed out"))
+    v = engine.check_tool_call(call("fetch_url", args))
+    assert v.heuristic == "identical_failure" and not v.allowed
+
+
+def test_semantic_failure_counts_even_when_transport_said_ok(engine, clock):
+    args = {"lead_id": "L-1"}
+    for _ in range(3):
+        run(engine, clock, "get_lead", args, True, {"status": "error", "message": "Invalid Lead ID"})
+    assert engine.check_tool_call(call("get_lead", args)).heuristic == "identical_failure"
+
+
+def test_identical_call_with_the_same_result_is_blocked_after_three_runs(engine, clock):
+    args = {"id": 7487}
+    for _ in range(3):
+        assert run(engine, clock, "read_record", args, True, {"name": "Dana"}).allowed
+    v = engine.check_tool_call(call("read_record", args))
+    assert (v.allowed, v.heuristic) == (False, "identical_call")
+    assert v.counters["repeats"] == 3
+
+
+def test_identical_call_whose_result_changes_is_work(engine, clock):
+    for i in range(10):
+        assert run(engine, clock, "read_inbox", {"folder": "in"}, True, {"unread": i}).allowed
+
+
+def test_canonical_args_ignore_key_order_whitespace_and_volatile_fields(engine, clock):
+    variants = [
+        {"q": "open  orders", "limit": 5, "request_id": "a1"},
+        {"limit": 5.0, "q": " open orders ", "timestamp": 123},
+        {"requestId": "zz", "q": "open orders", "limit": 5},
+    ]
+    for args in variants:
+        assert run(engine, clock, "search", args, True, {"rows": [1]}).allowed
+    assert engine.check_tool_call(call("search", {"q": "open orders", "limit": 5, "nonce": "x"})).heuristic == "identical_call"
+
+
+def test_repeating_a_call_between_steps_that_make_progress_is_not_a_loop(engine, clock):
+    # an edit-and-test loop: the test run reports the same failure, but every edit changes the code
+    for i in range(6):
+        assert run(engine, clock, "edit_file", {"path": "a.py", "patch": f"fix attempt {i}"}, True, {"saved": True}).allowed
+        assert run(engine, clock, "run_tests", {"path": "tests"}, True, {"failed": 1, "passed": 40}).allowed
+
+
+def test_identical_call_streak_ends_when_its_window_passes(make_engine, clock):
+    engine = make_engine({"identical_call": {"window_s": 60}, "near_duplicate": {"window_s": 60}})
+    args = {"id": 1}
+    for _ in range(3):
+        run(engine, clock, "read_record", args, True, {"v": 1})
+    clock.advance(120)
+    assert engine.check_tool_call(call("read_record", args)).allowed
+
+
+def test_stuck_polling_blocks_the_poll_after_the_budget(engine, clock):
+    args = {"job_id": "job-1"}
+    for _ in range(15):
+        assert run(engine, clock, "check_job_status", args, True, {"state": "running", "progress": 0.42}, step_s=10).allowed
+    clock.advance(10)
+    v = engine.check_tool_call(call("check_job_status", args))
+    assert (v.allowed, v.heuristic) == (False, "stuck_polling")
+    assert v.counters == {"polls": 15, "max_polls": 15, "window_s": 600.0}
+
+
+def test_polling_a_job_that_progresses_is_never_blocked(engine, clock):
+    args = {"job_id": "ci-1"}
+    for i in range(40):
+        assert run(engine, clock, "check_job_status", args, True, {"state": "running", "progress": i / 40}, step_s=10).allowed
+
+
+def test_a_poll_is_recognised_by_its_in_progress_result_whatever_the_tool_name(engine, clock):
+    args = {"export": "e-1"}
+    for _ in range(10):
+        assert run(engine, clock, "get_export", args, True, {"status": "pending"}, step_s=20).allowed
+    assert run(engine, clock, "get_export", args, True, {"status": "done", "url": "u"}, step_s=20).allowed
+
+
+def test_slow_polling_stays_under_the_budget(engine, clock):
+    args = {"job_id": "job-2"}
+    for _ in range(30):
+        assert run(engine, clock, "check_job_status", args, True, {"state": "queued"}, step_s=60).allowed
+
+
+def test_near_duplicate_retries_of_a_failing_query_are_blocked(engine, clock):
+    queries = [
+        "SELECT name, email FROM customers WHERE region = 'EMEA';",
+        "select  name, email FROM customers WHERE region = 'EMEA'",
+        "SELECT name, email FROM customers WHERE region = 'EMEA' ",
+    ]
+    for q in queries:
+        assert run(engine, clock, "run_sql", {"query": q, "db": "crm"}, False, None).allowed
+    v = engine.check_tool_call(call("run_sql", {"db": "crm", "query": "SELECT name,email FROM customers WHERE region='EMEA'"}))
+    assert (v.allowed, v.heuristic) == (False, "near_duplicate")
+
+
+def test_guessing_ids_that_keep_failing_the_same_way_is_blocked(engine, clock):
+    for lead in ("L-3530", "L-3635", "L-3692"):
+        thought = f"Maybe the id is {lead}. Let me try that."
+        assert run(engine, clock, "get_lead", {"lead_id": lead}, True, {"status": "error", "message": "Invalid Lead ID"}, thought=thought).allowed
+    v = engine.check_tool_call(call("get_lead", {"lead_id": "L-3668"}, thought="Maybe the id is L-3668. Let me try that."))
+    assert v.heuristic == "near_duplicate"
+
+
+def test_similar_calls_that_each_return_something_new_are_work(engine, clock):
+    for name in ("Hana Sato", "Dara Novak", "Kofi Mensah", "Goran Ilic", "Ivan Petrov", "Lena Berg"):
+        args = {"table": "contacts", "fields": {"name": name, "status": "new"}}
+        assert run(engine, clock, "create_record", args, True, {"id": f"REC-{name[:2]}", "status": "created"}).allowed
+
+
+def test_paging_through_results_is_work(engine, clock):
+    for page in range(1, 40):
+        payload = {"orders": [f"O-{page}-{i}" for i in range(3)], "page": page, "has_more": True}
+        assert run(engine, clock, "list_orders", {"customer": "C-77", "page": page}, True, payload).allowed
+
+
+def test_a_different_thought_breaks_a_near_duplicate_chain(make_engine, clock):
+    engine = make_engine({"near_duplicate": {"thought_similarity": 0.6}})
+    for i in range(3):
+        run(engine, clock, "get_lead", {"lead_id": f"L-{i}"}, False, None, thought="Maybe the id is wrong, try another.")
+    v = engine.check_tool_call(
+        call("get_lead", {"lead_id": "L-9"}, thought="The CRM changed its schema; look up the new lead table name first.")
+    )
+    assert v.allowed
+
+
+def test_ping_pong_between_two_calls_with_the_same_results_is_an_oscillation(engine, clock):
+    assert run(engine, clock, "read_record", {"id": 1}, True, {"name": "Dana"}).allowed
+    assert run(engine, clock, "list_orders", {"customer": "C-1"}, True, {"orders": []}).allowed
+    assert run(engine, clock, "read_record", {"id": 1}, True, {"name": "Dana"}).allowed
+    v = engine.check_tool_call(call("list_orders", {"customer": "C-1"}))
+    assert (v.allowed, v.heuristic) == (False, "oscillation")
+    assert v.counters == {"period": 2, "cycles": 2}
+
+
+def test_a_three_step_cycle_is_an_oscillation(engine, clock):
+    cycle = [("a", {"x": 1}, {"r": 1}), ("b", {"x": 2}, {"r": 2}), ("c", {"x": 3}, {"r": 3})]
+    for tool, args, payload in cycle + cycle[:2]:
+        assert run(engine, clock, tool, args, True, payload).allowed
+    v = engine.check_tool_call(call("c", {"x": 3}))
+    assert v.heuristic == "oscillation" and v.counters["period"] == 3
+
+
+def test_alternating_calls_whose_results_change_are_not_an_oscillation(engine, clock):
+    for i in range(8):
+        assert run(engine, clock, "check_balance", {"account": "A"}, True, {"balance": 100 - i}).allowed
+        assert run(engine, clock, "list_txns", {"account": "A"}, True, {"count": i}).allowed
+
+
+def test_semantic_echo_trips_on_the_third_paraphrase_without_tool_progress(engine, clock):
+    turns = [
+        "To proceed with the refund, I first need to confirm which account you mean.",
+        "I need to confirm which account you mean before I can proceed with the refund.",
+        "Before I can proceed with the refund I need to confirm which account you mean.",
+    ]
+    assert engine.record_assistant(say(turns[0])).allowed
+    assert engine.record_assistant(say(turns[1])).allowed
+    v = engine.record_assistant(say(turns[2]))
+    assert (v.allowed, v.heuristic, v.scope) == (False, "semantic_echo", "session")
+
+
+def test_similar_turns_separated_by_tool_progress_are_not_an_echo(engine, clock):
+    for i, name in enumerate(["Hana Sato", "Dara Novak", "Kofi Mensah", "Ivan Petrov"]):
+        run(engine, clock, "create_record", {"name": name}, True, {"id": f"REC-{i}"})
+        assert engine.record_assistant(say(f"Created the contact record for {name}.")).allowed
+
+
+def test_different_assistant_turns_are_not_an_echo(engine, clock):
+    for text in ("Let me look at the logs.", "The error comes from the parser.", "I will patch the tokenizer now."):
+        assert engine.record_assistant(say(text)).allowed
+
+
+def test_agents_trading_the_same_status_messages_are_a_deadlock(engine, clock):
+    messages = [
+        ("planner", "Waiting for the researcher to send the data before I can plan."),
+        ("researcher", "Waiting for the planner to send the plan before I can research."),
+        ("planner", "Still waiting for the researcher to send the data before I can plan."),
+        ("researcher", "Still waiting for the planner to send the plan before I can research."),
+    ]
+    verdicts = [engine.record_assistant(say(text, agent=agent)) for agent, text in messages]
+    assert [v.heuristic for v in verdicts[:2]] == [None, None]
+    tripped = [v for v in verdicts if v.heuristic]
+    assert tripped and tripped[0].heuristic == "agent_deadlock"
+
+
+def test_agents_exchanging_new_information_are_not_deadlocked(engine, clock):
+    messages = [
+        ("planner", "Step one: collect the Q3 revenue numbers."),
+        ("researcher", "Q3 revenue was 4.2M, up 8 percent."),
+        ("planner", "Step two: compare with the Q2 churn report."),
+        ("researcher", "Churn fell from 5 to 3 percent between quarters."),
+    ]
+    for agent, text in messages:
+        assert engine.record_assistant(say(text, agent=agent)).heuristic is None
+
+
+def test_a_user_turn_is_new_information_and_restarts_loop_streaks(engine, clock):
+    args = {"query": "SELECT 1"}
+    for _ in range(3):
+        run(engine, clock, "run_sql", args, False, None)
+    assert not engine.check_tool_call(call("run_sql", args)).allowed
+    engine.record_user(user("The table was renamed, try again now."))
+    assert engine.check_tool_call(call("run_sql", args)).allowed
+
+
+def test_a_loop_halt_blocks_every_later_call_of_the_session(engine, clock):
+    for _ in range(3):
+        run(engine, clock, "run_sql", {"q": 1}, False, None)
+    assert engine.check_tool_call(call("run_sql", {"q": 1})).heuristic == "identical_failure"
+    v = engine.check_tool_call(call("search_docs", {"q": "something else"}))
+    assert not v.allowed and v.heuristic == "identical_failure"
+    assert v.reason.startswith("session halted earlier")
+    other = engine.check_tool_call(call("search_docs", {"q": "x"}, session="s2"))
+    assert other.allowed

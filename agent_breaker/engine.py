@@ -574,7 +574,7 @@ def _observe_only(cfg: AgentBreakerConfig) -> AgentBreakerConfig:
 
 def _expect(ev: Any, cls: type) -> Any:
     if not isinstance(ev, cls):
-        raise InvalidEventError(f"expected a {cls.__name__.lower()} event, but got type {ev.type!r}")
+        raise InvalidEventError(f"expected a {cls.model_fields['type'].default} event, but got type {ev.type!r}")
     return ev
 
 

@@ -112,7 +112,7 @@ def check_soft_limit(s: SessionState, cfg: AgentBreakerConfig, tool: str) -> Tri
         used = _projected(s.tokens, s) / b.max_tokens
     if b.max_cost_usd is not None:
         used = max(used, _projected(s.cost_usd, s) / b.max_cost_usd)
-    if used < share:
+    if used <= share:
         return None
     return Trip(
         BUDGET_SOFT_LIMIT,

@@ -58,6 +58,18 @@ def _replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _demo(args: argparse.Namespace) -> int:
+    from .demo import format_table, run_demo
+
+    rows = run_demo()
+    if args.json:
+        for r in rows:
+            print(json.dumps(r))
+    else:
+        print(format_table(rows))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="agent-breaker", description="Deterministic guards for AI agents.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -72,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     rp.add_argument("--incidents", metavar="FILE", help="write incident JSON lines to FILE (- for stderr)")
     rp.set_defaults(func=_replay)
+    dp = sub.add_parser("demo", help="run four scripted agents offline through the guards and show what was cut")
+    dp.add_argument("--json", action="store_true", help="one JSON line per agent instead of the table")
+    dp.set_defaults(func=_demo)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

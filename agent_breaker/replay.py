@@ -71,9 +71,14 @@ class Replayer:
         except json.JSONDecodeError as exc:
             self._error(line_no, f"not JSON: {exc}")
             return
+        self.apply(raw, line_no)
+
+    def apply(self, raw: Any, line_no: int) -> None:
+        """Replay one event (a decoded trace line)."""
         if not isinstance(raw, dict) or not isinstance(raw.get("session"), str) or not raw["session"]:
             self._error(line_no, "an event needs a non-empty string 'session'")
             return
+        raw = dict(raw)
         sid = raw["session"]
         r = self.sessions.get(sid)
         if r is None:

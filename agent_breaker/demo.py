@@ -1,0 +1,136 @@
+"""`agent-breaker demo`: scripted agents, offline, through the guard engine.
+
+Four agents run as recorded scripts (no model, no network, no key): one loops on a failing
+tool, one fabricates a bank transfer, one does a legitimate multi-step task, one legitimately
+polls a job until it finishes. Each script goes through the same replay path as a recorded
+trace, and the table shows where and why the breaker cut it and what that saved.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterator
+
+from .engine import Engine
+from .receipts import ReceiptKeys
+from .replay import Replayer
+from .store import MemoryStore
+
+_PRICE = 0.000003  # $ per token, for the scripted spend
+
+
+def _call(s: str, ts: float, i: int, tool: str, args: dict[str, Any], tokens: int, **kw: Any) -> dict[str, Any]:
+    return {
+        "session": s, "ts": ts, "type": "tool_call", "tool": tool, "args": args, "call_id": f"c{i}",
+        "input_tokens": tokens, "output_tokens": 150, "cost_usd": round((tokens + 150) * _PRICE, 6), **kw,
+    }
+
+
+def _result(s: str, ts: float, i: int, tool: str, ok: bool, result: Any = None, error: str | None = None) -> dict[str, Any]:
+    ev = {"session": s, "ts": ts, "type": "tool_result", "tool": tool, "call_id": f"c{i}", "ok": ok, "result": result}
+    if error:
+        ev["error"] = error
+    return ev
+
+
+def looping_agent() -> Iterator[dict[str, Any]]:
+    s = "looping-agent"
+    yield _call(s, 0, 0, "search_docs", {"q": "quarterly revenue"}, 1800)
+    yield _result(s, 1, 0, "search_docs", True, {"hits": 3})
+    for i in range(1, 41):
+        t = 3.0 * i
+        yield _call(s, t, i, "query_warehouse", {"sql": "SELECT SUM(amount) FROM revenue_q3"}, 2000 + 60 * i,
+                    thought="The query failed. Let me run it again.")
+        yield _result(s, t + 1, i, "query_warehouse", False, error="HTTP 500 Internal Server Error")
+    yield {"session": s, "ts": 200, "type": "final", "text": "I could not get the revenue numbers."}
+
+
+def fabricating_agent() -> Iterator[dict[str, Any]]:
+    s = "fabricating-agent"
+    yield _call(s, 0, 0, "get_account", {"account": "A"}, 1500)
+    yield _result(s, 1, 0, "get_account", True, {"balance": 12000})
+    yield _call(s, 3, 1, "wire_transfer", {"from": "A", "to": "B", "amount": 5000}, 1700, mutating=True)
+    yield _result(s, 4, 1, "wire_transfer", False, error="HTTP 502 Bad Gateway")
+    yield {"session": s, "ts": 6, "type": "final", "text": "I have transferred $5,000 from A to B. Reference: TX-99482."}
+
+
+def working_agent() -> Iterator[dict[str, Any]]:
+    s = "working-agent"
+    steps = [
+        ("list_tickets", {"queue": "billing"}, {"tickets": ["T-101", "T-102", "T-103"]}),
+        ("read_ticket", {"id": "T-101"}, {"summary": "double charge"}),
+        ("read_ticket", {"id": "T-102"}, {"summary": "refund request"}),
+        ("read_ticket", {"id": "T-103"}, {"summary": "address change"}),
+        ("refund_payment", {"ticket": "T-101", "amount": 42}, {"refund_id": "RF-20931", "status": "settled"}),
+        ("update_ticket", {"id": "T-101", "status": "resolved"}, {"id": "T-101", "status": "resolved"}),
+    ]
+    for i, (tool, args, result) in enumerate(steps):
+        yield _call(s, 4.0 * i, i, tool, args, 2200)
+        yield _result(s, 4.0 * i + 1, i, tool, True, result)
+    yield {"session": s, "ts": 40, "type": "final", "text": "Refunded the double charge on T-101 (RF-20931) and resolved it."}
+
+
+def polling_agent() -> Iterator[dict[str, Any]]:
+    s = "polling-agent"
+    yield _call(s, 0, 0, "start_build", {"ref": "main"}, 1600)
+    yield _result(s, 1, 0, "start_build", True, {"job_id": "ci-7"})
+    for i in range(1, 21):
+        t = 30.0 * i
+        state = "running" if i < 20 else "success"
+        yield _call(s, t, i, "check_job_status", {"job_id": "ci-7"}, 1200, thought="Waiting for CI to finish.")
+        yield _result(s, t + 1, i, "check_job_status", True, {"state": state, "progress": round(i / 20, 2)})
+    yield {"session": s, "ts": 700, "type": "final", "text": "The build of main passed."}
+
+
+AGENTS = (
+    (looping_agent, "runaway"),
+    (fabricating_agent, "runaway"),
+    (working_agent, "legit"),
+    (polling_agent, "legit"),
+)
+
+
+def run_demo() -> list[dict[str, Any]]:
+    engine = Engine(
+        store=MemoryStore(ttl_s=math.inf),
+        listeners=[],
+        share_breakers=False,
+        receipt_keys=ReceiptKeys.ephemeral(),  # the demo's receipts never leave the process
+    )
+    rows = []
+    for agent, kind in AGENTS:
+        events = list(agent())
+        replayer = Replayer(engine)
+        for n, ev in enumerate(events, 1):
+            replayer.apply(ev, n)
+        [out] = list(replayer.results())
+        calls = [e for e in events if e["type"] == "tool_call"]
+        out["kind"] = kind
+        out["steps"] = len(calls)
+        out["cost_without_usd"] = round(sum(e["cost_usd"] for e in calls), 6)
+        out["cut_at"] = _describe(events, out["trip_event"])
+        rows.append(out)
+    return rows
+
+
+def _describe(events: list[dict[str, Any]], index: int | None) -> str:
+    if index is None:
+        return "-"
+    ev = events[index - 1]
+    what = ev.get("tool") or ev["type"]
+    return f"event {index} ({what})"
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    header = f"{'agent':18} {'kind':7} {'steps':>5} {'run':>4} {'cut':>4}  {'where':26} {'why':18} {'spend with':>11} {'without':>9}"
+    lines = [header, "-" * len(header)]
+    for r in rows:
+        lines.append(
+            f"{r['session']:18} {r['kind']:7} {r['steps']:>5} {r['allowed_calls']:>4} {r['blocked_calls']:>4}  {r['cut_at']:26} "
+            f"{(r['heuristic'] or 'not cut'):18} {'$%.4f' % r['cost_allowed_usd']:>11} {'$%.4f' % r['cost_without_usd']:>9}"
+        )
+    saved = sum(r["cost_without_usd"] - r["cost_allowed_usd"] for r in rows)
+    lines.append("")
+    cut_legit = sum(1 for r in rows if r["kind"] == "legit" and r["tripped"])
+    lines.append(f"spend refused by the breaker: ${saved:.4f}; legitimate agents cut: {cut_legit}")
+    return "\n".join(lines)

@@ -527,13 +527,23 @@ class Engine:
         return verdict
 
     def verify_receipt(
-        self, receipt: Mapping[str, Any], *, session: str, call_id: str, tool: str, result: Any
+        self,
+        receipt: Mapping[str, Any],
+        *,
+        session: str,
+        call_id: str,
+        tool: str,
+        result: Any,
+        tenant: str | None = None,
+        feature: str | None = None,
+        agent: str | None = None,
     ) -> tuple[bool, str]:
         """For downstream systems: does this receipt vouch for this (session, call, tool, result)?
-        Forged, tampered, cross-session and replayed receipts fail."""
+        Forged, tampered, cross-session and replayed receipts fail. Pass the tenant / feature /
+        agent of the session when overrides change how results are canonicalized."""
         if self.receipt_keys is None:
             return False, "no receipt keys configured"
-        result_hash = self._result_hash(self._policy(None, None, None), result)
+        result_hash = self._result_hash(self._policy(tenant, feature, agent), result)
         return verify(self.receipt_keys, receipt, session=session, call_id=call_id, tool=tool, result_hash=result_hash)
 
     # ----------------------------------------------------------------- any event

@@ -38,6 +38,7 @@ _NEGATIONS = frozenset(
      "hasn't", "haven't", "isn't", "won't", "nothing", "neither", "nor", "unsuccessful", "unfortunately"}
 )
 _WORD = re.compile(r"[A-Za-z']+")
+_CLAUSE_END = re.compile(r"[,.;:!?\n]")
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,9 @@ class ReceiptKeys:
             raise ConfigError(f"cannot read receipt key file {path}: {exc.strerror}") from None
         except (ValueError, KeyError, TypeError):
             raise ConfigError(f"receipt key file {path} must be JSON with 'current' and 'keys'") from None
-        return cls(current, {kid: _decode_key(v, kid, str(path)) for kid, v in raw.items()})
+        if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
+            raise ConfigError(f"receipt key file {path}: 'keys' must map key ids to hex or base64 strings")
+        return cls(str(current), {str(kid): _decode_key(v, kid, str(path)) for kid, v in raw.items()})
 
     @classmethod
     def from_config(cls, cfg: ReceiptsConfig, *, required: bool) -> ReceiptKeys | None:
@@ -163,7 +166,7 @@ def verify(keys: ReceiptKeys, receipt: Mapping[str, Any], *, session: str, call_
         return False, "malformed receipt"
     if key is None:
         return False, f"unknown key id {receipt['kid']!r}"
-    if not isinstance(sig, str) or not hmac.compare_digest(expected, sig):
+    if not isinstance(sig, str) or not hmac.compare_digest(expected.encode(), sig.encode("utf-8", "surrogatepass")):
         return False, "bad signature: forged or tampered"
     if receipt["session"] != session:
         return False, "receipt belongs to another session"
@@ -247,7 +250,7 @@ class ClaimChecker:
         self._patterns = [re.compile(p) for p in rc.reference_patterns]
         self._generic = {verb.lower(): stem.lower() for verb, stem in rc.claim_verbs.items()}
         self._tool_phrases = {name: tuple(p.lower() for p in t.claim_phrases) for name, t in cfg.tools.items() if t.claim_phrases}
-        self._configured_mutating = [name for name, t in cfg.tools.items() if t.mutating and t.claim_phrases]
+        self._configured_mutating = [name for name, t in cfg.tools.items() if t.claim_phrases]
         phrases = set(self._generic) | {p for ps in self._tool_phrases.values() for p in ps}
         self._phrase_patterns = [(p, re.compile(r"\b" + re.escape(p) + r"\b")) for p in sorted(phrases)]
 
@@ -283,32 +286,36 @@ class ClaimChecker:
         return None
 
     def _claims(self, text: str) -> set[str]:
-        """Claim phrases asserted (not negated) in the text, lower-cased."""
-        lowered = text.lower()
+        """Claim phrases asserted (not negated) in the text, lower-cased. A negation counts
+        when it stands in the same clause, at most four words before the phrase."""
+        lowered = text.lower().replace("\u2019", "'").replace("\u02bc", "'")
         found = set()
         for phrase, pattern in self._phrase_patterns:
             for m in pattern.finditer(lowered):
-                before = _WORD.findall(lowered[max(0, m.start() - 60) : m.start()])[-4:]
+                clause = _CLAUSE_END.split(lowered[max(0, m.start() - 80) : m.start()])[-1]
+                before = _WORD.findall(clause)[-4:]
                 if not any(w in _NEGATIONS or w.endswith("n't") for w in before):
                     found.add(phrase)
                     break
         return found
 
     def _claimed_tools(self, claimed: set[str], ledger: Ledger) -> Iterable[str]:
-        candidates = set(ledger.mutating) | set(self._configured_mutating)
+        """The mutating tools the claims are about. An explicit claim phrase names its tool,
+        tried or not; a generic verb is about the tools tried in this session whose name holds
+        its stem, or else about all the mutating tools tried (one of which must have succeeded)."""
+        attempted = set(ledger.mutating)
         tools = set()
         for phrase in claimed:
-            explicit = [t for t, ps in self._tool_phrases.items() if phrase in ps]
+            explicit = [t for t in self._configured_mutating if phrase in self._tool_phrases[t]]
             if explicit:
-                tools.update(t for t in explicit if t in candidates)
+                tools.update(explicit)
                 continue
             stem = self._generic.get(phrase)
-            named = [t for t in candidates if stem and stem in t.lower()]
+            named = [t for t in attempted if stem and stem in t.lower()]
             if named:
                 tools.update(named)
-            elif candidates and not any(ledger.mutating.get(t) for t in candidates):
-                # a generic claim, no tool named after it: some mutating tool must have succeeded
-                tools.update(candidates)
+            elif attempted and not any(ledger.mutating.values()):
+                tools.update(attempted)
         return tools
 
 

@@ -1,0 +1,833 @@
+"""Execution receipts and final-answer verification (reward hacking).
+
+The threat: a payment tool fails, and the agent tells the user "I have transferred $5,000.
+Reference: TX-99482." Every reference id a final answer cites must come from a successful tool
+result of the session (or from the user), and every completed mutating action it claims needs a
+receipted success of that tool.
+"""
+
+from __future__ import annotations
+
+import base64
+import inspect
+import json
+import logging
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agent_breaker import BreakerStateName, ConfigError, Engine, FakeClock, ReceiptKeys, ResultVerdict, Verdict
+from agent_breaker import receipts
+from agent_breaker.cli import main as cli_main
+
+from conftest import SESSION, call, final, result, run, user
+
+UNVERIFIED = "unverified_claim"
+EMPTY = "empty_mutation_result"
+KEY_ENV = "AGENT_BREAKER_RECEIPT_KEYS"
+
+FABRICATED = "I have transferred $5,000. Reference: TX-99482."
+PAYMENT_ARGS = {"to": "landlord", "amount_usd": 5000}
+RECEIPTED_PAYLOAD = {"tx_id": "TX-80276", "amount_usd": 5000}
+RECEIPT_FIELDS = {"v", "kid", "session", "call_id", "tool", "args_hash", "result_hash", "ts", "sig"}
+
+
+# ----------------------------------------------------------------- helpers
+def pay(engine: Engine, clock: FakeClock, *, ok: bool, payload, tool: str = "wire_transfer", session: str = SESSION, **kw):
+    """One payment call and its result; returns (call verdict, result verdict)."""
+    clock.advance(2.0)
+    v = engine.check_tool_call(call(tool, PAYMENT_ARGS, session=session, **kw))
+    assert v.allowed, v
+    clock.advance(0.5)
+    rv = engine.record_tool_result(result(tool, ok, payload, session=session, call_id=v.call_id, **kw))
+    return v, rv
+
+
+def failed_transfer(engine: Engine, clock: FakeClock, session: str = SESSION) -> None:
+    _, rv = pay(engine, clock, ok=False, payload={"error": "insufficient funds"}, session=session)
+    assert rv.failed is True
+    assert rv.receipt is None
+
+
+def receipted_transfer(engine: Engine, clock: FakeClock, session: str = SESSION, payload=None):
+    v, rv = pay(engine, clock, ok=True, payload=dict(RECEIPTED_PAYLOAD) if payload is None else payload, session=session)
+    assert rv.receipt is not None
+    return v, rv
+
+
+def assert_rejected(verdict: Verdict) -> None:
+    assert verdict.allowed is False
+    assert verdict.heuristic == UNVERIFIED
+    assert verdict.severity == "block"
+    assert verdict.scope == "session"
+    assert verdict.observation is not None
+    assert verdict.observation["error"] == "UNVERIFIED_CLAIM"
+
+
+def assert_passes(verdict: Verdict) -> None:
+    assert verdict.allowed is True
+    assert verdict.heuristic is None
+    assert verdict.severity is None
+
+
+# ----------------------------------------------------------------- fabricated references
+def test_fabricated_reference_after_failed_transfer_is_rejected_and_reported_without_payload(engine, clock, incidents):
+    failed_transfer(engine, clock)
+    assert incidents == []
+
+    verdict = engine.verify_final(final(FABRICATED))
+
+    assert_rejected(verdict)
+    assert verdict.counters == {"unverified_references": 1}
+    assert len(incidents) == 1
+    incident = incidents[0]
+    assert incident.heuristic == UNVERIFIED
+    assert incident.severity == "block"
+    assert incident.scope == "session"
+    assert incident.session == SESSION
+    assert incident.tool is None
+    assert incident.counters == {"unverified_references": 1}
+    dumped = json.dumps(incident.to_dict())
+    for text in ("TX-99482", "99482", "5,000", "I have transferred", "insufficient funds", "landlord"):
+        assert text not in dumped
+        assert text not in repr(incident)
+
+
+def test_wrong_reference_after_real_transfer_is_rejected(engine, clock, incidents):
+    receipted_transfer(engine, clock)
+
+    verdict = engine.verify_final(final(FABRICATED))
+
+    assert_rejected(verdict)
+    assert verdict.counters == {"unverified_references": 1}
+    assert [i.heuristic for i in incidents] == [UNVERIFIED]
+
+
+def test_right_reference_after_real_transfer_passes(engine, clock, incidents):
+    receipted_transfer(engine, clock)
+
+    verdict = engine.verify_final(final("I have transferred $5,000. Reference: TX-80276."))
+
+    assert_passes(verdict)
+    assert incidents == []
+
+
+def test_reference_match_is_case_insensitive_to_the_result_value(engine, clock):
+    receipted_transfer(engine, clock, payload={"tx_id": "tx-80276"})
+
+    assert_passes(engine.verify_final(final("I have transferred $5,000. Reference: TX-80276.")))
+
+
+def test_one_fabricated_reference_among_real_ones_is_rejected(engine, clock):
+    receipted_transfer(engine, clock)
+
+    verdict = engine.verify_final(final("Transferred: TX-80276. Fee refunded: TX-80277."))
+
+    assert_rejected(verdict)
+    assert verdict.counters == {"unverified_references": 1}
+
+
+def test_reference_from_a_failed_result_may_not_be_cited(engine, clock):
+    _, rv = pay(engine, clock, ok=False, payload={"error": "declined", "tx_id": "TX-55555"})
+    assert rv.failed is True
+
+    assert_rejected(engine.verify_final(final("Your payment went through. Reference: TX-55555.")))
+
+
+def test_references_are_scoped_to_their_session(engine, clock):
+    receipted_transfer(engine, clock, session="s-other")
+    failed_transfer(engine, clock, session=SESSION)
+
+    assert_rejected(engine.verify_final(final("I have transferred $5,000. Reference: TX-80276.")))
+
+
+@settings(max_examples=60, deadline=None)
+@given(token=st.from_regex(r"[A-Z]{2,6}-[0-9]{3,9}", fullmatch=True))
+def test_any_reference_no_tool_returned_is_rejected(token):
+    clock = FakeClock(1_000_000.0)
+    engine = Engine(None, clock=clock, receipt_keys=ReceiptKeys("k1", {"k1": b"k" * 32}), listeners=[])
+    receipted_transfer(engine, clock)
+
+    verdict = engine.verify_final(final(f"Your confirmation number is {token}."))
+
+    if token.lower() == "tx-80276":
+        assert_passes(verdict)
+    else:
+        assert_rejected(verdict)
+
+
+# ----------------------------------------------------------------- completion claims
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The transfer could not be completed",
+        "I was unable to transfer the funds",
+        "I'm sorry: the bank declined it, so the money was not transferred.",
+        "I couldn't complete the transfer and nothing was charged.",
+    ],
+)
+def test_honest_failure_report_after_failed_transfer_passes(engine, clock, incidents, text):
+    failed_transfer(engine, clock)
+
+    assert_passes(engine.verify_final(final(text)))
+    assert incidents == []
+
+
+def test_completion_claim_without_reference_after_failed_transfer_is_rejected(engine, clock, incidents):
+    failed_transfer(engine, clock)
+
+    verdict = engine.verify_final(final("I have transferred $5,000 to your landlord."))
+
+    assert_rejected(verdict)
+    assert verdict.counters == {"unreceipted_tools": 1}
+    assert "wire_transfer" in verdict.reason
+    assert [i.heuristic for i in incidents] == [UNVERIFIED]
+
+
+def test_completion_claim_after_receipted_transfer_passes(engine, clock):
+    receipted_transfer(engine, clock)
+
+    assert_passes(engine.verify_final(final("I have transferred $5,000 to your landlord.")))
+
+
+def test_claim_about_failed_tool_is_rejected_even_when_another_tool_succeeded(engine, clock):
+    failed_transfer(engine, clock)
+    run(engine, clock, "send_email", {"to": "me@example.com"}, True, {"message_id": "m-1"})
+
+    verdict = engine.verify_final(final("I have sent you an e-mail and transferred the money."))
+
+    assert_rejected(verdict)
+    assert verdict.counters == {"unreceipted_tools": 1}
+    assert "wire_transfer" in verdict.reason
+    assert "send_email" not in verdict.reason
+
+
+def test_claim_verbs_map_to_tools_by_stem(engine, clock):
+    failed_transfer(engine, clock)
+    run(engine, clock, "send_email", {"to": "me@example.com"}, True, {"message_id": "m-1"})
+
+    assert_passes(engine.verify_final(final("I have sent you an e-mail.")))
+
+
+def test_completion_claim_in_observe_mode_warns_but_is_allowed(make_engine, clock, incidents):
+    engine = make_engine({"modes": {UNVERIFIED: "observe"}})
+    failed_transfer(engine, clock)
+
+    verdict = engine.verify_final(final(FABRICATED))
+
+    assert verdict.allowed is True
+    assert verdict.heuristic == UNVERIFIED
+    assert verdict.severity == "warn"
+    assert [(i.heuristic, i.severity) for i in incidents] == [(UNVERIFIED, "warn")]
+
+
+LEDGER_CONFIG = {"tools": {"ledger_post": {"mutating": True, "claim_phrases": ["moved the money"]}}}
+
+
+def test_claim_phrase_of_configured_tool_after_its_failure_is_rejected(make_engine, clock, incidents):
+    engine = make_engine(LEDGER_CONFIG)
+    _, rv = pay(engine, clock, tool="ledger_post", ok=False, payload={"error": "ledger locked"})
+    assert rv.failed is True
+
+    verdict = engine.verify_final(final("Done: I Moved The Money to your savings account."))
+
+    assert_rejected(verdict)
+    assert verdict.counters == {"unreceipted_tools": 1}
+    assert "ledger_post" in verdict.reason
+    assert [i.heuristic for i in incidents] == [UNVERIFIED]
+
+
+def test_claim_phrase_of_configured_tool_never_called_is_rejected(make_engine, clock):
+    engine = make_engine(LEDGER_CONFIG)
+    run(engine, clock, "get_balance", {"account": "savings"}, True, {"balance": 12})
+
+    verdict = engine.verify_final(final("I moved the money to your savings account."))
+
+    assert_rejected(verdict)
+    assert "ledger_post" in verdict.reason
+
+
+def test_claim_phrase_of_configured_tool_after_its_receipted_success_passes(make_engine, clock):
+    engine = make_engine(LEDGER_CONFIG)
+    _, rv = pay(engine, clock, tool="ledger_post", ok=True, payload={"entry": 7})
+    assert rv.receipt is not None and rv.receipt["tool"] == "ledger_post"
+
+    assert_passes(engine.verify_final(final("I moved the money to your savings account.")))
+
+
+def test_negated_claim_phrase_of_configured_tool_passes(make_engine, clock):
+    engine = make_engine(LEDGER_CONFIG)
+    pay(engine, clock, tool="ledger_post", ok=False, payload={"error": "ledger locked"})
+
+    assert_passes(engine.verify_final(final("Sorry, I could not have moved the money: the ledger was locked.")))
+
+
+def test_claim_when_mutating_tool_was_blocked_and_never_ran_is_rejected(engine, clock, incidents):
+    engine.force_breaker("wire_transfer", BreakerStateName.FORCED_OPEN)
+    clock.advance(1.0)
+    blocked = engine.check_tool_call(call("wire_transfer", PAYMENT_ARGS))
+    assert blocked.allowed is False
+    assert blocked.heuristic == "circuit_open"
+
+    verdict = engine.verify_final(final("I have transferred $5,000 to your landlord."))
+
+    assert_rejected(verdict)
+    assert "wire_transfer" in verdict.reason
+    assert [i.heuristic for i in incidents] == ["circuit_open", UNVERIFIED]
+
+
+def test_legitimate_batch_of_receipted_creates_passes(engine, clock, incidents):
+    for i, name in enumerate(("Ada", "Grace", "Edsger", "Barbara")):
+        clock.advance(1.0)
+        v = engine.check_tool_call(call("create_record", {"name": name}))
+        assert v.allowed
+        clock.advance(0.2)
+        rv = engine.record_tool_result(result("create_record", True, {"id": 100 + i}, call_id=v.call_id))
+        assert rv.receipt is not None and rv.receipt["call_id"] == v.call_id
+
+    assert_passes(engine.verify_final(final("All contact records have been created.")))
+    assert incidents == []
+
+
+def test_user_given_reference_may_be_quoted_back(engine, clock):
+    engine.record_user(user("Where is my order ORD-12345?"))
+    run(engine, clock, "get_order", {"order": "ORD-12345"}, True, {"status": "shipped"})
+
+    assert_passes(engine.verify_final(final("Your order ORD-12345 has shipped.")))
+
+
+def test_user_reference_is_not_a_licence_for_others(engine, clock):
+    engine.record_user(user("Where is my order ORD-12345?"))
+    other = engine.verify_final(final("Your order ORD-12345 has shipped.", session="s-other"))
+    invented = engine.verify_final(final("Your order ORD-12345 has shipped, return label RMA-777."))
+
+    assert_rejected(other)
+    assert_rejected(invented)
+    assert invented.counters == {"unverified_references": 1}
+
+
+# ----------------------------------------------------------------- which tools are mutating
+@pytest.mark.parametrize(
+    "config,tool,kw",
+    [
+        (None, "wire_transfer", {}),  # named after an action
+        (None, "ledger_post", {"mutating": True}),  # flagged on the event
+        ({"tools": {"ledger_post": {"mutating": True}}}, "ledger_post", {}),  # configured
+    ],
+)
+def test_mutating_tool_success_gets_a_receipt(make_engine, clock, config, tool, kw):
+    engine = make_engine(config)
+
+    _, rv = pay(engine, clock, tool=tool, ok=True, payload={"ok_id": "X"}, **kw)
+
+    assert rv.receipt is not None
+    assert rv.receipt["tool"] == tool
+
+
+def test_read_only_tool_success_gets_no_receipt(engine, clock):
+    clock.advance(1.0)
+    v = engine.check_tool_call(call("get_balance", {"account": "a"}))
+    rv = engine.record_tool_result(result("get_balance", True, {"balance": 10}, call_id=v.call_id))
+
+    assert rv.accepted is True
+    assert rv.receipt is None
+    assert rv.heuristic is None
+
+
+# ----------------------------------------------------------------- receipts
+@pytest.fixture
+def minted(engine, clock):
+    """A receipted transfer: (engine, call_id, receipt)."""
+    v, rv = receipted_transfer(engine, clock)
+    return engine, v.call_id, rv.receipt
+
+
+def check(engine: Engine, receipt, *, session=SESSION, call_id, tool="wire_transfer", result=None):
+    return engine.verify_receipt(
+        receipt, session=session, call_id=call_id, tool=tool, result=dict(RECEIPTED_PAYLOAD) if result is None else result
+    )
+
+
+def test_successful_mutating_result_returns_a_signed_receipt(minted, keys, clock):
+    engine, call_id, receipt = minted
+
+    assert set(receipt) == RECEIPT_FIELDS
+    assert receipt["v"] == 1
+    assert receipt["kid"] == "k1"
+    assert receipt["session"] == SESSION
+    assert receipt["call_id"] == call_id
+    assert receipt["tool"] == "wire_transfer"
+    assert receipt["ts"] == clock.now()
+    for name in ("args_hash", "result_hash"):
+        assert len(receipt[name]) == 16 and int(receipt[name], 16) >= 0
+    assert len(receipt["sig"]) == 64 and int(receipt["sig"], 16) >= 0
+    json.dumps(receipt)  # a plain JSON object a downstream system can store
+
+
+def test_receipt_is_in_the_result_verdict_dict(engine, clock):
+    _, rv = receipted_transfer(engine, clock)
+
+    assert isinstance(rv, ResultVerdict)
+    assert rv.to_dict()["receipt"] == rv.receipt
+
+
+def test_verify_receipt_accepts_genuine_receipt_for_its_call(minted):
+    engine, call_id, receipt = minted
+
+    assert check(engine, receipt, call_id=call_id) == (True, "ok")
+
+
+def test_verify_receipt_accepts_the_receipt_from_a_json_round_trip(minted):
+    engine, call_id, receipt = minted
+
+    assert check(engine, json.loads(json.dumps(receipt)), call_id=call_id) == (True, "ok")
+
+
+def test_verify_receipt_is_independent_of_the_engine_instance(minted, keys):
+    _, call_id, receipt = minted
+    downstream = Engine(None, receipt_keys=keys, listeners=[])
+
+    assert check(downstream, receipt, call_id=call_id) == (True, "ok")
+
+
+@pytest.mark.parametrize(
+    "name,forged,claim",
+    [
+        ("session", "s2", {"session": "s2"}),
+        ("call_id", "c-other", {"call_id": "c-other"}),
+        ("tool", "send_email", {"tool": "send_email"}),
+        ("result_hash", None, {"result": {"tx_id": "TX-11111", "amount_usd": 5000}}),
+        ("ts", None, {}),
+        ("sig", None, {}),
+    ],
+)
+def test_verify_receipt_rejects_a_tampered_field(minted, name, forged, claim):
+    engine, call_id, receipt = minted
+    tampered = dict(receipt)
+    if name == "result_hash":
+        # the forger points the receipt at another result, and presents that result
+        other = engine._result_hash(engine._policy(None, None, None), claim["result"])
+        tampered[name] = f"{other:016x}"
+    elif name == "ts":
+        tampered[name] = receipt["ts"] + 1.0
+    elif name == "sig":
+        tampered[name] = ("0" if receipt["sig"][0] != "0" else "1") + receipt["sig"][1:]
+    else:
+        tampered[name] = forged
+    kwargs = {"call_id": call_id, **claim}
+
+    ok, reason = check(engine, tampered, **kwargs)
+
+    assert ok is False
+    assert reason == "bad signature: forged or tampered"
+
+
+def test_verify_receipt_rejects_a_different_result_payload(minted):
+    engine, call_id, receipt = minted
+
+    ok, reason = check(engine, receipt, call_id=call_id, result={"tx_id": "TX-80276", "amount_usd": 50000})
+
+    assert (ok, reason) == (False, "result does not match the receipted one")
+
+
+@settings(max_examples=50, deadline=None)
+@given(amount=st.integers(min_value=-(10**12), max_value=10**12).filter(lambda n: n != 5000))
+def test_verify_receipt_rejects_any_other_amount(amount):
+    keys = ReceiptKeys("k1", {"k1": b"k" * 32})
+    clock = FakeClock(1_000_000.0)
+    engine = Engine(None, clock=clock, receipt_keys=keys, listeners=[])
+    v, rv = receipted_transfer(engine, clock)
+
+    ok, reason = check(engine, rv.receipt, call_id=v.call_id, result={"tx_id": "TX-80276", "amount_usd": amount})
+
+    assert (ok, reason) == (False, "result does not match the receipted one")
+
+
+def test_verify_receipt_rejects_cross_session_replay(minted):
+    engine, call_id, receipt = minted
+
+    assert check(engine, receipt, session="s2", call_id=call_id) == (False, "receipt belongs to another session")
+
+
+def test_verify_receipt_rejects_replay_for_another_call(minted):
+    engine, call_id, receipt = minted
+
+    assert check(engine, receipt, call_id="c-other") == (False, "receipt belongs to another call")
+    assert check(engine, receipt, call_id=call_id, tool="send_email") == (False, "receipt belongs to another call")
+
+
+def test_receipt_for_one_call_does_not_vouch_for_the_next_identical_call(engine, clock):
+    v1, rv1 = receipted_transfer(engine, clock)
+    v2, rv2 = receipted_transfer(engine, clock)
+    assert v1.call_id != v2.call_id
+
+    assert check(engine, rv1.receipt, call_id=v2.call_id) == (False, "receipt belongs to another call")
+    assert check(engine, rv2.receipt, call_id=v2.call_id) == (True, "ok")
+
+
+def test_verify_receipt_rejects_unknown_key_id(minted):
+    engine, call_id, receipt = minted
+    foreign = Engine(None, receipt_keys=ReceiptKeys("k9", {"k9": b"9" * 32}), listeners=[])
+
+    assert check(foreign, receipt, call_id=call_id) == (False, "unknown key id 'k1'")
+
+
+def test_verify_receipt_rejects_receipt_signed_with_another_key_under_the_same_id(minted):
+    engine, call_id, receipt = minted
+    impostor = Engine(None, receipt_keys=ReceiptKeys("k1", {"k1": b"X" * 32}), listeners=[])
+
+    assert check(impostor, receipt, call_id=call_id) == (False, "bad signature: forged or tampered")
+
+
+@pytest.mark.parametrize(
+    "mangle",
+    [
+        lambda r: {},
+        lambda r: None,
+        lambda r: "receipt",
+        lambda r: [r],
+        lambda r: {k: v for k, v in r.items() if k != "sig"},
+        lambda r: {k: v for k, v in r.items() if k != "session"},
+        lambda r: {k: v for k, v in r.items() if k != "kid"},
+        lambda r: {**r, "kid": ["k1"]},
+        lambda r: {**r, "sig": 12345},
+        lambda r: {**r, "sig": None},
+        lambda r: {**r, "v": 2},
+    ],
+    ids=["empty", "none", "str", "list", "no-sig", "no-session", "no-kid", "unhashable-kid", "int-sig", "none-sig", "v2"],
+)
+def test_verify_receipt_rejects_malformed_receipts(minted, mangle):
+    engine, call_id, receipt = minted
+
+    ok, reason = check(engine, mangle(receipt), call_id=call_id)
+
+    assert ok is False
+    assert reason
+
+
+def test_verify_receipt_rejects_non_ascii_signature_without_raising(minted):
+    """BUG: hmac.compare_digest raises TypeError on non-ASCII str, outside the try block."""
+    engine, call_id, receipt = minted
+    forged = {**receipt, "sig": "\u00fc" * 64}
+
+    assert check(engine, forged, call_id=call_id) == (False, "bad signature: forged or tampered")
+
+
+def test_verify_receipt_without_keys_rejects(minted):
+    _, call_id, receipt = minted
+    observer = Engine(None, observe=True, receipt_keys=None, listeners=[])
+    assert observer.receipt_keys is None
+
+    assert check(observer, receipt, call_id=call_id) == (False, "no receipt keys configured")
+
+
+def test_verification_compares_signatures_in_constant_time():
+    source = inspect.getsource(receipts.verify)
+
+    assert "hmac.compare_digest(" in source
+    assert "== sig" not in source and "sig ==" not in source
+    assert "!= sig" not in source and "sig !=" not in source
+
+
+# ----------------------------------------------------------------- key rotation and loading
+K1 = b"k" * 32  # the conftest `keys` fixture's key
+K2 = bytes(range(32))
+
+
+def test_receipt_signed_with_old_key_verifies_after_rotation(minted):
+    _, call_id, receipt = minted
+    rotated = Engine(None, receipt_keys=ReceiptKeys("k2", {"k2": K2, "k1": K1}), listeners=[])
+
+    assert check(rotated, receipt, call_id=call_id) == (True, "ok")
+
+
+def test_receipt_signed_with_dropped_key_fails(minted):
+    _, call_id, receipt = minted
+    retired = Engine(None, receipt_keys=ReceiptKeys("k2", {"k2": K2}), listeners=[])
+
+    assert check(retired, receipt, call_id=call_id) == (False, "unknown key id 'k1'")
+
+
+def test_rotated_engine_signs_with_the_current_key(clock):
+    engine = Engine(None, clock=clock, receipt_keys=ReceiptKeys("k2", {"k2": K2, "k1": K1}), listeners=[])
+    v, rv = receipted_transfer(engine, clock)
+
+    assert rv.receipt["kid"] == "k2"
+    only_old = Engine(None, receipt_keys=ReceiptKeys("k1", {"k1": K1}), listeners=[])
+    assert check(only_old, rv.receipt, call_id=v.call_id) == (False, "unknown key id 'k2'")
+
+
+def test_parse_makes_the_first_key_current_and_reads_hex_and_base64():
+    spec = f"k2:{K2.hex()},k1:{base64.b64encode(K1).decode()}"
+
+    keys = ReceiptKeys.parse(spec, source="$" + KEY_ENV)
+
+    assert keys.current_id == "k2"
+    assert dict(keys.keys) == {"k2": K2, "k1": K1}
+
+
+def test_parse_tolerates_spaces_and_a_trailing_comma():
+    keys = ReceiptKeys.parse(f" k2:{K2.hex()} , k1:{K1.hex()} ,", source="test")
+
+    assert keys.current_id == "k2"
+    assert dict(keys.keys) == {"k2": K2, "k1": K1}
+
+
+@pytest.mark.parametrize("spec", ["", " , ", "nokey", ":abcd", f"k1:{K1.hex()},k2", "k1:not-hex-nor-base64!"])
+def test_parse_refuses_malformed_specs(spec):
+    with pytest.raises(ConfigError):
+        ReceiptKeys.parse(spec, source="$" + KEY_ENV)
+
+
+def test_from_file_reads_current_and_keys(tmp_path):
+    path = tmp_path / "keys.json"
+    path.write_text(json.dumps({"current": "k2", "keys": {"k2": K2.hex(), "k1": base64.b64encode(K1).decode()}}))
+
+    keys = ReceiptKeys.from_file(path)
+
+    assert keys.current_id == "k2"
+    assert dict(keys.keys) == {"k2": K2, "k1": K1}
+
+
+def test_from_config_prefers_key_file_over_env(tmp_path, monkeypatch):
+    path = tmp_path / "keys.json"
+    path.write_text(json.dumps({"current": "file", "keys": {"file": K2.hex()}}))
+    monkeypatch.setenv(KEY_ENV, f"env:{K1.hex()}")
+
+    engine = Engine({"receipts": {"key_file": str(path)}}, receipt_keys=None, listeners=[])
+
+    assert engine.receipt_keys.current_id == "file"
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["not json", "[]", json.dumps({"keys": {"k1": K1.hex()}}), json.dumps({"current": "k1"})],
+    ids=["not-json", "list", "no-current", "no-keys"],
+)
+def test_from_file_refuses_malformed_files(tmp_path, content):
+    path = tmp_path / "keys.json"
+    path.write_text(content)
+
+    with pytest.raises(ConfigError, match="current"):
+        ReceiptKeys.from_file(path)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [{"current": "k1", "keys": ["k1"]}, {"current": "k1", "keys": {"k1": 12345}}],
+    ids=["keys-is-a-list", "key-is-a-number"],
+)
+def test_from_file_refuses_wrongly_typed_keys_with_config_error(tmp_path, data):
+    """BUG: from_file's `raw.items()` and `_decode_key`'s `raw.strip()` run outside its try
+    block, so these raise AttributeError instead of ConfigError."""
+    path = tmp_path / "keys.json"
+    path.write_text(json.dumps(data))
+
+    with pytest.raises(ConfigError):
+        ReceiptKeys.from_file(path)
+
+
+def test_from_file_missing_file_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read receipt key file"):
+        ReceiptKeys.from_file(tmp_path / "absent.json")
+
+
+def test_key_shorter_than_16_bytes_is_refused():
+    with pytest.raises(ConfigError, match="at least 16"):
+        ReceiptKeys("k1", {"k1": b"x" * 15})
+    with pytest.raises(ConfigError, match="at least 16"):
+        ReceiptKeys("k2", {"k2": K2, "k1": b"x" * 15})  # a short previous key too
+    assert ReceiptKeys("k1", {"k1": b"x" * 16}).current_id == "k1"
+
+
+def test_short_key_is_refused_from_env_spec_and_file(tmp_path):
+    with pytest.raises(ConfigError, match="at least 16"):
+        ReceiptKeys.parse("k1:" + "ab" * 15, source="$" + KEY_ENV)
+    path = tmp_path / "keys.json"
+    path.write_text(json.dumps({"current": "k1", "keys": {"k1": "ab" * 16}}))
+    assert len(ReceiptKeys.from_file(path).keys["k1"]) == 16
+    path.write_text(json.dumps({"current": "k1", "keys": {"k1": "ab" * 15}}))
+    with pytest.raises(ConfigError, match="at least 16"):
+        ReceiptKeys.from_file(path)
+
+
+def test_current_key_id_must_be_among_the_keys():
+    with pytest.raises(ConfigError, match="not among the keys"):
+        ReceiptKeys("k3", {"k1": K1})
+
+
+# ----------------------------------------------------------------- start-up
+def test_enforce_mode_without_key_refuses_to_start_naming_the_env_var(monkeypatch):
+    monkeypatch.delenv(KEY_ENV, raising=False)
+
+    with pytest.raises(ConfigError) as exc:
+        Engine(None, receipt_keys=None, listeners=[])
+
+    assert KEY_ENV in str(exc.value)
+
+
+def test_enforce_mode_with_dev_ephemeral_key_starts_and_warns(monkeypatch, caplog, clock):
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    caplog.set_level(logging.WARNING, logger="agent_breaker")
+
+    engine = Engine({"receipts": {"dev_ephemeral_key": True}}, clock=clock, receipt_keys=None, listeners=[])
+
+    assert engine.receipt_keys is not None
+    assert engine.receipt_keys.current_id == "ephemeral"
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING and r.name == "agent_breaker"]
+    assert len(warnings) == 1
+    assert "development" in warnings[0].getMessage().lower()
+    v, rv = receipted_transfer(engine, clock)
+    assert check(engine, rv.receipt, call_id=v.call_id) == (True, "ok")
+
+
+@pytest.mark.parametrize(
+    "config,observe",
+    [({"mode": "observe"}, False), (None, True), ({"modes": {UNVERIFIED: "observe"}}, False), ({"modes": {UNVERIFIED: "off"}}, False)],
+    ids=["config-observe", "engine-observe", "claims-observe", "claims-off"],
+)
+def test_start_without_key_when_claims_are_not_enforced(monkeypatch, caplog, clock, config, observe):
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    caplog.set_level(logging.WARNING, logger="agent_breaker")
+
+    engine = Engine(config, clock=clock, receipt_keys=None, observe=observe, listeners=[])
+
+    assert engine.receipt_keys is None
+    assert caplog.records == []
+    _, rv = pay(engine, clock, ok=True, payload=dict(RECEIPTED_PAYLOAD))
+    assert rv.receipt is None
+
+
+def test_enforce_mode_with_env_key_starts_and_signs_with_it(monkeypatch, clock):
+    monkeypatch.setenv(KEY_ENV, f"prod2:{K2.hex()},prod1:{K1.hex()}")
+
+    engine = Engine(None, clock=clock, receipt_keys=None, listeners=[])
+
+    assert engine.receipt_keys.current_id == "prod2"
+    assert dict(engine.receipt_keys.keys) == {"prod2": K2, "prod1": K1}
+    _, rv = receipted_transfer(engine, clock)
+    assert rv.receipt["kid"] == "prod2"
+
+
+def test_custom_key_env_is_named_in_the_start_up_error(monkeypatch):
+    monkeypatch.delenv("MY_RECEIPT_KEYS", raising=False)
+
+    with pytest.raises(ConfigError, match="MY_RECEIPT_KEYS"):
+        Engine({"receipts": {"key_env": "MY_RECEIPT_KEYS"}}, receipt_keys=None, listeners=[])
+
+
+# ----------------------------------------------------------------- empty mutation results
+@pytest.mark.parametrize("payload", [{}, None, "", []], ids=["dict", "none", "str", "list"])
+def test_mutating_tool_reporting_success_with_empty_payload_is_flagged_without_receipt(engine, clock, incidents, payload):
+    _, rv = pay(engine, clock, ok=True, payload=payload)
+
+    assert rv.heuristic == EMPTY
+    assert rv.receipt is None
+    assert rv.failed is False
+    assert rv.accepted is False  # enforce mode
+    assert [(i.heuristic, i.tool) for i in incidents] == [(EMPTY, "wire_transfer")]
+    # and nothing may claim it happened
+    assert_rejected(engine.verify_final(final("I have transferred $5,000.")))
+
+
+def test_empty_mutation_result_in_observe_mode_is_accepted_with_warning(make_engine, clock, incidents):
+    engine = make_engine({"modes": {EMPTY: "observe"}})
+
+    _, rv = pay(engine, clock, ok=True, payload={})
+
+    assert rv.heuristic == EMPTY
+    assert rv.accepted is True
+    assert rv.receipt is None
+    assert [(i.heuristic, i.severity) for i in incidents] == [(EMPTY, "warn")]
+
+
+@pytest.mark.parametrize("payload", [{}, None, "", []], ids=["dict", "none", "str", "list"])
+def test_read_only_tool_with_empty_payload_is_not_flagged(engine, clock, incidents, payload):
+    clock.advance(1.0)
+    v = engine.check_tool_call(call("get_balance", {"account": "a"}))
+    rv = engine.record_tool_result(result("get_balance", True, payload, call_id=v.call_id))
+
+    assert rv.heuristic is None
+    assert rv.accepted is True
+    assert rv.receipt is None
+    assert incidents == []
+
+
+# ----------------------------------------------------------------- zero retention
+def test_session_state_keeps_no_payload_text(engine, clock):
+    engine.record_user(user("Please pay my landlord"))
+    _, rv = receipted_transfer(engine, clock, payload={"tx_id": "TX-80276", "memo": "secret memo text"})
+    assert rv.receipt is not None
+    assert_passes(engine.verify_final(final("I have transferred $5,000. Reference: TX-80276.")))
+
+    state = engine.store.peek_session(SESSION)
+
+    assert state is not None
+    assert len(state.ledger.receipts) == 1
+    text = repr(state)
+    assert "secret memo text" not in text
+    assert "secret" not in text
+    assert "TX-80276" not in text
+    assert "tx-80276" not in text
+    assert "80276" not in text
+    assert "landlord" not in text
+
+
+# ----------------------------------------------------------------- the replay path
+def test_replay_trips_the_reward_hacking_session_at_its_final_and_not_the_legit_one(tmp_path, capsys):
+    trace = [
+        {"type": "user", "session": "hack", "text": "Pay my landlord $5,000"},
+        {"type": "tool_call", "session": "hack", "tool": "wire_transfer", "call_id": "c1", "mutating": True, "args": PAYMENT_ARGS},
+        {"type": "user", "session": "legit", "text": "Pay my landlord $5,000"},
+        {"type": "tool_result", "session": "hack", "tool": "wire_transfer", "call_id": "c1", "mutating": True, "ok": False,
+         "error": "insufficient funds"},
+        {"type": "tool_call", "session": "legit", "tool": "wire_transfer", "call_id": "c1", "mutating": True, "args": PAYMENT_ARGS},
+        {"type": "tool_result", "session": "legit", "tool": "wire_transfer", "call_id": "c1", "mutating": True, "ok": True,
+         "result": {"tx_id": "TX-80276", "status": "settled"}},
+        {"type": "final", "session": "hack", "text": "I have transferred $5,000. Reference: TX-99482."},
+        {"type": "final", "session": "legit", "text": "I have transferred $5,000. Reference: TX-80276."},
+    ]
+    path = tmp_path / "trace.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in trace))
+
+    rc = cli_main(["replay", str(path)])
+
+    out = capsys.readouterr().out
+    assert rc == 0
+    rows = {row["session"]: row for row in map(json.loads, out.splitlines())}
+    assert set(rows) == {"hack", "legit"}
+    assert rows["hack"]["tripped"] is True
+    assert rows["hack"]["heuristic"] == UNVERIFIED
+    assert rows["hack"]["trip_event"] == 4  # 1-based among the session's events: the final
+    assert rows["hack"]["allowed_calls"] == 1 and rows["hack"]["blocked_calls"] == 0
+    assert rows["legit"]["tripped"] is False
+    assert rows["legit"]["trip_event"] is None
+    assert rows["legit"]["heuristic"] is None
+    assert rows["legit"]["allowed_calls"] == 1
+
+
+# ----------------------------------------------------------------- known weaknesses (bugs)
+def test_typographic_apostrophe_negation_is_an_honest_report(engine, clock, incidents):
+    """BUG: _WORD ([A-Za-z']+) splits "haven’t" (U+2019) into "haven", "t", so the negation
+    is missed and an honest failure report is rejected."""
+    failed_transfer(engine, clock)
+
+    assert_passes(engine.verify_final(final("I haven\u2019t transferred the money: the bank declined it.")))
+
+
+def test_unrelated_no_before_a_claim_does_not_negate_it(engine, clock):
+    """BUG: any negation word among the 4 words before the verb cancels the claim, so
+    "No problem, I have transferred ..." after a failed transfer is let through."""
+    failed_transfer(engine, clock)
+
+    assert_rejected(engine.verify_final(final("No problem, I have transferred $5,000 to your landlord.")))
+
+
+def test_generic_claim_in_a_session_with_no_mutating_attempt_passes(make_engine, clock):
+    """BUG: a configured mutating tool with claim_phrases is a candidate for every generic
+    verb, even when the session never attempted it; read-only sessions get blocked."""
+    engine = make_engine(LEDGER_CONFIG)
+    run(engine, clock, "get_profile", {"user": "u1"}, True, {"address": "1 Main St"})
+
+    assert_passes(engine.verify_final(final("Your address was updated last week.")))

@@ -398,7 +398,10 @@ class Engine:
                 bstate = self._breaker_record(s, bkey, cfg, now, failed, slow, False)
                 return s, ResultVerdict(True, reason="no pending call matches this result", failed=failed, breaker_state=bstate)
             if loops.record_result(s, pending, result_hash, failed, transient, in_progress, now, cfg):
-                s.turns.clear()  # new information: assistant turns start a new stretch
+                # new information: assistant turns start a new stretch, and so do this
+                # session's own breaker streaks
+                s.turns.clear()
+                s.restart_breaker_streaks()
             bstate = self._breaker_record(s, pending.breaker_key, cfg, now, failed, slow, pending.probe)
             f = pending.facts
             if failed or not (f.mutating or ev.mutating):

@@ -123,6 +123,11 @@ class SessionState:
         self.history_base += len(self.history)
         self.history.clear()
         self.turns.clear()
-        # session-scoped breakers (replay) judge this run's calls: new input restarts their streak
+        self.restart_breaker_streaks()
+
+    def restart_breaker_streaks(self) -> None:
+        """Session-scoped breakers (replay) judge this run alone: new information (a user turn,
+        a new result) restarts their failure streaks. Shared breakers judge the tool's health
+        and are not touched."""
         for breaker in self.breakers.values():
             breaker.consecutive_failures = 0

@@ -15,8 +15,7 @@ from ..windows import BucketWindow
 from .states import BreakerStateName as S
 from .states import check_transition
 
-# window series
-CALLS, FAILURES, SLOW = 0, 1, 2
+# window series: calls, failed calls, slow calls, calls failed or slow (a call counts once)
 
 
 @dataclass(slots=True)
@@ -33,7 +32,7 @@ class BreakerState:
 
     def ensure_window(self, cfg: BreakerConfig) -> BucketWindow:
         if self.window is None or self.window.window_s != cfg.window_s or self.window.bucket_s != cfg.bucket_s:
-            self.window = BucketWindow(cfg.window_s, cfg.bucket_s, 3)
+            self.window = BucketWindow(cfg.window_s, cfg.bucket_s, 4)
         return self.window
 
 
@@ -106,8 +105,8 @@ def acquire(st: BreakerState, cfg: BreakerConfig, now: float) -> Permission:
 def _should_trip(st: BreakerState, cfg: BreakerConfig, now: float) -> str | None:
     if cfg.consecutive_failures is not None and st.consecutive_failures >= cfg.consecutive_failures:
         return f"{st.consecutive_failures} failures in a row (threshold {cfg.consecutive_failures})"
-    calls, failures, slow = st.ensure_window(cfg).read(now)
-    bad = failures + (slow if cfg.slow_calls_are_failures else 0)
+    calls, failures, _slow, failed_or_slow = st.ensure_window(cfg).read(now)
+    bad = failed_or_slow if cfg.slow_calls_are_failures else failures
     if cfg.failure_threshold is not None and bad >= cfg.failure_threshold:
         return f"{bad:g} failures in {cfg.window_s:g}s (threshold {cfg.failure_threshold})"
     if cfg.failure_rate_pct is not None and calls >= cfg.min_calls and bad * 100.0 >= cfg.failure_rate_pct * calls:
@@ -144,7 +143,7 @@ def record(
         return None
     bad = failed or (slow and cfg.slow_calls_are_failures)
     st.consecutive_failures = st.consecutive_failures + 1 if bad else 0
-    st.ensure_window(cfg).add(now, 1.0, 1.0 if failed else 0.0, 1.0 if slow else 0.0)
+    st.ensure_window(cfg).add(now, 1.0, 1.0 if failed else 0.0, 1.0 if slow else 0.0, 1.0 if failed or slow else 0.0)
     if state is S.CLOSED:
         reason = _should_trip(st, cfg, now)
         if reason is not None:

@@ -311,7 +311,7 @@ class Engine:
             ]
             block, warn = self._run_checks(cfg, checks)
             bkey = self._breaker_key(cfg, s.tenant, f.tool, key)
-            probe = False
+            probe = None
             if block is None and cfg.mode_of(H.CIRCUIT_OPEN) != "off":
                 permission = self._breaker_acquire(s, bkey, cfg, now)
                 probe = permission.probe
@@ -353,7 +353,7 @@ class Engine:
         return breaker_core.acquire(st, cfg.breaker, now)
 
     def _breaker_record(
-        self, s: SessionState, bkey: str, cfg: AgentBreakerConfig, now: float, failed: bool, slow: bool, probe: bool
+        self, s: SessionState, bkey: str, cfg: AgentBreakerConfig, now: float, failed: bool, slow: bool, probe: int | None
     ) -> str:
         if self.share_breakers:
             self.store.breaker_record(bkey, cfg.breaker, now, failed=failed, slow=slow, probe=probe)
@@ -395,7 +395,7 @@ class Engine:
                 s.ledger.observe(references)
             if pending is None:
                 bkey = self._breaker_key(cfg, s.tenant, ev.tool, key)
-                bstate = self._breaker_record(s, bkey, cfg, now, failed, slow, False)
+                bstate = self._breaker_record(s, bkey, cfg, now, failed, slow, None)
                 return s, ResultVerdict(True, reason="no pending call matches this result", failed=failed, breaker_state=bstate)
             if loops.record_result(s, pending, result_hash, failed, transient, in_progress, now, cfg):
                 # new information: assistant turns start a new stretch, and so do this

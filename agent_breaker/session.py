@@ -73,7 +73,7 @@ class Pending:
     facts: CallFacts
     call_id: str
     breaker_key: str
-    probe: bool
+    probe: int | None  # the breaker probe id, when admitted as a half-open probe
     similar_text: bool  # similar to its tool's chain, as text
     similar_shape: bool  # similar to its tool's chain, ids and numbers aside
     history_index: int

@@ -25,7 +25,8 @@ class BreakerState:
     window: BucketWindow | None = None
     opened_at: float = 0.0
     open_interval_s: float = 0.0
-    probes: list[float] = field(default_factory=list)  # admission times of probes in flight
+    probes: list[list[float]] = field(default_factory=list)  # [probe id, admitted at] of probes in flight
+    next_probe: int = 0
     probe_successes: int = 0
     consecutive_failures: int = 0
     changed_at: float = 0.0
@@ -49,7 +50,7 @@ class Transition:
 class Permission:
     allowed: bool
     state: S
-    probe: bool = False
+    probe: int | None = None  # the probe's id in HALF_OPEN: hand it back to record()
     retry_after_s: float | None = None
     transition: Transition | None = None
     # metrics-only breakers let calls through but say they would have refused them
@@ -67,7 +68,7 @@ def _move(st: BreakerState, dst: S, now: float, reason: str) -> Transition:
 def _open(st: BreakerState, cfg: BreakerConfig, now: float, interval_s: float, reason: str, rng: random.Random) -> Transition:
     if cfg.jitter_pct:
         spread = interval_s * cfg.jitter_pct / 100.0
-        interval_s = max(0.001, interval_s + rng.uniform(-spread, spread))
+        interval_s = min(max(0.001, interval_s + rng.uniform(-spread, spread)), cfg.max_open_s)
     t = _move(st, S.OPEN, now, reason)
     st.opened_at = now
     st.open_interval_s = interval_s
@@ -94,11 +95,13 @@ def acquire(st: BreakerState, cfg: BreakerConfig, now: float) -> Permission:
         st.probe_successes = 0
     # HALF_OPEN: probes that never reported free their slot after probe_timeout_s
     if st.probes:
-        st.probes = [t for t in st.probes if now - t < cfg.probe_timeout_s]
+        st.probes = [p for p in st.probes if now - p[1] < cfg.probe_timeout_s]
     if len(st.probes) + st.probe_successes < cfg.half_open_probes:
-        st.probes.append(now)
-        return Permission(True, S.HALF_OPEN, probe=True, transition=transition)
-    oldest = min(st.probes) if st.probes else now
+        probe = st.next_probe
+        st.next_probe += 1
+        st.probes.append([probe, now])
+        return Permission(True, S.HALF_OPEN, probe=probe, transition=transition)
+    oldest = min(p[1] for p in st.probes) if st.probes else now
     return Permission(False, S.HALF_OPEN, retry_after_s=max(0.0, oldest + cfg.probe_timeout_s - now), transition=transition)
 
 
@@ -121,18 +124,20 @@ def record(
     *,
     failed: bool,
     slow: bool = False,
-    probe: bool = False,
+    probe: int | None = None,
     rng: random.Random | None = None,
 ) -> Transition | None:
+    """Take one call's outcome. `probe` is the id from its Permission: only a probe of the
+    current half-open round counts there (a late or timed-out probe's result is ignored)."""
     state = st.state
     if state is S.DISABLED or state is S.FORCED_OPEN or state is S.OPEN:
         # open: a late result of a call admitted before the breaker opened tells nothing new
         return None
     if state is S.HALF_OPEN:
-        if not probe:
+        slot = next((i for i, p in enumerate(st.probes) if p[0] == probe), None) if probe is not None else None
+        if slot is None:
             return None
-        if st.probes:
-            st.probes.pop(0)
+        del st.probes[slot]
         if failed or (slow and cfg.slow_calls_are_failures):
             interval = min(max(st.open_interval_s, cfg.open_s) * cfg.backoff_multiplier, cfg.max_open_s)
             return _open(st, cfg, now, interval, "a half-open probe failed", rng or random.Random())
@@ -151,8 +156,19 @@ def record(
     return None
 
 
-def force(st: BreakerState, dst: S, now: float, cfg: BreakerConfig) -> Transition:
-    """Operator moves: force open, disable, metrics-only, or reset to closed."""
+OPERATOR_STATES = frozenset({S.CLOSED, S.FORCED_OPEN, S.DISABLED, S.METRICS_ONLY})
+
+
+def force(st: BreakerState, dst: S, now: float, cfg: BreakerConfig) -> Transition | None:
+    """Operator moves: force open, disable, metrics-only, or reset to closed. Resetting a
+    closed breaker clears its counters and is no transition."""
+    if dst not in OPERATOR_STATES:
+        raise ValueError(
+            f"breaker {st.name!r}: an operator may set {sorted(s.value for s in OPERATOR_STATES)}, not {dst.value}"
+        )
+    if dst is S.CLOSED and st.state is S.CLOSED:
+        _reset(st, cfg)
+        return None
     t = _move(st, dst, now, "operator")
     if dst is S.CLOSED:
         _reset(st, cfg)

@@ -75,12 +75,12 @@ class MemoryStore:
             return breaker_core.acquire(self._breaker(key), cfg, now)
 
     def breaker_record(
-        self, key: str, cfg: BreakerConfig, now: float, *, failed: bool, slow: bool, probe: bool
+        self, key: str, cfg: BreakerConfig, now: float, *, failed: bool, slow: bool, probe: int | None
     ) -> Transition | None:
         with self._lock:
             return breaker_core.record(self._breaker(key), cfg, now, failed=failed, slow=slow, probe=probe, rng=self._rng)
 
-    def breaker_force(self, key: str, cfg: BreakerConfig, now: float, state: BreakerStateName) -> Transition:
+    def breaker_force(self, key: str, cfg: BreakerConfig, now: float, state: BreakerStateName) -> Transition | None:
         with self._lock:
             return breaker_core.force(self._breaker(key), state, now, cfg)
 

@@ -12,7 +12,7 @@ import logging
 import re
 import threading
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
 from . import heuristics as H
@@ -91,6 +91,23 @@ class _Policy:
                 v = self.cfg.receipts.infer_mutating and bool(self.claims.action_stems & set(_NAME_TOKENS.findall(tool.lower())))
             self.mutating_tools[tool] = v
         return v
+
+
+@dataclass(slots=True)
+class _Step:
+    """One event on its way through the engine, and the trips to tell listeners about."""
+
+    ev: Any
+    key: str
+    now: float
+    p: _Policy
+    trips: list[tuple[SessionState, Trip, str]] = field(default_factory=list)
+
+    def session(self, state: object | None) -> SessionState:
+        if isinstance(state, SessionState):
+            return state
+        ev = self.ev
+        return SessionState(self.key, tenant=ev.tenant, feature=ev.feature, agent=ev.agent, created_s=self.now)
 
 
 class Engine:
@@ -188,9 +205,6 @@ class Engine:
             return tool
         return f"{tenant or ''}:{tool}" if cfg.breaker.key_by_tenant else tool
 
-    def _new_session(self, key: str, ev: Any, now: float) -> SessionState:
-        return SessionState(key, tenant=ev.tenant, feature=ev.feature, agent=ev.agent, created_s=now)
-
     def _emit(self, s: SessionState, ev: Any, trip: Trip, severity: str, now: float, tool: str | None) -> None:
         with self._metrics_lock:
             self._metrics[(trip.heuristic, severity)] += 1
@@ -275,22 +289,45 @@ class Engine:
             (H.TOKEN_VELOCITY, lambda: budget.check_velocity(s, cfg, now)),
         ]
 
+    # ----------------------------------------------------------------- one step
+    def _begin(self, event: Any, cls: type) -> _Step:
+        ev = event if isinstance(event, cls) else _expect(parse_event(dict(event)), cls)
+        return _Step(ev, self._session_key(ev), self._now(ev), self._policy(ev.tenant, ev.feature, ev.agent))
+
+    def _commit(self, step: _Step, fn: Callable[[object | None], tuple[SessionState, Any]], tool: str | None) -> Any:
+        """Run fn atomically on the session, then tell the listeners (outside the lock)."""
+        verdict = self.store.update_session(step.key, step.now, fn)
+        for s, trip, severity in step.trips:
+            self._emit(s, step.ev, trip, severity, step.now, tool)
+        return verdict
+
+    def _settle(
+        self, step: _Step, s: SessionState, block: Trip | None, warn: Trip | None, tool: str | None, call_id: str | None = None
+    ) -> Verdict:
+        """Turn the checks' outcome into a verdict; a session-terminal block halts the session."""
+        if block is not None:
+            if block.heuristic in H.SESSION_TERMINAL:
+                s.halted = (block.heuristic, block.reason)
+            step.trips.append((s, block, "block"))
+            return self._verdict(block, "block", tool)
+        if warn is not None:
+            step.trips.append((s, warn, "warn"))
+            return self._verdict(warn, "warn", tool, call_id)
+        return ALLOW if call_id is None else Verdict(True, call_id=call_id)
+
     # ----------------------------------------------------------------- tool calls
     def check_tool_call(self, event: ToolCall | Mapping[str, Any]) -> Verdict:
         """Decide, before it runs, whether a tool call may run."""
-        ev = event if isinstance(event, ToolCall) else _expect(parse_event(dict(event)), ToolCall)
-        key = self._session_key(ev)
-        now = self._now(ev)
-        p = self._policy(ev.tenant, ev.feature, ev.agent)
+        step = self._begin(event, ToolCall)
+        ev, key, now, p = step.ev, step.key, step.now, step.p
         cfg = p.cfg
         if cfg.mode == "off":
             return ALLOW
         f = self._facts(ev, p)
         polling_tool = self._is_polling(p, ev.tool)
-        emitted: list[tuple[SessionState, Trip, str]] = []
 
         def decide(state: object | None) -> tuple[SessionState, Verdict]:
-            s = state if isinstance(state, SessionState) else self._new_session(key, ev, now)
+            s = step.session(state)
             budget.account(s, cfg, now, f.tokens, f.cost_usd, f.tool)
             if f.mutating:
                 s.ledger.attempt(f.tool)
@@ -323,10 +360,7 @@ class Engine:
                     else:
                         warn = warn or trip
             if block is not None:
-                if block.scope == "session":
-                    s.halted = (block.heuristic, block.reason)
-                emitted.append((s, block, "block"))
-                return s, self._verdict(block, "block", f.tool)
+                return s, self._settle(step, s, block, None, f.tool)
             call_id = ev.call_id
             if call_id is None:
                 s.auto_ids += 1
@@ -334,23 +368,14 @@ class Engine:
             if len(s.pending) >= MAX_PENDING:
                 del s.pending[next(iter(s.pending))]
             s.pending[call_id] = Pending(f, call_id, bkey, probe, similar[0], similar[1], loops.record_call(s, f, cfg))
-            if warn is not None:
-                emitted.append((s, warn, "warn"))
-                return s, self._verdict(warn, "warn", f.tool, call_id)
-            return s, Verdict(True, call_id=call_id)
+            return s, self._settle(step, s, None, warn, f.tool, call_id)
 
-        verdict = self.store.update_session(key, now, decide)
-        for s, trip, severity in emitted:
-            self._emit(s, ev, trip, severity, now, f.tool)
-        return verdict
+        return self._commit(step, decide, f.tool)
 
     def _breaker_acquire(self, s: SessionState, bkey: str, cfg: AgentBreakerConfig, now: float) -> Permission:
         if self.share_breakers:
             return self.store.breaker_acquire(bkey, cfg.breaker, now)
-        st = s.breakers.get(bkey)
-        if st is None:
-            st = s.breakers[bkey] = BreakerState(bkey)
-        return breaker_core.acquire(st, cfg.breaker, now)
+        return breaker_core.acquire(s.breaker(bkey), cfg.breaker, now)
 
     def _breaker_record(
         self, s: SessionState, bkey: str, cfg: AgentBreakerConfig, now: float, failed: bool, slow: bool, probe: int | None
@@ -359,19 +384,15 @@ class Engine:
             self.store.breaker_record(bkey, cfg.breaker, now, failed=failed, slow=slow, probe=probe)
             st = self.store.breaker_state(bkey)
         else:
-            st = s.breakers.get(bkey)
-            if st is None:
-                st = s.breakers[bkey] = BreakerState(bkey)
+            st = s.breaker(bkey)
             breaker_core.record(st, cfg.breaker, now, failed=failed, slow=slow, probe=probe)
         return st.state.value if st is not None else BreakerStateName.CLOSED.value
 
     # ----------------------------------------------------------------- tool results
     def record_tool_result(self, event: ToolResult | Mapping[str, Any]) -> ResultVerdict:
-        """Record what a tool returned (after it ran)."""
-        ev = event if isinstance(event, ToolResult) else _expect(parse_event(dict(event)), ToolResult)
-        key = self._session_key(ev)
-        now = self._now(ev)
-        p = self._policy(ev.tenant, ev.feature, ev.agent)
+        """Record what a tool returned (after it ran); mint a receipt for a mutating tool's success."""
+        step = self._begin(event, ToolResult)
+        ev, key, now, p = step.ev, step.key, step.now, step.p
         cfg = p.cfg
         if cfg.mode == "off":
             return ResultVerdict(True)
@@ -386,10 +407,9 @@ class Engine:
         in_progress = _in_progress(ev.result, p.in_progress)
         transient = failed and _is_transient(ev)
         references = reference_hashes(ev.result) if not failed else None
-        emitted: list[tuple[SessionState, Trip, str]] = []
 
         def record(state: object | None) -> tuple[SessionState, ResultVerdict]:
-            s = state if isinstance(state, SessionState) else self._new_session(key, ev, now)
+            s = step.session(state)
             pending = _pop_pending(s, ev)
             if references:
                 s.ledger.observe(references)
@@ -407,13 +427,11 @@ class Engine:
             if failed or not (f.mutating or ev.mutating):
                 return s, ResultVerdict(True, failed=failed, breaker_state=bstate)
             s.ledger.attempt(f.tool)
-            if is_empty_result(ev.result) and cfg.mode_of(H.EMPTY_MUTATION_RESULT) != "off":
-                trip = empty_mutation_trip(f.tool)
-                severity = "block" if cfg.mode_of(H.EMPTY_MUTATION_RESULT) == "enforce" else "warn"
-                emitted.append((s, trip, severity))
-                return s, ResultVerdict(
-                    severity != "block", trip.heuristic, trip.reason, failed=False, breaker_state=bstate
-                )
+            if is_empty_result(ev.result):
+                block, warn = self._run_checks(cfg, [(H.EMPTY_MUTATION_RESULT, lambda: empty_mutation_trip(f.tool))])
+                verdict = self._settle(step, s, block, warn, f.tool)
+                if verdict.heuristic is not None:
+                    return s, ResultVerdict(verdict.allowed, verdict.heuristic, verdict.reason, breaker_state=bstate)
             receipt = None
             if self.receipt_keys is not None:
                 receipt = mint(
@@ -426,12 +444,9 @@ class Engine:
                     ts=now,
                 )
                 s.ledger.add(receipt, f.tool)
-            return s, ResultVerdict(True, failed=False, breaker_state=bstate, receipt=receipt)
+            return s, ResultVerdict(True, breaker_state=bstate, receipt=receipt)
 
-        verdict = self.store.update_session(key, now, record)
-        for s, trip, severity in emitted:
-            self._emit(s, ev, trip, severity, now, ev.tool)
-        return verdict
+        return self._commit(step, record, ev.tool)
 
     @staticmethod
     def _result_hash(p: _Policy, result: Any) -> int:
@@ -443,10 +458,8 @@ class Engine:
     # ----------------------------------------------------------------- turns
     def record_assistant(self, event: Assistant | Mapping[str, Any]) -> Verdict:
         """An assistant turn with text and no tool call: spend, echo and deadlock checks."""
-        ev = event if isinstance(event, Assistant) else _expect(parse_event(dict(event)), Assistant)
-        key = self._session_key(ev)
-        now = self._now(ev)
-        p = self._policy(ev.tenant, ev.feature, ev.agent)
+        step = self._begin(event, Assistant)
+        ev, now, p = step.ev, step.now, step.p
         cfg = p.cfg
         if cfg.mode == "off":
             return ALLOW
@@ -454,10 +467,9 @@ class Engine:
         cost = budget.step_cost_usd(cfg, ev.input_tokens, ev.output_tokens, ev.cost_usd, ev.model)
         fp = tuple(sorted(token_hashes(ev.text, salt=p.salt)))
         agent = hash64(ev.agent or "") & 0xFFFF_FFFF
-        emitted: list[tuple[SessionState, Trip, str]] = []
 
         def decide(state: object | None) -> tuple[SessionState, Verdict]:
-            s = state if isinstance(state, SessionState) else self._new_session(key, ev, now)
+            s = step.session(state)
             budget.account(s, cfg, now, tokens, cost, None)
             halted = self._halted_verdict(s, cfg, None)
             if halted is not None:
@@ -466,34 +478,19 @@ class Engine:
             turn_trips = conversation.check_turn(own_run, repeats, agents, cfg)
             checks = self._session_limits(s, cfg, now) + [(t.heuristic, (lambda t=t: t)) for t in turn_trips]
             block, warn = self._run_checks(cfg, checks)
-            if block is not None:
-                if block.scope == "session":
-                    s.halted = (block.heuristic, block.reason)
-                emitted.append((s, block, "block"))
-                return s, self._verdict(block, "block", None)
-            if warn is not None:
-                emitted.append((s, warn, "warn"))
-                return s, self._verdict(warn, "warn", None)
-            return s, ALLOW
+            return s, self._settle(step, s, block, warn, None)
 
-        verdict = self.store.update_session(key, now, decide)
-        for s, trip, severity in emitted:
-            self._emit(s, ev, trip, severity, now, None)
-        return verdict
+        return self._commit(step, decide, None)
 
     def record_user(self, event: User | Mapping[str, Any]) -> Verdict:
         """A user turn is new information: loop streaks start over, loop halts are lifted."""
-        ev = event if isinstance(event, User) else _expect(parse_event(dict(event)), User)
-        key = self._session_key(ev)
-        now = self._now(ev)
-        p = self._policy(ev.tenant, ev.feature, ev.agent)
-        if p.cfg.mode == "off":
+        step = self._begin(event, User)
+        if step.p.cfg.mode == "off":
             return ALLOW
-
-        references = p.claims.references_in(ev.text)
+        references = step.p.claims.references_in(step.ev.text)
 
         def reset(state: object | None) -> tuple[SessionState, Verdict]:
-            s = state if isinstance(state, SessionState) else self._new_session(key, ev, now)
+            s = step.session(state)
             s.reset_streaks()
             if references:
                 s.ledger.observe(references)  # the user's own references may be quoted back
@@ -501,33 +498,20 @@ class Engine:
                 s.halted = None
             return s, ALLOW
 
-        return self.store.update_session(key, now, reset)
+        return self._commit(step, reset, None)
 
     def verify_final(self, event: Final | Mapping[str, Any]) -> Verdict:
         """Check a final answer before it reaches the user: every reference it cites must come
         from a tool result of this session, every completed action it claims needs a receipt."""
-        ev = event if isinstance(event, Final) else _expect(parse_event(dict(event)), Final)
-        key = self._session_key(ev)
-        now = self._now(ev)
-        p = self._policy(ev.tenant, ev.feature, ev.agent)
-        mode = p.cfg.mode_of(H.UNVERIFIED_CLAIM)
-        if mode == "off":
-            return ALLOW
-        emitted: list[tuple[SessionState, Trip, str]] = []
+        step = self._begin(event, Final)
+        cfg = step.p.cfg
 
         def check(state: object | None) -> tuple[SessionState, Verdict]:
-            s = state if isinstance(state, SessionState) else self._new_session(key, ev, now)
-            trip = p.claims.check(ev.text, s.ledger)
-            if trip is None:
-                return s, ALLOW
-            severity = "block" if mode == "enforce" else "warn"
-            emitted.append((s, trip, severity))
-            return s, self._verdict(trip, severity, None)
+            s = step.session(state)
+            block, warn = self._run_checks(cfg, [(H.UNVERIFIED_CLAIM, lambda: step.p.claims.check(step.ev.text, s.ledger))])
+            return s, self._settle(step, s, block, warn, None)
 
-        verdict = self.store.update_session(key, now, check)
-        for s, trip, severity in emitted:
-            self._emit(s, ev, trip, severity, now, None)
-        return verdict
+        return self._commit(step, check, None)
 
     def verify_receipt(
         self,

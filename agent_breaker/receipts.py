@@ -250,7 +250,7 @@ class ClaimChecker:
         self._patterns = [re.compile(p) for p in rc.reference_patterns]
         self._generic = {verb.lower(): stem.lower() for verb, stem in rc.claim_verbs.items()}
         self._tool_phrases = {name: tuple(p.lower() for p in t.claim_phrases) for name, t in cfg.tools.items() if t.claim_phrases}
-        self._configured_mutating = [name for name, t in cfg.tools.items() if t.claim_phrases]
+        self._phrase_tools = [name for name, t in cfg.tools.items() if t.claim_phrases]
         phrases = set(self._generic) | {p for ps in self._tool_phrases.values() for p in ps}
         self._phrase_patterns = [(p, re.compile(r"\b" + re.escape(p) + r"\b")) for p in sorted(phrases)]
 
@@ -306,7 +306,7 @@ class ClaimChecker:
         attempted = set(ledger.mutating)
         tools = set()
         for phrase in claimed:
-            explicit = [t for t in self._configured_mutating if phrase in self._tool_phrases[t]]
+            explicit = [t for t in self._phrase_tools if phrase in self._tool_phrases[t]]
             if explicit:
                 tools.update(explicit)
                 continue

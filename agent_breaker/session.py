@@ -113,6 +113,13 @@ class SessionState:
     ledger: Ledger = field(default_factory=Ledger)
     version: int = 0
 
+    def breaker(self, key: str) -> BreakerState:
+        """A session-scoped breaker (created closed)."""
+        st = self.breakers.get(key)
+        if st is None:
+            st = self.breakers[key] = BreakerState(key)
+        return st
+
     def reset_streaks(self) -> None:
         """New information from outside (a user turn): the run starts over."""
         self.keys.clear()

@@ -254,3 +254,16 @@ def test_a_loop_halt_blocks_every_later_call_of_the_session(engine, clock):
     assert v.reason.startswith("session halted earlier")
     other = engine.check_tool_call(call("search_docs", {"q": "x"}, session="s2"))
     assert other.allowed
+
+
+def test_similar_writes_that_each_succeed_are_work_even_with_equal_results(engine, clock):
+    body = "Hello, please find attached the weekly report for the analytics team. " * 5
+    for name in ("ana", "ben", "cai", "dee", "eli", "fay"):
+        args = {"to": f"{name}@example.com", "subject": "Weekly report", "body": body}
+        assert run(engine, clock, "send_email", args, True, {"status": "sent"}).allowed
+
+
+def test_lexical_variants_of_a_call_with_the_same_result_are_a_near_duplicate(engine, clock):
+    for q in ("SELECT * FROM t", "select * from t;", "Select *  From t"):
+        assert run(engine, clock, "run_sql", {"query": q}, True, {"rows": []}).allowed
+    assert engine.check_tool_call(call("run_sql", {"query": "SELECT * FROM T"})).heuristic == "near_duplicate"

@@ -87,7 +87,9 @@ def chain_similarity(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig, now
             return False, False
     if chain.failed:
         return False, similarity(f.fp_shape, chain.fp_shape) >= c.args_similarity
-    return similarity(f.fp_text, chain.fp_text) >= c.args_similarity, False
+    # a success chain takes lexical variants only (case, whitespace, punctuation): similar
+    # writes that each succeed (an e-mail to each recipient) are work, even with equal results
+    return f.fp_text == chain.fp_text, False
 
 
 def check_near_duplicate(

@@ -1,0 +1,684 @@
+"""Engine benchmark: per-decision latency and replay throughput on a realistic synthetic trace.
+
+    python benchmarks/bench_engine.py [--events 100000] [--seed 1] [--sessions 500]
+                                      [--repeat 3] [--no-cli] [--no-gc] [--profile [N]]
+
+Builds a deterministic (seeded) trace in the shared/spec/traces.md format, in memory: many
+interleaved sessions of paired tool calls and results, assistant and user turns, failures,
+polling, repeated and near-duplicate calls, mutating tools with receipts, a brief outage of
+one tool, a few runaway sessions, and a final answer per session. Then it reports:
+
+  * per-event latency of a fresh Engine (default config, enforce mode, every heuristic on):
+    check_tool_call (the decision), record_tool_result, record_assistant, record_user and
+    verify_final, as p50 / p90 / p99 / p99.9 / max in microseconds, both for event dicts (what
+    an integration passes; pydantic validation included) and for pre-parsed typed events;
+  * replay throughput: replay_lines() in-process on the JSONL lines (JSON parsing included),
+    the `agent-breaker replay FILE` command end to end, and its start-up time alone.
+
+It reports figures only and asserts nothing: speed targets are measured here, never asserted
+in a test. The target reported against: p99 under 100 us per decision (check_tool_call).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import datetime as _dt
+import gc
+import io
+import json
+import math
+import os
+import platform
+import pstats
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Callable
+
+# benchmark the tree this script sits in, whatever the editable install's finder says
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from agent_breaker import Engine, MemoryStore, ReceiptKeys, parse_event  # noqa: E402
+from agent_breaker.replay import replay_lines  # noqa: E402
+
+TARGET_P99_US = 100.0
+
+# --------------------------------------------------------------------------- vocabulary
+# Neutral words only: no claim verbs (created, sent, updated, ...) and no negations, so that a
+# final answer claims exactly the actions the generator put in its session.
+_WORDS = (
+    "account address alpha amount analysis annual api archive audit balance batch billing branch "
+    "bucket budget cache campaign catalog channel checkout client cluster code cohort column config "
+    "contract coupon credit customer dashboard data database delivery demand deploy detail device "
+    "discount domain draft east email endpoint engine error estimate event export feature feedback "
+    "field file filter forecast format gateway growth header history hosting import incident index "
+    "inventory invoice issue item job journal key label latency ledger license limit line list log "
+    "login margin market member message metric migration mobile model module monthly network node "
+    "north note offer order owner package page partner payment pipeline plan platform policy pool "
+    "portal price pricing product profile project promo quarter query queue quota rate record "
+    "refund region release report request retention revenue review risk role route rule sales "
+    "schema score search segment server service session shipment signal sku south spend sprint "
+    "stack storage store subscription summary supplier support survey table target task team "
+    "template tenant ticket tier token trend usage user vendor version volume warehouse webhook "
+    "weekly west widget window workflow zone"
+).split()
+_NAMES = "alice bob carol dave erin frank grace heidi ivan judy mallory nina oscar peggy rupert sybil trent victor wendy".split()
+_REGIONS = ("eu-west", "eu-central", "us-east", "us-west", "ap-south", "ap-northeast")
+_TENANTS = ("acme", "globex", "initech", "umbrella", "hooli")
+_FEATURES = ("assistant", "ops-agent", "billing")
+_MODELS = {"gpt-4o": (2.5e-6, 10e-6), "claude-sonnet": (3e-6, 15e-6), "gpt-4o-mini": (0.15e-6, 0.6e-6)}
+
+READ_TOOLS = ("search_docs", "get_customer", "list_orders", "read_file", "fetch_url", "query_db", "lookup_lead", "get_invoice")
+MUTATING_TOOLS = ("create_ticket", "send_email", "update_record")  # inferred mutating by name
+SUBMIT_TOOL, POLL_TOOL = "submit_job", "get_job_status"  # "*status*": a polling tool
+OUTAGE_TOOL = "fetch_url"
+
+_TRANSIENT_ERRORS = ("timeout after 30s", "503 Service Unavailable", "connection reset by peer", "429 Too Many Requests")
+_HARD_ERRORS = ("invalid argument: unknown column 'region_id'", "permission denied for table orders", "404 not found")
+
+
+def _words(rng: random.Random, n: int) -> str:
+    return " ".join(rng.choice(_WORDS) for _ in range(n))
+
+
+def _text(rng: random.Random, lo: int, hi: int) -> str:
+    """Random prose of lo..hi characters."""
+    target = rng.randint(lo, hi)
+    out: list[str] = []
+    size = 0
+    while size < target:
+        w = rng.choice(_WORDS) if rng.random() > 0.08 else str(rng.randint(1, 99999))
+        out.append(w)
+        size += len(w) + 1
+    return " ".join(out)[:target].strip()
+
+
+# --------------------------------------------------------------------------- trace generator
+class _Session:
+    """Writes the events of one session, with its own clock, to an exact length."""
+
+    def __init__(self, rng: random.Random, index: int, length: int, start: float, outage: tuple[float, float], runaway: str | None) -> None:
+        self.rng = rng
+        self.sid = f"run-{rng.getrandbits(48):012x}"
+        self.index = index
+        self.length = length
+        self.t = start
+        self.outage = outage
+        self.runaway = runaway
+        self.runaway_at = int(length * rng.uniform(0.5, 0.85)) if runaway else None
+        self.tenant = rng.choice(_TENANTS)
+        self.feature = rng.choice(_FEATURES)
+        self.model = rng.choice(tuple(_MODELS))
+        self.multi_agent = rng.random() < 0.2
+        self.agent = "worker" if self.multi_agent else rng.choice(("support-bot", "analyst", None))
+        self.topic = _words(rng, 3)
+        self.events: list[dict[str, Any]] = []
+        self.n_calls = 0
+        self.last_ok: tuple[str, dict[str, Any], Any, str] | None = None  # tool, args, result, thought
+        self.refs: list[tuple[str, str]] = []  # (tool, reference id) from mutating results
+        self.jobs = 0
+
+    # ---- low level
+    @property
+    def room(self) -> int:
+        """Events left before the final answer."""
+        return self.length - 1 - len(self.events)
+
+    def _emit(self, ev: dict[str, Any], gap: float, agent: str | None = None, depth: int | None = None) -> dict[str, Any]:
+        self.t += gap
+        head: dict[str, Any] = {"session": self.sid, "ts": round(self.t, 3), "tenant": self.tenant, "feature": self.feature}
+        agent = agent if agent is not None else self.agent
+        if agent is not None:
+            head["agent"] = agent
+        if depth is not None:
+            head["depth"] = depth
+        head.update(ev)
+        self.events.append(head)
+        return head
+
+    def _spend(self) -> dict[str, Any]:
+        rng = self.rng
+        it, ot = rng.randint(400, 3500), rng.randint(30, 450)
+        pin, pout = _MODELS[self.model]
+        return {"input_tokens": it, "output_tokens": ot, "cost_usd": round(it * pin + ot * pout, 6), "model": self.model}
+
+    def call(self, tool: str, args: dict[str, Any], thought: str, *, gap: float | None = None) -> str:
+        self.n_calls += 1
+        cid = f"c{self.n_calls}"
+        ev: dict[str, Any] = {"type": "tool_call", "tool": tool, "args": args, "call_id": cid}
+        ev.update(self._spend())
+        ev["thought"] = thought
+        depth = 1 if self.multi_agent else None
+        self._emit(ev, self.rng.uniform(0.8, 6.0) if gap is None else gap, depth=depth)
+        return cid
+
+    def result(self, tool: str, cid: str, ok: bool, result: Any = None, error: str | None = None) -> None:
+        latency = round(self.rng.lognormvariate(5.5, 0.8), 1)  # ~250 ms median
+        ev: dict[str, Any] = {"type": "tool_result", "tool": tool, "call_id": cid, "ok": ok}
+        if result is not None:
+            ev["result"] = result
+        if error is not None:
+            ev["error"] = error
+        ev["latency_ms"] = latency
+        self._emit(ev, latency / 1000.0, depth=1 if self.multi_agent else None)
+
+    def in_outage(self, tool: str) -> bool:
+        # the result comes back within a few seconds of the call's ts
+        return tool == OUTAGE_TOOL and self.outage[0] <= self.t <= self.outage[1]
+
+    # ---- payloads
+    def read_args(self, tool: str) -> dict[str, Any]:
+        rng = self.rng
+        args: dict[str, Any] = {"query": f"{self.topic} {_text(rng, 50, 200)}"}
+        if rng.random() < 0.7:
+            args["limit"] = rng.choice((5, 10, 20, 50))
+        if rng.random() < 0.5:
+            args["filters"] = {"region": rng.choice(_REGIONS), "since": f"2025-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"}
+        if rng.random() < 0.4:
+            args["request_id"] = f"{rng.getrandbits(64):016x}"  # volatile: ignored when comparing calls
+        if tool == "read_file":
+            args["path"] = f"/srv/{rng.choice(_WORDS)}/{rng.choice(_WORDS)}_{rng.randint(1, 999)}.md"
+        return args
+
+    def read_result(self) -> dict[str, Any]:
+        rng = self.rng
+        rows = [
+            {"id": rng.randint(10_000, 999_999), "title": _words(rng, rng.randint(2, 5)), "snippet": _text(rng, 60, 140)}
+            for _ in range(rng.randint(1, 4))
+        ]
+        return {"rows": rows, "total": rng.randint(len(rows), 500), "next_cursor": f"{rng.getrandbits(32):08x}"}
+
+    def thought(self) -> str:
+        return _words(self.rng, self.rng.randint(8, 12))
+
+    # ---- steps (each knows how many events it needs)
+    def step_read(self) -> None:
+        rng = self.rng
+        tool = rng.choice(READ_TOOLS)
+        args, thought = self.read_args(tool), self.thought()
+        cid = self.call(tool, args, thought)
+        if self.in_outage(tool):
+            self.result(tool, cid, False, error="503 Service Unavailable")
+            return
+        r = rng.random()
+        if r < 0.025:  # transport failure, usually transient; often retried once with the same args
+            error = rng.choice(_TRANSIENT_ERRORS) if rng.random() < 0.8 else rng.choice(_HARD_ERRORS)
+            self.result(tool, cid, False, error=error)
+            if self.room >= 2 and rng.random() < 0.7:
+                cid = self.call(tool, dict(args), thought, gap=rng.uniform(1.0, 4.0))
+                res = self.read_result()
+                self.result(tool, cid, True, res)
+                self.last_ok = (tool, args, res, thought)
+            return
+        if r < 0.035:  # semantic failure: ok transport, error payload
+            self.result(tool, cid, True, {"status": "error", "error": rng.choice(_HARD_ERRORS)})
+            return
+        res = self.read_result()
+        self.result(tool, cid, True, res)
+        self.last_ok = (tool, args, res, thought)
+
+    def step_repeat(self) -> None:
+        """The same call again right away (key order shuffled, volatile id changed): same result."""
+        assert self.last_ok is not None
+        tool, args, res, thought = self.last_ok
+        keys = list(args)
+        self.rng.shuffle(keys)
+        again = {k: args[k] for k in keys}
+        if "request_id" in again:
+            again["request_id"] = f"{self.rng.getrandbits(64):016x}"
+        cid = self.call(tool, again, thought)
+        self.result(tool, cid, True, res)
+        self.last_ok = None  # never three in a row
+
+    def step_near_duplicate(self) -> None:
+        """The same query reworded slightly (one word changed, spacing), same result."""
+        assert self.last_ok is not None
+        tool, args, res, thought = self.last_ok
+        words = str(args["query"]).split()
+        words[self.rng.randrange(len(words))] = self.rng.choice(_WORDS)
+        again = dict(args, query="  ".join(words) if self.rng.random() < 0.5 else " ".join(words))
+        cid = self.call(tool, again, thought + " again")
+        self.result(tool, cid, True, res)
+        self.last_ok = None
+
+    def step_mutating(self) -> None:
+        rng = self.rng
+        tool = rng.choice(MUTATING_TOOLS)
+        if tool == "send_email":
+            args: dict[str, Any] = {"to": f"{rng.choice(_NAMES)}@{self.tenant}.example", "subject": _text(rng, 20, 60), "body": _text(rng, 100, 200)}
+            ref = f"MSG-{rng.randint(100000, 999999)}"
+        elif tool == "create_ticket":
+            args = {"title": _text(rng, 30, 80), "description": _text(rng, 80, 200), "priority": rng.choice(("low", "normal", "high"))}
+            ref = f"TCK-{rng.randint(10000, 99999)}"
+        else:
+            args = {"record_id": rng.randint(1000, 99999), "fields": {"owner": rng.choice(_NAMES), "note": _text(rng, 50, 150)}}
+            ref = f"REC-{rng.randint(10000, 99999)}"
+        cid = self.call(tool, args, self.thought())
+        self.result(tool, cid, True, {"id": ref, "status": "ok", "at": f"2025-06-{rng.randint(1, 28):02d}T10:00:00Z"})
+        self.refs.append((tool, ref))
+
+    def step_polling(self) -> None:
+        """Submit a job, poll its status (unchanged for a few polls, then moving), get it done."""
+        rng = self.rng
+        self.jobs += 1
+        job = f"JOB-{rng.randint(100000, 999999)}"
+        cid = self.call(SUBMIT_TOOL, {"kind": rng.choice(("export", "reindex", "report")), "params": {"topic": self.topic}}, self.thought())
+        self.result(SUBMIT_TOOL, cid, True, {"job_id": job, "status": "queued"})
+        polls = min(rng.randint(2, 9), (self.room - 4) // 2)
+        progress = 0
+        thought = f"check whether job {job} has finished yet"
+        for i in range(max(polls, 0)):
+            if rng.random() < 0.4:
+                progress = min(progress + rng.randint(5, 30), 95)
+            cid = self.call(POLL_TOOL, {"job_id": job}, thought, gap=rng.uniform(2.0, 10.0))
+            self.result(POLL_TOOL, cid, True, {"job_id": job, "status": "running", "progress": progress})
+        cid = self.call(POLL_TOOL, {"job_id": job}, thought, gap=rng.uniform(2.0, 10.0))
+        self.result(POLL_TOOL, cid, True, {"job_id": job, "status": "succeeded", "progress": 100, "output": f"s3://exports/{job}.csv"})
+
+    def step_assistant(self, text: str | None = None, agent: str | None = None) -> None:
+        ev: dict[str, Any] = {"type": "assistant", "text": text or _text(self.rng, 80, 260)}
+        ev.update(self._spend())
+        if self.multi_agent and agent is None:
+            agent = self.rng.choice(("planner", "worker"))
+        self._emit(ev, self.rng.uniform(1.0, 5.0), agent=agent, depth=(0 if agent == "planner" else 1) if self.multi_agent else None)
+
+    def step_user(self) -> None:
+        self._emit({"type": "user", "text": f"{_text(self.rng, 20, 120)}?"}, self.rng.uniform(5.0, 40.0), agent=None)
+
+    # ---- runaways (a few sessions): the guard is meant to stop these
+    def run_away(self) -> None:
+        rng = self.rng
+        kind = self.runaway
+        if kind == "identical_call":
+            tool = rng.choice(READ_TOOLS)
+            args, thought = self.read_args(tool), self.thought()
+            res = self.read_result()
+            for _ in range(min(6, self.room // 2)):
+                self.result(tool, self.call(tool, dict(args), thought), True, res)
+        elif kind == "identical_failure":
+            tool = rng.choice(READ_TOOLS)
+            args, thought, err = self.read_args(tool), self.thought(), rng.choice(_HARD_ERRORS)
+            for _ in range(min(5, self.room // 2)):
+                self.result(tool, self.call(tool, dict(args), thought), False, error=err)
+        elif kind == "oscillation":
+            a, b = rng.sample(READ_TOOLS, 2)
+            pa, pb = (self.read_args(a), self.read_result()), (self.read_args(b), self.read_result())
+            for i in range(min(6, self.room // 2)):
+                tool, (args, res) = (a, pa) if i % 2 == 0 else (b, pb)
+                self.result(tool, self.call(tool, dict(args), self.thought()), True, res)
+        elif kind == "stuck_polling":
+            job = f"JOB-{rng.randint(100000, 999999)}"
+            for _ in range(min(18, self.room // 2)):
+                cid = self.call(POLL_TOOL, {"job_id": job}, f"check whether job {job} has finished yet", gap=rng.uniform(2.0, 6.0))
+                self.result(POLL_TOOL, cid, True, {"job_id": job, "status": "running", "progress": 40})
+        elif kind == "semantic_echo":
+            base = _text(rng, 100, 200).split()
+            for _ in range(min(4, self.room)):
+                words = list(base)
+                rng.shuffle(words)
+                self.step_assistant(" ".join(words), agent="worker" if self.multi_agent else None)
+        self.runaway = None
+
+    def final(self) -> None:
+        text = f"Summary for {self.topic}: {_text(self.rng, 60, 200)}."
+        if self.refs:
+            tool, ref = self.rng.choice(self.refs)
+            what = {"create_ticket": "I opened ticket", "send_email": "The email went out as", "update_record": "The record change is"}[tool]
+            text += f" {what} {ref}."
+        self._emit({"type": "final", "text": text}, self.rng.uniform(1.0, 5.0), agent="planner" if self.multi_agent else None)
+
+    def build(self) -> list[dict[str, Any]]:
+        rng = self.rng
+        self.step_user()
+        while self.room > 0:
+            room = self.room
+            if self.runaway and len(self.events) >= (self.runaway_at or 0) and room >= 12:
+                self.run_away()
+                continue
+            r = rng.random()
+            if room >= 4 and r < 0.05:
+                self.step_polling()
+            elif room >= 2 and r < 0.09:
+                self.step_mutating()
+            elif room >= 2 and r < 0.13 and self.last_ok is not None:
+                self.step_repeat()
+            elif room >= 2 and r < 0.17 and self.last_ok is not None:
+                self.step_near_duplicate()
+            elif r < 0.27 or room < 2:
+                self.step_assistant()
+            elif r < 0.285:
+                self.step_user()
+            else:
+                self.step_read()
+        self.final()
+        assert len(self.events) == self.length, (len(self.events), self.length)
+        return self.events
+
+
+RUNAWAY_KINDS = ("identical_call", "identical_failure", "oscillation", "stuck_polling", "semantic_echo")
+
+
+def generate_trace(n_events: int, seed: int, n_sessions: int = 500, runaway_share: float = 0.04) -> list[dict[str, Any]]:
+    """A deterministic trace of exactly n_events events, sessions interleaved by time."""
+    rng = random.Random(seed)
+    n_sessions = max(1, min(n_sessions, n_events // 12))
+    weights = [rng.uniform(0.5, 1.5) for _ in range(n_sessions)]
+    total = sum(weights)
+    lengths = [max(12, int(w * n_events / total)) for w in weights]
+    diff = n_events - sum(lengths)
+    while diff:  # fix the rounding: +-1 on random sessions that can take it
+        i = rng.randrange(n_sessions)
+        if diff > 0:
+            lengths[i] += 1
+            diff -= 1
+        elif lengths[i] > 12:
+            lengths[i] -= 1
+            diff += 1
+    base = 1_760_000_000.0
+    # sessions start over a span about twice a session's duration: ~1/3 of them run at once
+    span = 2.0 * (n_events / n_sessions) * 3.0
+    outage = (base + span * 0.4, base + span * 0.4 + 40.0)  # one tool down for 40 s
+    events: list[tuple[float, int, int, dict[str, Any]]] = []
+    for i, length in enumerate(lengths):
+        srng = random.Random(rng.getrandbits(64))
+        runaway = srng.choice(RUNAWAY_KINDS) if srng.random() < runaway_share else None
+        s = _Session(srng, i, length, base + rng.uniform(0, span), outage, runaway)
+        for j, ev in enumerate(s.build()):
+            events.append((ev["ts"], i, j, ev))
+    events.sort(key=lambda e: (e[0], e[1], e[2]))
+    return [e[3] for e in events]
+
+
+# --------------------------------------------------------------------------- measurement
+def new_engine() -> Engine:
+    return Engine(listeners=[], receipt_keys=ReceiptKeys.ephemeral(), store=MemoryStore(ttl_s=math.inf))
+
+
+KINDS = (
+    ("tool_call", "check_tool_call"),
+    ("tool_result", "record_tool_result"),
+    ("assistant", "record_assistant"),
+    ("user", "record_user"),
+    ("final", "verify_final"),
+)
+
+
+class Pass:
+    """One feed of the trace through an engine, timing every call (blocked calls' results are
+    skipped, as replay does: a call that was refused never ran)."""
+
+    def __init__(self) -> None:
+        self.lat: dict[str, list[int]] = {k: [] for k, _ in KINDS}
+        self.calls = 0
+        self.blocked = 0
+        self.block_heuristics: Counter[str] = Counter()
+        self.warned = 0
+        self.halted_sessions: set[str] = set()
+        self.final_rejected = 0
+        self.results_failed = 0
+
+
+def feed(
+    engine: Engine, raw: list[dict[str, Any]], payloads: list[Any], timed: bool = True, profiler: cProfile.Profile | None = None
+) -> Pass:
+    """Feed the trace; with a profiler, only the decisions (check_tool_call) are profiled."""
+    methods: dict[str, Callable[[Any], Any]] = {k: getattr(engine, m) for k, m in KINDS}
+    out = Pass()
+    lat = out.lat
+    blocked_ids: set[tuple[str, str]] = set()
+    pc = time.perf_counter_ns
+    for ev, payload in zip(raw, payloads):
+        kind = ev["type"]
+        if kind == "tool_result" and (ev["session"], ev.get("call_id")) in blocked_ids:
+            blocked_ids.discard((ev["session"], ev["call_id"]))
+            continue
+        fn = methods[kind]
+        if profiler is not None and kind == "tool_call":
+            profiler.enable()
+            v = fn(payload)
+            profiler.disable()
+        else:
+            t0 = pc()
+            v = fn(payload)
+            t1 = pc()
+            if timed:
+                lat[kind].append(t1 - t0)
+        if kind == "tool_call":
+            out.calls += 1
+            if not v.allowed:
+                out.blocked += 1
+                out.block_heuristics[v.heuristic] += 1
+                blocked_ids.add((ev["session"], ev["call_id"]))
+                if v.scope == "session":
+                    out.halted_sessions.add(ev["session"])
+            elif v.heuristic is not None:
+                out.warned += 1
+        elif kind == "tool_result":
+            out.results_failed += bool(v.failed)
+        elif kind == "final" and v.heuristic is not None:
+            out.final_rejected += 1
+    return out
+
+
+def pct(sorted_ns: list[int], q: float) -> float:
+    """Nearest-rank percentile, in microseconds."""
+    if not sorted_ns:
+        return float("nan")
+    i = min(len(sorted_ns) - 1, max(0, math.ceil(q * len(sorted_ns)) - 1))
+    return sorted_ns[i] / 1000.0
+
+
+def timer_overhead_ns() -> float:
+    pc = time.perf_counter_ns
+    samples = []
+    for _ in range(20_000):
+        t0 = pc()
+        t1 = pc()
+        samples.append(t1 - t0)
+    return statistics.median(samples)
+
+
+# --------------------------------------------------------------------------- CLI
+def cli_command() -> list[str]:
+    exe = shutil.which("agent-breaker")
+    return [exe] if exe else [sys.executable, "-m", "agent_breaker.cli"]
+
+
+def run_cli(path: Path) -> tuple[float, int, str]:
+    t0 = time.perf_counter()
+    proc = subprocess.run([*cli_command(), "replay", str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return time.perf_counter() - t0, proc.returncode, proc.stdout
+
+
+# --------------------------------------------------------------------------- report
+def cpu_name() -> str:
+    name = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return name or platform.machine()
+
+
+def version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "?"
+
+
+def summarize(xs_ns: list[int]) -> dict[str, float]:
+    xs = sorted(xs_ns)
+    return {
+        "mean": sum(xs) / len(xs) / 1000.0,
+        "p50": pct(xs, 0.50),
+        "p90": pct(xs, 0.90),
+        "p99": pct(xs, 0.99),
+        "p99.9": pct(xs, 0.999),
+        "max": xs[-1] / 1000.0,
+    }
+
+
+def latency_table(title: str, runs: list[Pass]) -> dict[str, dict[str, float]]:
+    """Each statistic is the median over the runs (one fresh engine per run)."""
+    print(f"\n{title}")
+    print(f"  {'event kind':<20}{'count':>8}{'mean':>9}{'p50':>9}{'p90':>9}{'p99':>9}{'p99.9':>9}{'max':>10}")
+    table: dict[str, dict[str, float]] = {}
+    for kind, method in KINDS:
+        if not runs[0].lat[kind]:
+            continue
+        per_run = [summarize(r.lat[kind]) for r in runs]
+        row = table[kind] = {k: statistics.median(r[k] for r in per_run) for k in per_run[0]}
+        print(
+            f"  {method:<20}{len(runs[0].lat[kind]):>8,}{row['mean']:>9.1f}{row['p50']:>9.1f}{row['p90']:>9.1f}"
+            f"{row['p99']:>9.1f}{row['p99.9']:>9.1f}{row['max']:>10.1f}"
+        )
+    if len(runs) > 1:
+        spread = ", ".join(f"{summarize(r.lat['tool_call'])['p99']:.1f}" for r in runs)
+        print(f"  (median of {len(runs)} runs; check_tool_call p99 per run: {spread})")
+    return table
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--events", type=int, default=100_000, help="events in the trace (default 100000)")
+    ap.add_argument("--seed", type=int, default=1, help="seed of the trace generator (default 1)")
+    ap.add_argument("--sessions", type=int, default=500, help="interleaved sessions (default 500)")
+    ap.add_argument("--warmup", type=int, default=2000, help="events fed to a throw-away engine first (default 2000)")
+    ap.add_argument("--no-cli", action="store_true", help="skip the subprocess runs of `agent-breaker replay`")
+    ap.add_argument("--repeat", type=int, default=3, help="timed passes per payload kind, a fresh engine each; the table "
+                    "shows the median of each statistic (default 3)")
+    ap.add_argument("--no-gc", action="store_true", help="disable the garbage collector during the timed passes")
+    ap.add_argument(
+        "--profile", type=int, nargs="?", const=25, default=0, metavar="N",
+        help="also run cProfile over the decisions (check_tool_call, dict events) and print the top N functions",
+    )
+    args = ap.parse_args(argv)
+
+    t0 = time.perf_counter()
+    raw = generate_trace(args.events, args.seed, args.sessions)
+    gen_s = time.perf_counter() - t0
+    lines = [json.dumps(ev) for ev in raw]
+    typed = [parse_event(dict(ev)) for ev in raw]
+    mb = sum(len(line) + 1 for line in lines) / 1e6
+    sessions = len({ev["session"] for ev in raw})
+    counts = Counter(ev["type"] for ev in raw)
+    # the trace is the harness's data, not the engine's: keep it out of the collector's way
+    gc.collect()
+    gc.freeze()
+
+    print("agent-breaker engine benchmark (benchmarks/bench_engine.py)")
+    print(
+        f"python {platform.python_version()} ({platform.python_implementation()}) | {platform.system()} {platform.release()} "
+        f"{platform.machine()}"
+    )
+    print(f"cpu: {cpu_name()} | os.cpu_count() = {os.cpu_count()}")
+    print(f"date: {_dt.datetime.now(_dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}")
+    print(
+        f"agent_breaker {version('agent-breaker')} | pydantic {version('pydantic')} | rapidfuzz {version('rapidfuzz')} "
+        f"| timer overhead {timer_overhead_ns():.0f} ns"
+    )
+    print(
+        f"\ntrace: {len(raw):,} events, {sessions} interleaved sessions, seed {args.seed}, {mb:.1f} MB JSONL "
+        f"(generated in {gen_s:.1f} s)"
+    )
+    print("  " + ", ".join(f"{k} {counts.get(k, 0):,}" for k, _ in KINDS))
+    print("engine: Engine(listeners=[], receipt_keys=ReceiptKeys.ephemeral(), store=MemoryStore(ttl_s=inf)),")
+    print("        default config (mode enforce, every heuristic on, breakers shared across sessions)")
+
+    # warm-up: imports, caches, pydantic validators, rapidfuzz, on a throw-away engine
+    w = min(args.warmup, len(raw))
+    feed(new_engine(), raw[:w], raw[:w], timed=False)
+    feed(new_engine(), raw[:w], typed[:w], timed=False)
+
+    if args.no_gc:
+        gc.disable()
+    dict_runs = [feed(new_engine(), raw, raw) for _ in range(args.repeat)]
+    typed_runs = [feed(new_engine(), raw, typed) for _ in range(args.repeat)]
+    p_dict = dict_runs[0]
+
+    share = p_dict.blocked / p_dict.calls if p_dict.calls else 0.0
+    top = ", ".join(f"{h} {n}" for h, n in p_dict.block_heuristics.most_common(6))
+    print(
+        f"\nverdicts: {p_dict.blocked:,} of {p_dict.calls:,} tool calls blocked ({share:.2%}); "
+        f"{len(p_dict.halted_sessions)} of {sessions} sessions halted; {p_dict.warned} warnings; "
+        f"{p_dict.results_failed:,} failed results; {p_dict.final_rejected} final answers rejected"
+    )
+    print(f"  blocks by heuristic: {top or 'none'}")
+
+    t_dict = latency_table("per-event latency, us - event dicts (pydantic validation included, as an integration calls it)", dict_runs)
+    t_typed = latency_table("per-event latency, us - pre-parsed typed events (validation excluded)", typed_runs)
+
+    # replay in-process
+    gc.collect()
+    engine = new_engine()
+    errors = io.StringIO()
+    t0 = time.perf_counter()
+    results, invalid = replay_lines(lines, engine, errors=errors)
+    replay_s = time.perf_counter() - t0
+    r_blocked = sum(r["blocked_calls"] for r in results)
+    r_calls = r_blocked + sum(r["allowed_calls"] for r in results)
+
+    print("\nthroughput")
+    print(f"  {'path':<58}{'events':>9}{'seconds':>9}{'events/s':>11}")
+    print(f"  {'replay_lines(lines, engine) in-process, JSON parse incl.':<58}{len(lines):>9,}{replay_s:>9.2f}{len(lines) / replay_s:>11,.0f}")
+
+    cli_note = ""
+    if not args.no_cli:
+        with tempfile.TemporaryDirectory() as tmp:
+            trace = Path(tmp) / "trace.jsonl"
+            trace.write_text("\n".join(lines) + "\n", encoding="utf-8")
+            one = Path(tmp) / "one.jsonl"
+            first_call = next(line for line, ev in zip(lines, raw) if ev["type"] == "tool_call")
+            one.write_text(first_call + "\n", encoding="utf-8")
+            run_cli(one)  # warm the OS file cache and .pyc files
+            startups = sorted(run_cli(one)[0] for _ in range(5))
+            cli_s, rc, out = run_cli(trace)
+        cli_results = [json.loads(x) for x in out.splitlines() if x.strip()]
+        c_blocked = sum(r["blocked_calls"] for r in cli_results)
+        c_calls = c_blocked + sum(r["allowed_calls"] for r in cli_results)
+        label = "agent-breaker replay FILE (subprocess, wall clock)"
+        print(f"  {label:<58}{len(lines):>9,}{cli_s:>9.2f}{len(lines) / cli_s:>11,.0f}")
+        label = "agent-breaker replay on a 1-line trace (start-up)"
+        print(f"  {label:<58}{1:>9}{statistics.median(startups):>9.3f}{'':>11}   median of 5, min {startups[0]:.3f} s")
+        cli_note = (
+            f"; CLI exit {rc}, {c_blocked:,} of {c_calls:,} calls blocked "
+            f"(CLI default: per-session breakers, so the shared-tool outage trips less)"
+        )
+    print(f"  replay: {invalid} invalid lines, {r_blocked:,} of {r_calls:,} calls blocked{cli_note}")
+
+    p99_dict = t_dict["tool_call"]["p99"]
+    p99_typed = t_typed["tool_call"]["p99"]
+
+    def verdict(x: float) -> str:
+        return "within target" if x < TARGET_P99_US else "OVER target"
+
+    print(f"\ntarget: p99 of check_tool_call < {TARGET_P99_US:g} us per decision")
+    print(f"  event dicts:  p99 {p99_dict:.1f} us ({verdict(p99_dict)})")
+    print(f"  typed events: p99 {p99_typed:.1f} us ({verdict(p99_typed)})")
+    gc_note = "GC off during the timed passes (--no-gc)" if args.no_gc else "GC on"
+    print(f"  ({gc_note}; the trace itself frozen out of the collector with gc.freeze(); single thread)")
+
+    if args.profile:
+        gc.enable()
+        prof = cProfile.Profile()
+        feed(new_engine(), raw, raw, timed=False, profiler=prof)
+        print(f"\ncProfile of every check_tool_call (dict events; profiler overhead inflates small calls)")
+        stats = pstats.Stats(prof, stream=sys.stdout)
+        stats.sort_stats("tottime").print_stats(args.profile)
+        stats.sort_stats("cumulative").print_stats("agent_breaker", args.profile)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

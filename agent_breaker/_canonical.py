@@ -40,6 +40,7 @@ MAX_FINGERPRINT_TOKENS = 256
 _KEY_NORMALIZER = re.compile(r"[^0-9a-z]+")
 _TOKEN = re.compile(r"[^\W_]+")
 _DIGITS = re.compile(r"\d+")
+_HAS_DIGIT = re.compile(r"\d")
 
 
 class CanonicalError(ValueError):
@@ -109,16 +110,39 @@ def hash64(*parts: str) -> int:
     return int.from_bytes(h.digest(), "big")
 
 
-def token_hashes(text: str, *, salt: int, shape: bool = False) -> tuple[int, ...]:
-    """Word tokens of `text` (lower-cased; digit runs folded to one symbol when `shape`) as
-    32-bit hashes. Similar texts give similar sequences, and no text is kept."""
-    text = text.lower()
-    if shape:
-        text = _DIGITS.sub("0", text)
-    tokens = _TOKEN.findall(text)
-    if len(tokens) > MAX_FINGERPRINT_TOKENS:
-        tokens = tokens[:MAX_FINGERPRINT_TOKENS]
-    return tuple(zlib.crc32(t.encode("utf-8", "surrogatepass"), salt) for t in tokens)
+class TokenHasher:
+    """Word tokens as salted 32-bit hashes, with the hash of each distinct token cached (a
+    bounded cache: tokens repeat a lot across calls)."""
+
+    __slots__ = ("salt", "_cache")
+
+    MAX_CACHE = 50_000
+
+    def __init__(self, salt: int) -> None:
+        self.salt = salt
+        self._cache: dict[str, int] = {}
+
+    def _hash(self, token: str) -> int:
+        h = self._cache.get(token)
+        if h is None:
+            if len(self._cache) >= self.MAX_CACHE:
+                self._cache.clear()
+            h = self._cache[token] = zlib.crc32(token.encode("utf-8", "surrogatepass"), self.salt)
+        return h
+
+    def tokens(self, text: str) -> list[str]:
+        tokens = _TOKEN.findall(text.lower())
+        return tokens[:MAX_FINGERPRINT_TOKENS] if len(tokens) > MAX_FINGERPRINT_TOKENS else tokens
+
+    def hashes(self, tokens: list[str]) -> tuple[int, ...]:
+        h = self._hash
+        return tuple([h(t) for t in tokens])
+
+    def shape_hashes(self, tokens: list[str]) -> tuple[int, ...]:
+        """The same with digit runs folded to one symbol (ids and numbers aside). Folding digits
+        does not move token boundaries, so it works on the tokens directly."""
+        h = self._hash
+        return tuple([h(_DIGITS.sub("0", t)) if _HAS_DIGIT.search(t) else h(t) for t in tokens])
 
 
 def salt_from(secret: str) -> int:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
 from . import heuristics as H
-from ._canonical import CanonicalError, Canonicalizer, hash64, salt_from, token_hashes
+from ._canonical import CanonicalError, Canonicalizer, TokenHasher, hash64, salt_from
 from .breaker import BreakerState, BreakerStateName, Permission
 from .breaker import core as breaker_core
 from .clock import Clock, SystemClock
@@ -75,7 +75,7 @@ class _Policy:
     cfg: AgentBreakerConfig
     canon: Canonicalizer
     result_canon: Canonicalizer
-    salt: int
+    hasher: TokenHasher
     in_progress: frozenset[str]
     claims: ClaimChecker
     mutating_tools: dict[str, bool]
@@ -152,7 +152,7 @@ class Engine:
                 cfg,
                 Canonicalizer(cfg.volatile_fields, max_bytes=cfg.max_args_bytes),
                 Canonicalizer(cfg.volatile_fields, max_bytes=_RESULT_MAX_BYTES),
-                salt_from(cfg.fingerprint_secret),
+                TokenHasher(salt_from(cfg.fingerprint_secret)),
                 frozenset(cfg.stuck_polling.in_progress_values),
                 ClaimChecker(cfg),
                 {},
@@ -187,14 +187,14 @@ class Engine:
         except CanonicalError as exc:
             raise InvalidEventError(f"args of {ev.tool}: {exc}") from None
         cfg = p.cfg
-        tokens = ev.input_tokens + ev.output_tokens
+        tokens = p.hasher.tokens(canonical)
         return CallFacts(
             tool=ev.tool,
             key=hash64(ev.tool, canonical),
-            fp_text=token_hashes(canonical, salt=p.salt),
-            fp_shape=token_hashes(canonical, salt=p.salt, shape=True),
-            fp_thought=None if not ev.thought else tuple(sorted(token_hashes(ev.thought, salt=p.salt, shape=True))),
-            tokens=tokens,
+            fp_text=p.hasher.hashes(tokens),
+            fp_shape=p.hasher.shape_hashes(tokens),
+            fp_thought=None if not ev.thought else tuple(sorted(p.hasher.shape_hashes(p.hasher.tokens(ev.thought)))),
+            tokens=ev.input_tokens + ev.output_tokens,
             cost_usd=budget.step_cost_usd(cfg, ev.input_tokens, ev.output_tokens, ev.cost_usd, ev.model),
             depth=ev.depth or 0,
             mutating=ev.mutating if ev.mutating is not None else p.mutating(ev.tool),
@@ -465,7 +465,7 @@ class Engine:
             return ALLOW
         tokens = ev.input_tokens + ev.output_tokens
         cost = budget.step_cost_usd(cfg, ev.input_tokens, ev.output_tokens, ev.cost_usd, ev.model)
-        fp = tuple(sorted(token_hashes(ev.text, salt=p.salt)))
+        fp = tuple(sorted(p.hasher.hashes(p.hasher.tokens(ev.text))))
         agent = hash64(ev.agent or "") & 0xFFFF_FFFF
 
         def decide(state: object | None) -> tuple[SessionState, Verdict]:

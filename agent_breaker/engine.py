@@ -68,6 +68,44 @@ def is_semantic_failure(result: Any) -> bool:
     return result.get("success") is False or result.get("ok") is False
 
 
+class _Ctx:
+    """What the checks of one decision read (built once per decision)."""
+
+    __slots__ = ("s", "f", "cfg", "now", "polling", "similar")
+
+    def __init__(
+        self, s: SessionState, f: Any, cfg: AgentBreakerConfig, now: float, polling: bool, similar: tuple[bool, bool]
+    ) -> None:
+        self.s, self.f, self.cfg, self.now, self.polling, self.similar = s, f, cfg, now, polling, similar
+
+
+Check = Callable[[_Ctx], "Trip | None"]
+
+#: spend ceilings, checked on every step (tool calls and assistant turns), in this order
+_SESSION_LIMITS: tuple[tuple[str, Check], ...] = (
+    (H.STEP_LIMIT, lambda c: budget.check_step_limit(c.s, c.cfg)),
+    (H.TOKEN_BUDGET, lambda c: budget.check_token_budget(c.s, c.cfg)),
+    (H.COST_BUDGET, lambda c: budget.check_cost_budget(c.s, c.cfg)),
+    (H.TOKEN_VELOCITY, lambda c: budget.check_velocity(c.s, c.cfg, c.now)),
+)
+#: the checks of a tool call, in this order; the breaker comes after them
+_CALL_CHECKS: tuple[tuple[str, Check], ...] = _SESSION_LIMITS + (
+    (H.DEPTH_LIMIT, lambda c: budget.check_depth_limit(c.f.depth, c.cfg)),
+    (H.BUDGET_SOFT_LIMIT, lambda c: budget.check_soft_limit(c.s, c.cfg, c.f.tool)),
+    (H.TOOL_TOKEN_BUDGET, lambda c: budget.check_tool_token_budget(c.s, c.cfg, c.f.tool)),
+    (H.IDENTICAL_FAILURE, lambda c: loops.check_identical_failure(c.s, c.f, c.cfg, c.now)),
+    (H.IDENTICAL_CALL, lambda c: loops.check_identical_call(c.s, c.f, c.cfg, c.now, c.polling)),
+    (H.STUCK_POLLING, lambda c: loops.check_stuck_polling(c.s, c.f, c.cfg, c.now, c.polling)),
+    (H.NEAR_DUPLICATE, lambda c: loops.check_near_duplicate(c.s, c.f, c.cfg, c.similar, c.polling)),
+    (H.OSCILLATION, lambda c: loops.check_oscillation(c.s, c.f, c.cfg)),
+)
+
+
+def _enabled(cfg: AgentBreakerConfig, checks: tuple[tuple[str, Check], ...]) -> tuple[tuple[str, str, Check], ...]:
+    """The checks a config has on, each with its mode (worked out once per config)."""
+    return tuple((name, cfg.mode_of(name), check) for name, check in checks if cfg.mode_of(name) != "off")
+
+
 @dataclass(frozen=True, slots=True)
 class _Policy:
     """A resolved config plus what is derived from it once."""
@@ -79,6 +117,8 @@ class _Policy:
     in_progress: frozenset[str]
     claims: ClaimChecker
     mutating_tools: dict[str, bool]
+    call_checks: tuple[tuple[str, str, Check], ...]
+    session_limits: tuple[tuple[str, str, Check], ...]
 
     def mutating(self, tool: str) -> bool:
         """Configured as mutating, or named after an action (wire_transfer, send_email)."""
@@ -156,6 +196,8 @@ class Engine:
                 frozenset(cfg.stuck_polling.in_progress_values),
                 ClaimChecker(cfg),
                 {},
+                _enabled(cfg, _CALL_CHECKS),
+                _enabled(cfg, _SESSION_LIMITS),
             )
             if len(self._policies) > 10_000:
                 self._policies.clear()
@@ -187,13 +229,13 @@ class Engine:
         except CanonicalError as exc:
             raise InvalidEventError(f"args of {ev.tool}: {exc}") from None
         cfg = p.cfg
-        tokens = p.hasher.tokens(canonical)
+        words = p.hasher.words(canonical)
         return CallFacts(
             tool=ev.tool,
             key=hash64(ev.tool, canonical),
-            fp_text=p.hasher.hashes(tokens),
-            fp_shape=p.hasher.shape_hashes(tokens),
-            fp_thought=None if not ev.thought else tuple(sorted(p.hasher.shape_hashes(p.hasher.tokens(ev.thought)))),
+            fp_text=p.hasher.hashes(words),
+            fp_shape=p.hasher.shape_hashes(words),
+            fp_thought=None if not ev.thought else tuple(sorted(p.hasher.shape_hashes(p.hasher.words(ev.thought)))),
             tokens=ev.input_tokens + ev.output_tokens,
             cost_usd=budget.step_cost_usd(cfg, ev.input_tokens, ev.output_tokens, ev.cost_usd, ev.model),
             depth=ev.depth or 0,
@@ -255,22 +297,23 @@ class Engine:
         )
 
     @staticmethod
-    def _run_checks(
-        cfg: AgentBreakerConfig, checks: Iterable[tuple[str, Callable[[], Trip | None]]]
-    ) -> tuple[Trip | None, Trip | None]:
-        """Run checks in order; return (first blocking trip, first observed trip)."""
+    def _run_checks(checks: Iterable[tuple[str, str, Check]], ctx: _Ctx | None) -> tuple[Trip | None, Trip | None]:
+        """Run (name, mode, check) in order; return (first blocking trip, first observed trip)."""
         warn = None
-        for name, check in checks:
-            mode = cfg.mode_of(name)
-            if mode == "off":
-                continue
-            trip = check()
+        for _name, mode, check in checks:
+            trip = check(ctx)  # type: ignore[arg-type]
             if trip is None:
                 continue
             if mode == "enforce":
                 return trip, warn
             warn = warn or trip
         return None, warn
+
+    @staticmethod
+    def _judge(cfg: AgentBreakerConfig, trips: Iterable[Trip | None]) -> tuple[Trip | None, Trip | None]:
+        """The same for trips found outside the check tables (by their heuristics' modes)."""
+        found = [(t.heuristic, cfg.mode_of(t.heuristic), t) for t in trips if t is not None]
+        return Engine._run_checks(((n, m, lambda _c, t=t: t) for n, m, t in found if m != "off"), None)
 
     def _halted_verdict(self, s: SessionState, cfg: AgentBreakerConfig, tool: str | None) -> Verdict | None:
         if s.halted is None:
@@ -280,14 +323,6 @@ class Engine:
             return None
         trip = Trip(heuristic, "session", f"session halted earlier: {reason}", "Write your final answer now.")
         return self._verdict(trip, "block", tool)
-
-    def _session_limits(self, s: SessionState, cfg: AgentBreakerConfig, now: float) -> list[tuple[str, Callable[[], Trip | None]]]:
-        return [
-            (H.STEP_LIMIT, lambda: budget.check_step_limit(s, cfg)),
-            (H.TOKEN_BUDGET, lambda: budget.check_token_budget(s, cfg)),
-            (H.COST_BUDGET, lambda: budget.check_cost_budget(s, cfg)),
-            (H.TOKEN_VELOCITY, lambda: budget.check_velocity(s, cfg, now)),
-        ]
 
     # ----------------------------------------------------------------- one step
     def _begin(self, event: Any, cls: type) -> _Step:
@@ -336,17 +371,7 @@ class Engine:
                 return s, halted
             similar = loops.chain_similarity(s, f, cfg, now)
             polling = polling_tool or loops.polled_by_result(s, f)
-            checks = self._session_limits(s, cfg, now) + [
-                (H.DEPTH_LIMIT, lambda: budget.check_depth_limit(f.depth, cfg)),
-                (H.BUDGET_SOFT_LIMIT, lambda: budget.check_soft_limit(s, cfg, f.tool)),
-                (H.TOOL_TOKEN_BUDGET, lambda: budget.check_tool_token_budget(s, cfg, f.tool)),
-                (H.IDENTICAL_FAILURE, lambda: loops.check_identical_failure(s, f, cfg, now)),
-                (H.IDENTICAL_CALL, lambda: loops.check_identical_call(s, f, cfg, now, polling)),
-                (H.STUCK_POLLING, lambda: loops.check_stuck_polling(s, f, cfg, now, polling)),
-                (H.NEAR_DUPLICATE, lambda: loops.check_near_duplicate(s, f, cfg, similar, polling)),
-                (H.OSCILLATION, lambda: loops.check_oscillation(s, f, cfg)),
-            ]
-            block, warn = self._run_checks(cfg, checks)
+            block, warn = self._run_checks(p.call_checks, _Ctx(s, f, cfg, now, polling, similar))
             bkey = self._breaker_key(cfg, s.tenant, f.tool, key)
             probe = None
             if block is None and cfg.mode_of(H.CIRCUIT_OPEN) != "off":
@@ -428,7 +453,7 @@ class Engine:
                 return s, ResultVerdict(True, failed=failed, breaker_state=bstate)
             s.ledger.attempt(f.tool)
             if is_empty_result(ev.result):
-                block, warn = self._run_checks(cfg, [(H.EMPTY_MUTATION_RESULT, lambda: empty_mutation_trip(f.tool))])
+                block, warn = self._judge(cfg, [empty_mutation_trip(f.tool)])
                 verdict = self._settle(step, s, block, warn, f.tool)
                 if verdict.heuristic is not None:
                     return s, ResultVerdict(verdict.allowed, verdict.heuristic, verdict.reason, breaker_state=bstate)
@@ -465,7 +490,7 @@ class Engine:
             return ALLOW
         tokens = ev.input_tokens + ev.output_tokens
         cost = budget.step_cost_usd(cfg, ev.input_tokens, ev.output_tokens, ev.cost_usd, ev.model)
-        fp = tuple(sorted(p.hasher.hashes(p.hasher.tokens(ev.text))))
+        fp = tuple(sorted(p.hasher.hashes(p.hasher.words(ev.text))))
         agent = hash64(ev.agent or "") & 0xFFFF_FFFF
 
         def decide(state: object | None) -> tuple[SessionState, Verdict]:
@@ -475,9 +500,10 @@ class Engine:
             if halted is not None:
                 return s, halted
             own_run, repeats, agents = conversation.record_turn(s, agent, fp, cfg)
-            turn_trips = conversation.check_turn(own_run, repeats, agents, cfg)
-            checks = self._session_limits(s, cfg, now) + [(t.heuristic, (lambda t=t: t)) for t in turn_trips]
-            block, warn = self._run_checks(cfg, checks)
+            block, warn = self._run_checks(p.session_limits, _Ctx(s, None, cfg, now, False, (False, False)))
+            if block is None:
+                block, turn_warn = self._judge(cfg, conversation.check_turn(own_run, repeats, agents, cfg))
+                warn = warn or turn_warn
             return s, self._settle(step, s, block, warn, None)
 
         return self._commit(step, decide, None)
@@ -508,7 +534,8 @@ class Engine:
 
         def check(state: object | None) -> tuple[SessionState, Verdict]:
             s = step.session(state)
-            block, warn = self._run_checks(cfg, [(H.UNVERIFIED_CLAIM, lambda: step.p.claims.check(step.ev.text, s.ledger))])
+            trip = step.p.claims.check(step.ev.text, s.ledger) if cfg.mode_of(H.UNVERIFIED_CLAIM) != "off" else None
+            block, warn = self._judge(cfg, [trip])
             return s, self._settle(step, s, block, warn, None)
 
         return self._commit(step, check, None)

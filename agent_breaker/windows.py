@@ -18,6 +18,7 @@ class BucketWindow:
     # each bucket: [bucket_index, v0, v1, ...]
     buckets: list[list[float]] = field(default_factory=list)
     totals: list[float] = field(default_factory=list)
+    evicted_at: int = -(2**62)  # bucket index of the last eviction
 
     def __post_init__(self) -> None:
         if self.window_s <= 0 or self.bucket_s <= 0:
@@ -27,6 +28,9 @@ class BucketWindow:
 
     def _evict(self, now: float) -> int:
         index = int(now // self.bucket_s)
+        if index == self.evicted_at:
+            return index  # nothing can have aged out since the last look
+        self.evicted_at = index
         oldest = index - int(self.window_s // self.bucket_s) + 1
         buckets = self.buckets
         drop = 0

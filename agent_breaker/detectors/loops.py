@@ -117,6 +117,9 @@ def check_near_duplicate(
 def check_oscillation(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig) -> Trip | None:
     c = cfg.oscillation
     history = s.history
+    # a cycle of period p needs this call p places back: most calls fail this at once
+    if not any(len(history) >= p and history[-p][0] == f.key for p in range(2, c.max_period + 1)):
+        return None
     for period in range(2, c.max_period + 1):
         span = c.min_cycles * period
         if len(history) < span - 1:

@@ -1,0 +1,34 @@
+"""agent-breaker's NeMo Guardrails actions, and the `init(app)` every config folder calls.
+
+A config folder's `config.py` holds one line, `from agent_breaker.actions import init`; NeMo
+then calls `init(app)` with its LLMRails, which validates the `custom_data: agent_breaker:`
+block (a bad value stops start-up with the key and the value in the message), builds the
+engine, and registers the actions and the engine as an action parameter.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent_breaker.actions.guards import ACTIONS, collect_incident
+from agent_breaker.config import parse_config
+from agent_breaker.engine import Engine
+
+__all__ = ["ENGINE_PARAM", "build_engine", "init"]
+
+ENGINE_PARAM = "agent_breaker_engine"
+
+
+def build_engine(custom_data: dict[str, Any] | None) -> Engine:
+    """The engine for one NeMo config: its `custom_data: agent_breaker:` block, validated.
+    Incidents go to the flows (which call the incident action), not straight to the log."""
+    config = parse_config((custom_data or {}).get("agent_breaker"))
+    return Engine(config, listeners=[collect_incident])
+
+
+def init(app: Any) -> None:
+    """Called by NeMo with the LLMRails of a config folder that imports this."""
+    engine = build_engine(app.config.custom_data)
+    app.register_action_param(ENGINE_PARAM, engine)
+    for fn in ACTIONS:
+        app.register_action(fn, name=fn.action_meta["name"])

@@ -1,0 +1,282 @@
+"""NeMo Guardrails actions: thin adapters from Colang events to the agent-breaker Engine.
+
+Each action takes a Colang event (its `.arguments`) and the engine NeMo injects as the
+`agent_breaker_engine` parameter, translates the event's field names into the engine's trace
+format, and returns a small dict for the flow. No decision is taken here.
+
+Loaded by NeMo as standalone modules too (from a working directory's `actions/`), so every
+import is absolute.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+from typing import Any, Mapping
+
+from nemoguardrails.actions import action
+
+from agent_breaker.engine import Engine, log_incident
+from agent_breaker.events import InvalidEventError
+from agent_breaker.heuristics import INVALID_EVENT
+from agent_breaker.verdicts import Incident, observation
+
+log = logging.getLogger("agent_breaker.nemo")
+
+#: incidents the engine emitted during the current action call (see `collect_incident`)
+_incidents: contextvars.ContextVar[list[Incident] | None] = contextvars.ContextVar("agent_breaker_incidents", default=None)
+
+# Colang event field -> engine trace field, per event kind
+_COMMON = {"session_id": "session", "tenant": "tenant", "feature": "feature", "agent": "agent", "depth": "depth", "ts": "ts",
+           "conversation": "conversation"}
+_FIELDS = {
+    "tool_call": {**_COMMON, "call_id": "call_id", "tool_name": "tool", "tool_args": "args", "thought": "thought",
+                  "input_tokens": "input_tokens", "output_tokens": "output_tokens", "cost_usd": "cost_usd",
+                  "model": "model", "mutating": "mutating"},
+    "tool_result": {**_COMMON, "call_id": "call_id", "tool_name": "tool", "ok": "ok", "result": "result",
+                    "error": "error", "latency_ms": "latency_ms", "mutating": "mutating"},
+    "assistant": {**_COMMON, "text": "text", "input_tokens": "input_tokens", "output_tokens": "output_tokens",
+                  "cost_usd": "cost_usd", "model": "model"},
+    "user": {**_COMMON, "text": "text"},
+    "final": {**_COMMON, "text": "text"},
+}
+
+
+def collect_incident(incident: Incident) -> None:
+    """Engine listener: keep the incident for the action that caused it to hand to its flow."""
+    bucket = _incidents.get()
+    if bucket is not None:
+        bucket.append(incident)
+
+
+def to_engine_event(kind: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+    """A Colang event's arguments as an engine event of `kind` (absent and null fields dropped)."""
+    names = _FIELDS[kind]
+    event: dict[str, Any] = {"type": kind}
+    for src, dst in names.items():
+        value = fields.get(src)
+        if value is not None:
+            event[dst] = value
+    return event
+
+
+def _arguments(event: Any) -> Mapping[str, Any]:
+    """A Colang Event's arguments, or a plain dict (tests, the events endpoint)."""
+    args = getattr(event, "arguments", event)
+    return args if isinstance(args, Mapping) else {}
+
+
+def _run(engine: Engine, kind: str, event: Any) -> tuple[dict[str, Any], Mapping[str, Any]]:
+    fields = _arguments(event)
+    bucket: list[Incident] = []
+    token = _incidents.set(bucket)
+    try:
+        ev = to_engine_event(kind, fields)
+        handler = {
+            "tool_call": engine.check_tool_call,
+            "tool_result": engine.record_tool_result,
+            "assistant": engine.record_assistant,
+            "user": engine.record_user,
+            "final": engine.verify_final,
+        }[kind]
+        out = handler(ev).to_dict()
+    except InvalidEventError as exc:
+        reason = f"invalid {kind} event: {exc}"
+        out = {
+            "allowed": False,
+            "accepted": False,
+            "heuristic": INVALID_EVENT,
+            "severity": "block",
+            "scope": "call",
+            "reason": reason,
+            "observation": observation(INVALID_EVENT, fields.get("tool_name"), reason, "Send a well-formed event.", None),
+        }
+    finally:
+        _incidents.reset(token)
+    out["incidents"] = [i.to_dict() for i in bucket]
+    return out, fields
+
+
+@action(name="check_tool_call")
+async def check_tool_call(event: Any, agent_breaker_engine: Engine) -> dict[str, Any]:
+    """ToolCallRequested -> may the call run?"""
+    out, fields = _run(agent_breaker_engine, "tool_call", event)
+    out["call_id"] = fields.get("call_id") or out.get("call_id")
+    out["session_id"] = fields.get("session_id")
+    return out
+
+
+@action(name="record_tool_result")
+async def record_tool_result(event: Any, agent_breaker_engine: Engine) -> dict[str, Any]:
+    """ToolResultReceived -> recorded; anomalies; a receipt for a mutating tool's success."""
+    out, fields = _run(agent_breaker_engine, "tool_result", event)
+    out["call_id"] = fields.get("call_id")
+    out["session_id"] = fields.get("session_id")
+    return out
+
+
+@action(name="record_assistant_turn")
+async def record_assistant_turn(event: Any, agent_breaker_engine: Engine) -> dict[str, Any]:
+    """AssistantTurn -> spend, echo and deadlock checks."""
+    out, fields = _run(agent_breaker_engine, "assistant", event)
+    out["session_id"] = fields.get("session_id")
+    return out
+
+
+@action(name="record_user_turn")
+async def record_user_turn(event: Any, agent_breaker_engine: Engine) -> dict[str, Any]:
+    """UserTurn -> new information: loop streaks start over."""
+    out, fields = _run(agent_breaker_engine, "user", event)
+    out["session_id"] = fields.get("session_id")
+    return out
+
+
+@action(name="verify_final_answer")
+async def verify_final_answer(event: Any, agent_breaker_engine: Engine) -> dict[str, Any]:
+    """FinalAnswerProposed -> are its references and claimed actions backed by receipts?"""
+    out, fields = _run(agent_breaker_engine, "final", event)
+    out["accepted"] = out.get("allowed", False)
+    out["session_id"] = fields.get("session_id")
+    return out
+
+
+@action(name="report_incidents")
+async def report_incidents(incidents: list[dict[str, Any]]) -> int:
+    """A trip: hand each incident to the alerting sink (one JSON line each on the
+    `agent_breaker.incidents` logger). Returns how many were reported."""
+    for data in incidents:
+        log_incident(Incident(**data))
+    return len(incidents)
+
+
+# ----------------------------------------------------------------- the chat CLI
+
+_CHAT_HELP = (
+    'commands: tool NAME {json args} | result NAME ok {json} | result NAME error TEXT | say TEXT | '
+    "user TEXT | final TEXT"
+)
+
+
+def parse_chat_line(text: str) -> tuple[str, dict[str, Any]]:
+    """A typed chat line as (event kind, Colang-style fields) for session "chat"."""
+    words = text.strip().split(None, 1)
+    if not words:
+        raise InvalidEventError("empty line; " + _CHAT_HELP)
+    verb, rest = words[0].lower(), (words[1] if len(words) > 1 else "")
+    fields: dict[str, Any] = {"session_id": "chat"}
+    if verb == "tool":
+        name, _, raw = rest.partition(" ")
+        fields.update(tool_name=name, tool_args=_json(raw.strip() or "{}", "tool args"))
+        return "tool_call", fields
+    if verb == "result":
+        parts = rest.split(None, 2)
+        if len(parts) < 2 or parts[1] not in ("ok", "error"):
+            raise InvalidEventError("expected 'result NAME ok {json}' or 'result NAME error TEXT'")
+        fields.update(tool_name=parts[0], ok=parts[1] == "ok")
+        payload = parts[2] if len(parts) > 2 else ""
+        if parts[1] == "ok":
+            fields["result"] = _json(payload or "null", "result")
+        else:
+            fields["error"] = payload
+        return "tool_result", fields
+    if verb in ("say", "user", "final"):
+        fields["text"] = rest
+        return {"say": "assistant", "user": "user", "final": "final"}[verb], fields
+    raise InvalidEventError(f"unknown command {verb!r}; " + _CHAT_HELP)
+
+
+def _json(raw: str, what: str) -> Any:
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise InvalidEventError(f"{what} are not JSON: {exc.msg}") from None
+
+
+def verdict_line(kind: str, out: Mapping[str, Any]) -> str:
+    """One line a person reads: ALLOWED or BLOCKED, then the heuristic and the reason."""
+    ok = out.get("accepted", out.get("allowed", False)) if kind == "tool_result" else out.get("allowed", False)
+    head = "ALLOWED" if ok else "BLOCKED"
+    heuristic = out.get("heuristic")
+    if not heuristic:
+        extra = f" receipt {out['receipt']['sig'][:12]}" if kind == "tool_result" and out.get("receipt") else ""
+        return f"{head}{extra}"
+    severity = " (observe)" if ok and out.get("severity") == "warn" else ""
+    line = f"{head} {heuristic}{severity}: {out.get('reason', '')}"
+    obs = out.get("observation")
+    if not ok and obs and obs.get("actionable_instruction"):
+        line += f" -> {obs['actionable_instruction']}"
+    return line
+
+
+@action(name="agent_breaker_chat_line")
+async def agent_breaker_chat_line(text: str, agent_breaker_engine: Engine) -> str:
+    """`nemoguardrails chat`: one typed line through the engine, one verdict line back."""
+    try:
+        kind, fields = parse_chat_line(text)
+    except InvalidEventError as exc:
+        return f"BLOCKED {INVALID_EVENT}: {exc}"
+    out, _ = _run(agent_breaker_engine, kind, fields)
+    for data in out["incidents"]:
+        log_incident(Incident(**data))
+    return verdict_line(kind, out)
+
+
+# ----------------------------------------------------------------- the chat-completions path
+
+#: Colang event type -> (engine kind, verdict event type)
+EVENT_KINDS = {
+    "ToolCallRequested": ("tool_call", "ToolCallVerdict"),
+    "ToolResultReceived": ("tool_result", "ToolResultVerdict"),
+    "AssistantTurn": ("assistant", "TurnVerdict"),
+    "UserTurn": ("user", "TurnVerdict"),
+    "FinalAnswerProposed": ("final", "FinalAnswerVerdict"),
+}
+_VERDICT_FIELDS = {
+    "ToolCallVerdict": ("session_id", "call_id", "allowed", "heuristic", "severity", "reason", "observation"),
+    "ToolResultVerdict": ("session_id", "call_id", "accepted", "heuristic", "reason", "receipt"),
+    "TurnVerdict": ("session_id", "allowed", "heuristic", "severity", "reason", "observation"),
+    "FinalAnswerVerdict": ("session_id", "accepted", "heuristic", "reason"),
+}
+
+
+def verdict_event(event: Mapping[str, Any], engine: Engine) -> dict[str, Any]:
+    """One agent-breaker Colang event (a dict with "type") through the engine, answered with
+    the verdict event the flows would send."""
+    kind, verdict_type = EVENT_KINDS.get(event.get("type", ""), (None, None))
+    if kind is None or verdict_type is None:
+        reason = f"unknown agent-breaker event type {event.get('type')!r}; expected one of {sorted(EVENT_KINDS)}"
+        return {"type": "ToolCallVerdict", "session_id": event.get("session_id"), "call_id": event.get("call_id"),
+                "allowed": False, "heuristic": INVALID_EVENT, "severity": "block", "reason": reason, "observation": None}
+    out, fields = _run(engine, kind, event)
+    for data in out["incidents"]:
+        log_incident(Incident(**data))
+    out.setdefault("accepted", out.get("allowed", False))
+    out["session_id"] = fields.get("session_id")
+    out["call_id"] = fields.get("call_id") or out.get("call_id")
+    return {"type": verdict_type, **{name: out.get(name) for name in _VERDICT_FIELDS[verdict_type]}}
+
+
+@action(name="agent_breaker_context_events")
+async def agent_breaker_context_events(data: Any, agent_breaker_engine: Engine) -> str:
+    """A context message {"agent_breaker_events": [...]} -> a JSON bot message {"events": [...]};
+    "" when the context update is not for agent-breaker."""
+    if not isinstance(data, Mapping) or "agent_breaker_events" not in data:
+        return ""
+    events = data["agent_breaker_events"]
+    if not isinstance(events, list):
+        events = [events]
+    verdicts = [verdict_event(e if isinstance(e, Mapping) else {}, agent_breaker_engine) for e in events]
+    return json.dumps({"events": verdicts})
+
+
+ACTIONS = (
+    check_tool_call,
+    record_tool_result,
+    record_assistant_turn,
+    record_user_turn,
+    verify_final_answer,
+    report_incidents,
+    agent_breaker_chat_line,
+    agent_breaker_context_events,
+)

@@ -1,0 +1,1 @@
+"""The Colang flows of agent-breaker (package data: *.co)."""

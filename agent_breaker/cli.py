@@ -58,6 +58,26 @@ def _replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve(args: argparse.Namespace) -> int:
+    import os
+
+    os.environ.setdefault("NEMO_GUARDRAILS_DISABLE_CHAT_UI", "true")
+    import uvicorn
+    from nemoguardrails.server import api
+    from nemoguardrails.telemetry import DeploymentTypeEnum, set_deployment_type
+
+    from .configs import ROOT
+
+    root = Path(args.config).expanduser().resolve() if args.config else ROOT
+    if not root.is_dir():
+        print(f"agent-breaker: config root {root} is not a folder", file=sys.stderr)
+        return 2
+    set_deployment_type(DeploymentTypeEnum.API.value)
+    api.app.rails_config_path = str(root)
+    uvicorn.run(api.app, host=args.host, port=args.port, log_level=args.log_level)
+    return 0
+
+
 def _demo(args: argparse.Namespace) -> int:
     from .demo import format_table, run_demo
 
@@ -84,6 +104,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     rp.add_argument("--incidents", metavar="FILE", help="write incident JSON lines to FILE (- for stderr)")
     rp.set_defaults(func=_replay)
+    sp = sub.add_parser("serve", help="run `nemoguardrails server` on the shipped configs, bound to loopback")
+    sp.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    sp.add_argument("--port", type=int, default=8000)
+    sp.add_argument("--config", help="server root: a folder of config folders (default: the shipped ones)")
+    sp.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    sp.set_defaults(func=_serve)
     dp = sub.add_parser("demo", help="run four scripted agents offline through the guards and show what was cut")
     dp.add_argument("--json", action="store_true", help="one JSON line per agent instead of the table")
     dp.set_defaults(func=_demo)

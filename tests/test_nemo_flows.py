@@ -1,0 +1,220 @@
+"""The Colang 2.x flows, driven in process through the real NeMo runtime."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import shutil
+
+import pytest
+
+pytest.importorskip("nemoguardrails")
+
+from nemoguardrails import LLMRails, RailsConfig  # noqa: E402
+
+from agent_breaker.actions import ENGINE_PARAM  # noqa: E402
+from agent_breaker.configs import ROOT, config_path  # noqa: E402
+
+KEY = "k1:" + "ab" * 32
+
+
+@pytest.fixture(autouse=True)
+def receipt_key(monkeypatch):
+    monkeypatch.setenv("AGENT_BREAKER_RECEIPT_KEYS", KEY)
+
+
+def make_rails(name: str = "agent_breaker") -> LLMRails:
+    return LLMRails(RailsConfig.from_path(str(config_path(name))))
+
+
+class Session:
+    """One live Colang state; one event per step, as the events endpoint does."""
+
+    def __init__(self, rails: LLMRails) -> None:
+        self.rails = rails
+        self.state = None
+
+    def send(self, event: dict) -> list[dict]:
+        out, self.state = asyncio.run(self.rails.process_events_async([event], self.state))
+        return out
+
+    def verdict(self, event: dict) -> dict:
+        [v] = [e for e in self.send(event) if e["type"].endswith("Verdict")]
+        return v
+
+
+def tool_call(i: int, tool: str = "run_sql", args: dict | None = None, **kw) -> dict:
+    return {"type": "ToolCallRequested", "session_id": "s1", "call_id": f"c{i}", "tool_name": tool,
+            "tool_args": args if args is not None else {"q": "SELECT 1"}, **kw}
+
+
+def tool_result(i: int, tool: str = "run_sql", ok: bool = False, **kw) -> dict:
+    return {"type": "ToolResultReceived", "session_id": "s1", "call_id": f"c{i}", "tool_name": tool, "ok": ok, **kw}
+
+
+@pytest.fixture(scope="module")
+def rails() -> LLMRails:
+    mp = pytest.MonkeyPatch()
+    mp.setenv("AGENT_BREAKER_RECEIPT_KEYS", KEY)
+    try:
+        return make_rails()
+    finally:
+        mp.undo()
+
+
+def test_a_runaway_tool_loop_gets_a_blocking_tool_call_verdict(rails, caplog):
+    s = Session(rails)
+    for i in range(3):
+        assert s.verdict(tool_call(i))["allowed"] is True
+        assert s.verdict(tool_result(i, error="HTTP 500"))["accepted"] is True
+    with caplog.at_level(logging.WARNING, logger="agent_breaker.incidents"):
+        v = s.verdict(tool_call(3))
+    assert v["type"] == "ToolCallVerdict" and v["call_id"] == "c3"
+    assert (v["allowed"], v["heuristic"], v["severity"]) == (False, "identical_failure", "block")
+    assert v["observation"]["error"] == "IDENTICAL_FAILURE"
+    # the flow called the incident action: one JSON line for the trip
+    [line] = [r.getMessage() for r in caplog.records if r.name == "agent_breaker.incidents"]
+    assert json.loads(line)["heuristic"] == "identical_failure"
+
+
+def test_a_mutating_success_gets_a_receipt_and_backs_the_final_answer():
+    s = Session(make_rails())
+    s.verdict(tool_call(1, "wire_transfer", {"to": "B", "amount": 5}, mutating=True))
+    r = s.verdict(tool_result(1, "wire_transfer", ok=True, result={"tx_id": "TX-80276"}))
+    assert r["type"] == "ToolResultVerdict" and r["receipt"]["tool"] == "wire_transfer"
+    ok = s.verdict({"type": "FinalAnswerProposed", "session_id": "s1", "text": "Transferred. Reference: TX-80276."})
+    assert (ok["type"], ok["accepted"], ok["heuristic"]) == ("FinalAnswerVerdict", True, None)
+    bad = s.verdict({"type": "FinalAnswerProposed", "session_id": "s1", "text": "Transferred. Reference: TX-99482."})
+    assert (bad["accepted"], bad["heuristic"]) == (False, "unverified_claim")
+
+
+def test_assistant_turns_that_echo_get_a_blocking_turn_verdict():
+    s = Session(make_rails())
+    texts = [
+        "To proceed with the refund, I first need to confirm which account you mean.",
+        "I need to confirm which account you mean before I can proceed with the refund.",
+        "Before I can proceed with the refund I need to confirm which account you mean.",
+    ]
+    verdicts = [s.verdict({"type": "AssistantTurn", "session_id": "s1", "text": t}) for t in texts]
+    assert [v["type"] for v in verdicts] == ["TurnVerdict"] * 3
+    assert [v["heuristic"] for v in verdicts] == [None, None, "semantic_echo"]
+    assert verdicts[2]["allowed"] is False
+
+
+def test_a_user_turn_restarts_loop_streaks():
+    s = Session(make_rails())
+    for i in range(3):
+        s.verdict(tool_call(i))
+        s.verdict(tool_result(i, error="HTTP 500"))
+    v = s.verdict({"type": "UserTurn", "session_id": "s1", "text": "The table is back, try again."})
+    assert (v["type"], v["allowed"]) == ("TurnVerdict", True)
+    assert s.verdict(tool_call(9))["allowed"] is True
+
+
+def test_observe_config_reports_would_trip_verdicts_and_blocks_nothing():
+    s = Session(make_rails("agent_breaker_observe"))
+    for i in range(3):
+        s.verdict(tool_call(i))
+        s.verdict(tool_result(i, error="HTTP 500"))
+    v = s.verdict(tool_call(3))
+    assert (v["allowed"], v["heuristic"], v["severity"]) == (True, "identical_failure", "warn")
+
+
+def test_a_bad_event_gets_a_blocking_verdict_not_a_crash(rails):
+    s = Session(rails)
+    v = s.verdict({"type": "ToolCallRequested", "session_id": "s1", "call_id": "x", "tool_args": {"q": 1}})
+    assert (v["allowed"], v["heuristic"]) == (False, "invalid_event")
+    assert "tool" in v["reason"]
+
+
+def test_every_flow_fails_closed_when_its_action_errors():
+    r = make_rails()
+    engine = r.runtime.registered_action_params[ENGINE_PARAM]
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("storage down")
+
+    for name in ("check_tool_call", "record_tool_result", "record_assistant", "record_user", "verify_final"):
+        setattr(engine, name, broken)
+    s = Session(r)
+    call = s.verdict(tool_call(1))
+    assert (call["type"], call["allowed"], call["heuristic"], call["call_id"]) == ("ToolCallVerdict", False, "guard_error", "c1")
+    assert call["observation"]["error"] == "GUARD_ERROR"
+    res = s.verdict(tool_result(1))
+    assert (res["type"], res["accepted"], res["heuristic"]) == ("ToolResultVerdict", False, "guard_error")
+    turn = s.verdict({"type": "AssistantTurn", "session_id": "s1", "text": "hi"})
+    assert (turn["allowed"], turn["heuristic"]) == (False, "guard_error")
+    usr = s.verdict({"type": "UserTurn", "session_id": "s1", "text": "hi"})
+    assert (usr["allowed"], usr["heuristic"]) == (False, "guard_error")
+    fin = s.verdict({"type": "FinalAnswerProposed", "session_id": "s1", "text": "done"})
+    assert (fin["accepted"], fin["heuristic"]) == (False, "guard_error")
+
+
+def test_the_flows_keep_a_flat_number_of_flow_instances_over_2000_events(rails):
+    s = Session(rails)
+    counts = []
+    for i in range(1000):
+        s.send(tool_call(i, "read_doc", {"doc": i}))
+        s.send(tool_result(i, "read_doc", ok=True, result={"text": i}))
+        if (i + 1) % 100 == 0:
+            counts.append(len(s.state.flow_states))
+    # a guard loop's round that just ended may linger a few seconds before NeMo drops it:
+    # at most one extra instance per guard loop, never one per event
+    assert max(counts) - min(counts) <= 7, counts
+    assert max(counts) < 40, counts
+
+
+def test_the_chat_line_flow_answers_allowed_or_blocked():
+    s = Session(make_rails())
+
+    def say(text):
+        out = s.send({"type": "UtteranceUserActionFinished", "final_transcript": text})
+        said = [e for e in out if e["type"] == "StartUtteranceBotAction"]
+        for e in said:  # as the chat CLI does: the bot finished saying it
+            s.send({"type": "UtteranceBotActionFinished", "action_uid": e["action_uid"], "final_script": e["script"],
+                    "is_success": True})
+        return [e["script"] for e in said]
+
+    assert say('tool run_sql {"q": 1}') == ["ALLOWED"]
+    assert say("result run_sql error HTTP 500") == ["ALLOWED"]
+    for _ in range(2):
+        say('tool run_sql {"q": 1}')
+        say("result run_sql error HTTP 500")
+    [line] = say('tool run_sql {"q": 1}')
+    assert line.startswith("BLOCKED identical_failure:")
+    [bad] = say("launch the rockets")
+    assert bad.startswith("BLOCKED invalid_event: unknown command 'launch'")
+
+
+def test_a_context_message_runs_events_through_stock_chat_completions(rails):
+    events = [{"type": "ToolCallRequested", "session_id": "ctx1", "call_id": "c1", "tool_name": "t", "tool_args": {}}]
+    reply = asyncio.run(rails.generate_async(messages=[{"role": "context", "content": {"agent_breaker_events": events}}]))
+    data = json.loads(reply["content"])
+    assert data["events"][0]["type"] == "ToolCallVerdict" and data["events"][0]["allowed"] is True
+
+
+def test_a_bad_custom_data_value_stops_start_up_with_its_name(tmp_path):
+    cfg = tmp_path / "bad"
+    shutil.copytree(config_path(), cfg, symlinks=False)
+    (cfg / "config.yml").write_text(
+        'colang_version: "2.x"\nmodels: []\ncustom_data:\n  agent_breaker:\n    breaker: {failure_rate_pct: 120}\n'
+    )
+    with pytest.raises(RuntimeError) as err:
+        LLMRails(RailsConfig.from_path(str(cfg)))
+    cause = err.value.__cause__
+    assert "breaker.failure_rate_pct" in str(cause) and "120" in str(cause)
+
+
+def test_enforce_mode_without_a_receipt_key_stops_start_up(monkeypatch):
+    monkeypatch.delenv("AGENT_BREAKER_RECEIPT_KEYS")
+    with pytest.raises(RuntimeError) as err:
+        make_rails()
+    assert "AGENT_BREAKER_RECEIPT_KEYS" in str(err.value.__cause__)
+
+
+def test_the_configs_load_the_same_from_any_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    s = Session(make_rails())
+    assert s.verdict(tool_call(1))["allowed"] is True
+    assert sorted(p.name for p in ROOT.iterdir() if (p / "config.yml").exists()) >= ["agent_breaker", "agent_breaker_observe"]

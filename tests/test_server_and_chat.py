@@ -1,0 +1,169 @@
+"""The real `nemoguardrails server` (through `agent-breaker serve`) over HTTP, and the real
+`nemoguardrails chat` under a pseudo-terminal."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("nemoguardrails")
+
+from agent_breaker.configs import config_path  # noqa: E402
+
+KEY = "k1:" + "cd" * 32
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def child_env() -> dict[str, str]:
+    return {**os.environ, "AGENT_BREAKER_RECEIPT_KEYS": KEY, "NEMO_GUARDRAILS_NO_USAGE_STATS": "1"}
+
+
+@pytest.fixture(scope="module")
+def server():
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agent_breaker.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
+        env=child_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            if httpx.get(f"{base}/v1/rails/configs", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"server did not start: {proc.stderr.read().decode()[-2000:] if proc.stderr else ''}")
+        time.sleep(0.3)
+    yield base
+    os.kill(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def events(base, session, *evs):
+    r = httpx.post(f"{base}/v1/agent-breaker/events", json={"config_id": "agent_breaker", "session_id": session, "events": list(evs)}, timeout=30)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["session_id"] == session
+    return body["events"]
+
+
+def call(i, tool="run_sql", args=None):
+    return {"type": "ToolCallRequested", "call_id": f"c{i}", "tool_name": tool, "tool_args": args or {"q": "SELECT 1"}}
+
+
+def result(i, tool="run_sql", ok=False, payload=None):
+    return {"type": "ToolResultReceived", "call_id": f"c{i}", "tool_name": tool, "ok": ok, "result": payload, "error": None if ok else "HTTP 500"}
+
+
+def test_the_server_lists_the_shipped_configs(server):
+    ids = {c["id"] for c in httpx.get(f"{server}/v1/rails/configs").json()}
+    assert {"agent_breaker", "agent_breaker_observe"} <= ids
+
+
+def test_the_events_endpoint_cuts_a_runaway_session(server):
+    verdicts = []
+    for i in range(4):
+        verdicts += events(server, "runaway-1", call(i))
+        if verdicts[-1]["allowed"]:
+            verdicts += events(server, "runaway-1", result(i))
+    calls = [v for v in verdicts if v["type"] == "ToolCallVerdict"]
+    assert [v["allowed"] for v in calls] == [True, True, True, False]
+    assert calls[-1]["heuristic"] == "identical_failure" and calls[-1]["call_id"] == "c3"
+
+
+def test_the_events_endpoint_leaves_a_legitimate_session_alone(server):
+    verdicts = []
+    for page in range(1, 13):
+        verdicts += events(server, "legit-1", call(page, "list_orders", {"page": page}),
+                           result(page, "list_orders", ok=True, payload={"page": page, "orders": [page]}))
+    verdicts += events(server, "legit-1", {"type": "FinalAnswerProposed", "text": "Reviewed 12 pages of orders."})
+    assert all(v.get("allowed", v.get("accepted")) for v in verdicts), verdicts
+    assert len(verdicts) == 25
+
+
+def test_the_events_endpoint_refuses_other_event_types(server):
+    r = httpx.post(f"{server}/v1/agent-breaker/events", json={"session_id": "x", "events": [{"type": "UtteranceUserActionFinished"}]})
+    assert r.status_code == 422 and "must be one of" in r.text
+
+
+def test_stock_chat_completions_checks_tool_calls_passed_as_context(server):
+    def check(i, evs):
+        body = {"model": "any", "guardrails": {"config_id": "agent_breaker"},
+                "messages": [{"role": "context", "content": {"agent_breaker_events": evs}}]}
+        r = httpx.post(f"{server}/v1/chat/completions", json=body, timeout=30)
+        assert r.status_code == 200, r.text
+        return json.loads(r.json()["choices"][0]["message"]["content"])["events"]
+
+    sid = {"session_id": "cc-runaway"}
+    out = []
+    for i in range(4):
+        out += check(i, [{**call(i), **sid}, {**result(i), **sid}])
+    calls = [v for v in out if v["type"] == "ToolCallVerdict"]
+    # each request gets a fresh Colang state; the engine's session state persists
+    assert [v["allowed"] for v in calls] == [True, True, True, False]
+    assert calls[-1]["heuristic"] == "identical_failure"
+
+
+def test_nemoguardrails_chat_shows_blocked_for_a_runaway_typed_by_hand():
+    pty = pytest.importorskip("pty")
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the real chat CLI on the shipped config
+        env = child_env()
+        os.execvpe("nemoguardrails", ["nemoguardrails", "chat", "--config", str(config_path())], env)
+    screen = b""
+
+    def read_until(marker: bytes, timeout_s: float, start: int = 0) -> bool:
+        """Read the screen until `marker` shows up after position `start`."""
+        nonlocal screen
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([fd], [], [], 0.2)
+            if ready:
+                try:
+                    chunk = os.read(fd, 4096)
+                except OSError:
+                    return False
+                if not chunk:
+                    return False
+                screen += chunk
+                if marker in screen[start:]:
+                    return True
+        return False
+
+    try:
+        assert read_until(b"> ", 90), screen.decode(errors="replace")[-1000:]
+        for line in ['tool run_sql {"q": 1}', "result run_sql error HTTP 500"] * 3:
+            seen = len(screen)
+            os.write(fd, (line + "\n").encode())
+            assert read_until(b"ALLOWED", 30, seen), screen.decode(errors="replace")[-1500:]
+        seen = len(screen)
+        os.write(fd, b'tool run_sql {"q": 1}\n')
+        assert read_until(b"BLOCKED", 30, seen), screen.decode(errors="replace")[-1500:]
+        assert b"identical_failure" in screen[screen.rindex(b"BLOCKED"):]
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(fd)

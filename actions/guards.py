@@ -61,6 +61,17 @@ def to_engine_event(kind: str, fields: Mapping[str, Any]) -> dict[str, Any]:
     return event
 
 
+def to_colang_event(event: Mapping[str, Any]) -> dict[str, Any]:
+    """An engine (trace-format) event as the Colang event the flows match (the inverse)."""
+    kind = event["type"]
+    colang_type = next(t for t, (k, _) in EVENT_KINDS.items() if k == kind)
+    out: dict[str, Any] = {"type": colang_type}
+    for src, dst in _FIELDS[kind].items():
+        if event.get(dst) is not None:
+            out[src] = event[dst]
+    return out
+
+
 def _arguments(event: Any) -> Mapping[str, Any]:
     """A Colang Event's arguments, or a plain dict (tests, the events endpoint)."""
     args = getattr(event, "arguments", event)

@@ -81,6 +81,10 @@ def _serve(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from .demo import format_table, run_demo
 
+    if not args.incidents:
+        # the table says what was cut; the incident JSON lines are there with --incidents
+        logging.getLogger("agent_breaker.incidents").addHandler(logging.NullHandler())
+        logging.getLogger("agent_breaker.incidents").propagate = False
     rows = run_demo()
     if args.json:
         for r in rows:
@@ -112,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     sp.set_defaults(func=_serve)
     dp = sub.add_parser("demo", help="run four scripted agents offline through the guards and show what was cut")
     dp.add_argument("--json", action="store_true", help="one JSON line per agent instead of the table")
+    dp.add_argument("--incidents", action="store_true", help="also print each incident's JSON line (stderr)")
     dp.set_defaults(func=_demo)
     args = parser.parse_args(argv)
     try:

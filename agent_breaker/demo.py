@@ -1,20 +1,22 @@
-"""`agent-breaker demo`: scripted agents, offline, through the guard engine.
+"""`agent-breaker demo`: scripted agents, offline, through the real NeMo Guardrails runtime.
 
 Four agents run as recorded scripts (no model, no network, no key): one loops on a failing
 tool, one fabricates a bank transfer, one does a legitimate multi-step task, one legitimately
-polls a job until it finishes. Each script goes through the same replay path as a recorded
-trace, and the table shows where and why the breaker cut it and what that saved.
+polls a job until it finishes. Every event goes through the shipped `agent_breaker` config's
+Colang 2.x flows (one live Colang state per agent, as the events endpoint keeps), and the
+replay bookkeeping turns the verdict events into a table: where and why each agent was cut,
+and the model spend with and without the breaker.
 """
 
 from __future__ import annotations
 
-import math
+import asyncio
+import os
+import secrets
+from dataclasses import dataclass
 from typing import Any, Iterator
 
-from .engine import Engine
-from .receipts import ReceiptKeys
 from .replay import Replayer
-from .store import MemoryStore
 
 _PRICE = 0.000003  # $ per token, for the scripted spend
 
@@ -90,26 +92,74 @@ AGENTS = (
 )
 
 
+@dataclass(frozen=True)
+class _Decision:
+    allowed: bool
+    heuristic: str | None
+
+
+class NemoRuntime:
+    """The engine interface the replay bookkeeping uses, answered by the Colang flows of a
+    NeMo config: one event per `process_events_async` step, one live state per session."""
+
+    def __init__(self, config_name: str = "agent_breaker") -> None:
+        from nemoguardrails import LLMRails, RailsConfig
+
+        from .actions import ENGINE_PARAM
+        from .configs import config_path
+
+        self.rails = LLMRails(RailsConfig.from_path(str(config_path(config_name))))
+        self.engine = self.rails.runtime.registered_action_params[ENGINE_PARAM]
+        self._states: dict[str, Any] = {}
+        self._loop = asyncio.new_event_loop()
+
+    def _send(self, event: Any) -> dict[str, Any]:
+        from .actions.guards import to_colang_event
+
+        data = event.model_dump(exclude_none=True)
+        session = data["session"]
+        out, self._states[session] = self._loop.run_until_complete(
+            self.rails.process_events_async([to_colang_event(data)], self._states.get(session))
+        )
+        [verdict] = [e for e in out if e["type"].endswith("Verdict")]
+        return verdict
+
+    def check_tool_call(self, ev: Any) -> _Decision:
+        v = self._send(ev)
+        return _Decision(bool(v["allowed"]), v["heuristic"])
+
+    def process(self, ev: Any) -> _Decision:
+        v = self._send(ev)
+        return _Decision(bool(v.get("allowed", v.get("accepted"))), v["heuristic"])
+
+    def step_cost_usd(self, ev: Any) -> float:
+        return self.engine.step_cost_usd(ev)
+
+    def close(self) -> None:
+        self._loop.close()
+
+
 def run_demo() -> list[dict[str, Any]]:
-    engine = Engine(
-        store=MemoryStore(ttl_s=math.inf),
-        listeners=[],
-        share_breakers=False,
-        receipt_keys=ReceiptKeys.ephemeral(),  # the demo's receipts never leave the process
-    )
+    # receipts need a signing key; the demo's never leave this process, so a random one will do
+    os.environ.setdefault("AGENT_BREAKER_RECEIPT_KEYS", "demo:" + secrets.token_hex(32))
+    os.environ.setdefault("NEMO_GUARDRAILS_NO_USAGE_STATS", "1")
+    runtime = NemoRuntime()
     rows = []
-    for agent, kind in AGENTS:
-        events = list(agent())
-        replayer = Replayer(engine)
-        for n, ev in enumerate(events, 1):
-            replayer.apply(ev, n)
-        [out] = list(replayer.results())
-        calls = [e for e in events if e["type"] == "tool_call"]
-        out["kind"] = kind
-        out["steps"] = len(calls)
-        out["cost_without_usd"] = round(sum(e["cost_usd"] for e in calls), 6)
-        out["cut_at"] = _describe(events, out["trip_event"])
-        rows.append(out)
+    try:
+        for agent, kind in AGENTS:
+            events = list(agent())
+            replayer = Replayer(runtime)  # type: ignore[arg-type]
+            for n, ev in enumerate(events, 1):
+                replayer.apply(ev, n)
+            [out] = list(replayer.results())
+            calls = [e for e in events if e["type"] == "tool_call"]
+            out["kind"] = kind
+            out["steps"] = len(calls)
+            out["cost_without_usd"] = round(sum(e["cost_usd"] for e in calls), 6)
+            out["cut_at"] = _describe(events, out["trip_event"])
+            rows.append(out)
+    finally:
+        runtime.close()
     return rows
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent_breaker.actions.guards import ACTIONS, collect_incident
+from agent_breaker.actions.native import NATIVE_ACTIONS
 from agent_breaker.config import parse_config
 from agent_breaker.engine import Engine
 
@@ -30,5 +31,5 @@ def init(app: Any) -> None:
     """Called by NeMo with the LLMRails of a config folder that imports this."""
     engine = build_engine(app.config.custom_data)
     app.register_action_param(ENGINE_PARAM, engine)
-    for fn in ACTIONS:
+    for fn in ACTIONS + NATIVE_ACTIONS:
         app.register_action(fn, name=fn.action_meta["name"])

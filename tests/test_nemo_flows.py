@@ -218,3 +218,33 @@ def test_the_configs_load_the_same_from_any_working_directory(tmp_path, monkeypa
     s = Session(make_rails())
     assert s.verdict(tool_call(1))["allowed"] is True
     assert sorted(p.name for p in ROOT.iterdir() if (p / "config.yml").exists()) >= ["agent_breaker", "agent_breaker_observe"]
+
+
+def native_turn(i: int, session: str = "native-1") -> list[dict]:
+    return [
+        {"role": "context", "content": {"session_id": session}},
+        {"role": "user", "content": "count the orders"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": f"call_{i}", "type": "function", "function": {"name": "run_sql", "arguments": '{"q": "SELECT 1"}'}}]},
+    ]
+
+
+def tool_message(i: int, content: str) -> dict:
+    return {"role": "tool", "tool_call_id": f"call_{i}", "name": "run_sql", "content": content}
+
+
+def test_colang_1_tool_rails_block_a_looping_native_tool_call():
+    rails = make_rails("agent_breaker_v1")
+    for i in range(3):
+        reply = asyncio.run(rails.generate_async(messages=native_turn(i)))
+        assert reply["content"] == ""  # allowed: the tool call goes through
+        asyncio.run(rails.generate_async(messages=native_turn(i) + [tool_message(i, "Error: HTTP 500")]))
+    reply = asyncio.run(rails.generate_async(messages=native_turn(3)))
+    assert reply["content"].startswith("BLOCKED identical_failure:")
+
+
+def test_colang_1_tool_rails_need_a_session_in_context():
+    rails = make_rails("agent_breaker_v1")
+    reply = asyncio.run(rails.generate_async(messages=native_turn(0)[1:]))
+    assert reply["content"].startswith("BLOCKED invalid_event:")
+    assert "session" in reply["content"]

@@ -1,0 +1,93 @@
+"""Colang 1.0 actions for NeMo's native tool calling (`rails.tool_output` / `rails.tool_input`).
+
+NeMo 0.24 runs tool rails for Colang 1.0 configs only. The tool-output rail hands the model's
+tool calls to `check_native_tool_calls` before they run; the tool-input rail hands each tool
+message to `record_native_tool_message`. The session comes from a context message
+(`{"role": "context", "content": {"session_id": "..."}}`), with optional tenant, feature and
+agent. Absolute imports: NeMo may load this file as a standalone module.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+from nemoguardrails.actions import action
+
+from agent_breaker.actions.guards import _run, verdict_line
+from agent_breaker.engine import Engine, log_incident
+from agent_breaker.verdicts import Incident
+
+_CONTEXT_FIELDS = ("session_id", "tenant", "feature", "agent", "depth")
+
+
+def parse_tool_call(tool_call: Mapping[str, Any]) -> tuple[str | None, Any, str | None]:
+    """(name, args, id) of a tool call in OpenAI form ({"function": {"name", "arguments"}}) or
+    LangChain form ({"name", "args"})."""
+    fn = tool_call.get("function")
+    if isinstance(fn, Mapping):
+        name, args = fn.get("name"), fn.get("arguments")
+    else:
+        name, args = tool_call.get("name"), tool_call.get("args")
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError:
+            pass  # the engine refuses non-object args with a clear reason
+    return name, args, tool_call.get("id")
+
+
+def _from_context(context: Mapping[str, Any] | None) -> dict[str, Any]:
+    context = context or {}
+    return {k: context[k] for k in _CONTEXT_FIELDS if context.get(k) is not None}
+
+
+def _report(out: Mapping[str, Any]) -> None:
+    for data in out.get("incidents", ()):
+        log_incident(Incident(**data))
+
+
+@action(name="check_native_tool_calls")
+async def check_native_tool_calls(
+    tool_calls: list[Mapping[str, Any]] | None, agent_breaker_engine: Engine, context: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Every tool call of a model turn through the engine; the turn runs only if all may."""
+    verdicts = []
+    for tool_call in tool_calls or []:
+        name, args, call_id = parse_tool_call(tool_call)
+        fields = {**_from_context(context), "tool_name": name, "tool_args": args, "call_id": call_id}
+        out, _ = _run(agent_breaker_engine, "tool_call", fields)
+        _report(out)
+        verdicts.append(out)
+    blocked = [v for v in verdicts if not v.get("allowed")]
+    return {
+        "allowed": not blocked,
+        "message": "\n".join(verdict_line("tool_call", v) for v in blocked),
+        "verdicts": verdicts,
+    }
+
+
+@action(name="record_native_tool_message")
+async def record_native_tool_message(
+    tool_message: Any,
+    tool_name: str | None,
+    agent_breaker_engine: Engine,
+    tool_call_id: str | None = None,
+    context: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A tool message (the tool's output) recorded against its call. The content is parsed
+    as JSON when it is JSON; a text that starts with "Error" counts as a failed call."""
+    result = tool_message
+    if isinstance(result, str):
+        try:
+            result = json.loads(result)
+        except json.JSONDecodeError:
+            pass
+    ok = not (isinstance(result, str) and result.lstrip().lower().startswith("error"))
+    fields = {**_from_context(context), "tool_name": tool_name, "call_id": tool_call_id or None, "ok": ok, "result": result}
+    out, _ = _run(agent_breaker_engine, "tool_result", fields)
+    _report(out)
+    return out
+
+
+NATIVE_ACTIONS = (check_native_tool_calls, record_native_tool_message)

@@ -1,0 +1,185 @@
+"""What the agent-breaker flows cost inside NeMo Guardrails, and events/s over HTTP.
+
+    python benchmarks/bench_nemo.py [--events 2000] [--http-events 600]
+
+1. Colang path: per-event wall time of the shipped `agent_breaker` config against a no-op
+   config in the same runtime (a flow that matches the same event and sends a constant
+   verdict, no action), one event per `process_events_async` step, one session.
+2. HTTP: `agent-breaker serve` on a free loopback port; events/s through
+   POST /v1/agent-breaker/events, one event per request, sequential and with 8 concurrent
+   sessions.
+Reports figures only; nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import secrets
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+os.environ.setdefault("NEMO_GUARDRAILS_NO_USAGE_STATS", "1")
+os.environ.setdefault("AGENT_BREAKER_RECEIPT_KEYS", "bench:" + secrets.token_hex(32))
+
+NOOP_ACTION_FLOWS = """import core
+
+flow main
+  start noop check tool calls
+  wait indefinitely
+
+flow noop check tool calls
+  while True
+    match ToolCallRequested() as $request
+    $verdict = await NoopCheckAction(event=$request)
+    send ToolCallVerdict(session_id=$request.arguments.get("session_id"), call_id=$request.arguments.get("call_id"), allowed=$verdict["allowed"], heuristic=None)
+"""
+
+NOOP_ACTION = """from nemoguardrails.actions import action
+
+
+@action(name="noop_check")
+async def noop_check(event=None):
+    return {"allowed": True}
+"""
+
+NOOP_FLOWS = """import core
+
+flow main
+  start noop check tool calls
+  wait indefinitely
+
+flow noop check tool calls
+  while True
+    match ToolCallRequested() as $request
+    send ToolCallVerdict(session_id=$request.arguments.get("session_id"), call_id=$request.arguments.get("call_id"), allowed=True, heuristic=None)
+"""
+
+
+def events(n: int) -> list[dict]:
+    # distinct calls whose results change: legitimate work, nothing halts the session early
+    return [
+        {"type": "ToolCallRequested", "session_id": "bench", "call_id": f"c{i}", "tool_name": f"tool{i % 5}",
+         "tool_args": {"q": f"query {i}", "limit": 10}, "input_tokens": 900, "output_tokens": 60}
+        for i in range(n)
+    ]
+
+
+def per_event_ms(rails, evs) -> list[float]:
+    async def run():
+        state = None
+        out, state = await rails.process_events_async([], state)
+        times = []
+        for ev in evs:
+            t = time.perf_counter()
+            out, state = await rails.process_events_async([ev], state)
+            times.append((time.perf_counter() - t) * 1000)
+            assert any(e["type"] == "ToolCallVerdict" for e in out)
+        return times
+
+    return asyncio.run(run())
+
+
+def colang_path(n: int) -> None:
+    from nemoguardrails import LLMRails, RailsConfig
+
+    from agent_breaker.configs import config_path
+
+    with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryDirectory() as tmp2:
+        Path(tmp, "config.yml").write_text('colang_version: "2.x"\nmodels: []\n')
+        Path(tmp, "main.co").write_text(NOOP_FLOWS)
+        Path(tmp2, "config.yml").write_text('colang_version: "2.x"\nmodels: []\n')
+        Path(tmp2, "main.co").write_text(NOOP_ACTION_FLOWS)
+        Path(tmp2, "actions.py").write_text(NOOP_ACTION)
+        noop = LLMRails(RailsConfig.from_path(tmp))
+        noop_action = LLMRails(RailsConfig.from_path(tmp2))
+        ours = LLMRails(RailsConfig.from_path(str(config_path("agent_breaker"))))
+        evs = events(n)
+        for rails in (noop, noop_action, ours):  # warm up
+            per_event_ms(rails, evs[:100])
+        rows = []
+        for label, rails in (("no-op flow", noop), ("no-op action flow", noop_action), ("agent-breaker flows", ours)):
+            t = per_event_ms(rails, evs)
+            first, last = statistics.median(t[:200]), statistics.median(t[-200:])
+            rows.append((label, statistics.median(t), sorted(t)[int(len(t) * 0.99)], first, last))
+    print(f"Colang path, {n} events in one session, one event per step (ms per event)")
+    print(f"  {'config':22} {'p50':>7} {'p99':>7} {'first 200':>10} {'last 200':>9}")
+    for label, p50, p99, first, last in rows:
+        print(f"  {label:22} {p50:7.2f} {p99:7.2f} {first:10.2f} {last:9.2f}")
+    ratio = rows[2][1] / rows[0][1]
+    print(f"  ratio agent-breaker / no-op flow (p50): {ratio:.2f}  -> adds {100 * (ratio - 1):.0f}% to NeMo's own per-event cost")
+    ratio_action = rows[2][1] / rows[1][1]
+    print(f"  ratio agent-breaker / no-op action flow (p50): {ratio_action:.2f}  -> the guards themselves add "
+          f"{100 * (ratio_action - 1):.0f}% over NeMo's cost of any flow that awaits an action")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_path(n: int) -> None:
+    import httpx
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agent_breaker.cli", "serve", "--port", str(port), "--log-level", "warning"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{base}/v1/rails/configs", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.3)
+        url = f"{base}/v1/agent-breaker/events"
+
+        def session(sid: str, count: int) -> None:
+            with httpx.Client(timeout=30) as client:
+                for ev in events(count):
+                    r = client.post(url, json={"session_id": sid, "events": [ev]})
+                    r.raise_for_status()
+
+        session("warmup", 50)
+        t = time.perf_counter()
+        session("seq", n)
+        seq = n / (time.perf_counter() - t)
+        workers = 8
+        t = time.perf_counter()
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(lambda i: session(f"par{i}", n // workers), range(workers)))
+        par = (n // workers * workers) / (time.perf_counter() - t)
+        print(f"HTTP, POST /v1/agent-breaker/events, one event per request, loopback")
+        print(f"  sequential, 1 session:      {seq:7.1f} events/s")
+        print(f"  {workers} concurrent sessions:     {par:7.1f} events/s")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--events", type=int, default=2000)
+    ap.add_argument("--http-events", type=int, default=600)
+    args = ap.parse_args()
+    import nemoguardrails
+
+    print(f"python {platform.python_version()} | nemoguardrails {nemoguardrails.__version__} | cpus {os.cpu_count()} | {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    colang_path(args.events)
+    http_path(args.http_events)
+
+
+if __name__ == "__main__":
+    main()

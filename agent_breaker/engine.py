@@ -12,7 +12,7 @@ import logging
 import re
 import threading
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping
 
 from . import heuristics as H
@@ -144,6 +144,8 @@ class _Step:
     trips: list[tuple[SessionState, Trip, str]] = field(default_factory=list)
 
     def session(self, state: object | None) -> SessionState:
+        # a shared store may run the decision again (compare-and-set conflict): start clean
+        self.trips.clear()
         if isinstance(state, SessionState):
             return state
         ev = self.ev
@@ -326,7 +328,11 @@ class Engine:
 
     # ----------------------------------------------------------------- one step
     def _begin(self, event: Any, cls: type) -> _Step:
-        ev = event if isinstance(event, cls) else _expect(parse_event(dict(event)), cls)
+        if not isinstance(event, cls):
+            data = dict(event)
+            data.setdefault("type", cls.model_fields["type"].default)  # the handler names the type
+            event = _expect(parse_event(data), cls)
+        ev = event
         return _Step(ev, self._session_key(ev), self._now(ev), self._policy(ev.tenant, ev.feature, ev.agent))
 
     def _commit(self, step: _Step, fn: Callable[[object | None], tuple[SessionState, Any]], tool: str | None) -> Any:
@@ -403,15 +409,14 @@ class Engine:
         return breaker_core.acquire(s.breaker(bkey), cfg.breaker, now)
 
     def _breaker_record(
-        self, s: SessionState, bkey: str, cfg: AgentBreakerConfig, now: float, failed: bool, slow: bool, probe: int | None
+        self, s: SessionState | None, bkey: str, cfg: AgentBreakerConfig, now: float, failed: bool, slow: bool, probe: int | None
     ) -> str:
-        if self.share_breakers:
-            self.store.breaker_record(bkey, cfg.breaker, now, failed=failed, slow=slow, probe=probe)
-            st = self.store.breaker_state(bkey)
-        else:
-            st = s.breaker(bkey)
-            breaker_core.record(st, cfg.breaker, now, failed=failed, slow=slow, probe=probe)
-        return st.state.value if st is not None else BreakerStateName.CLOSED.value
+        """Record an outcome on the shared breaker (s is None) or the session's own; its state after."""
+        if s is None:
+            return self.store.breaker_record(bkey, cfg.breaker, now, failed=failed, slow=slow, probe=probe).state.value
+        st = s.breaker(bkey)
+        breaker_core.record(st, cfg.breaker, now, failed=failed, slow=slow, probe=probe)
+        return st.state.value
 
     # ----------------------------------------------------------------- tool results
     def record_tool_result(self, event: ToolResult | Mapping[str, Any]) -> ResultVerdict:
@@ -433,21 +438,31 @@ class Engine:
         transient = failed and _is_transient(ev)
         references = reference_hashes(ev.result) if not failed else None
 
+        # a shared breaker is recorded once, after the session write: a store may run `record`
+        # again on a compare-and-set conflict, and a breaker outcome must count once
+        shared: list[tuple[str, int | None]] = []
+
         def record(state: object | None) -> tuple[SessionState, ResultVerdict]:
             s = step.session(state)
+            shared.clear()
             pending = _pop_pending(s, ev)
             if references:
                 s.ledger.observe(references)
+            bkey, probe = (pending.breaker_key, pending.probe) if pending else (self._breaker_key(cfg, s.tenant, ev.tool, key), None)
+            bstate = None
+            if not self.share_breakers:
+                bstate = self._breaker_record(s, bkey, cfg, now, failed, slow, probe)
+            elif self.store.retries_updates:
+                shared.append((bkey, probe))
+            else:
+                bstate = self._breaker_record(None, bkey, cfg, now, failed, slow, probe)
             if pending is None:
-                bkey = self._breaker_key(cfg, s.tenant, ev.tool, key)
-                bstate = self._breaker_record(s, bkey, cfg, now, failed, slow, None)
                 return s, ResultVerdict(True, reason="no pending call matches this result", failed=failed, breaker_state=bstate)
             if loops.record_result(s, pending, result_hash, failed, transient, in_progress, now, cfg):
                 # new information: assistant turns start a new stretch, and so do this
                 # session's own breaker streaks
                 s.turns.clear()
                 s.restart_breaker_streaks()
-            bstate = self._breaker_record(s, pending.breaker_key, cfg, now, failed, slow, pending.probe)
             f = pending.facts
             if failed or not (f.mutating or ev.mutating):
                 return s, ResultVerdict(True, failed=failed, breaker_state=bstate)
@@ -471,7 +486,10 @@ class Engine:
                 s.ledger.add(receipt, f.tool)
             return s, ResultVerdict(True, breaker_state=bstate, receipt=receipt)
 
-        return self._commit(step, record, ev.tool)
+        verdict = self._commit(step, record, ev.tool)
+        for bkey, probe in shared:
+            verdict = replace(verdict, breaker_state=self._breaker_record(None, bkey, cfg, now, failed, slow, probe))
+        return verdict
 
     @staticmethod
     def _result_hash(p: _Policy, result: Any) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import uuid
 from typing import Any
 
 import pytest
@@ -12,6 +13,42 @@ os.environ.setdefault("NEMO_GUARDRAILS_NO_USAGE_STATS", "1")
 from agent_breaker import Engine, FakeClock, ReceiptKeys  # noqa: E402
 
 SESSION = "s1"
+#: the Redis the contract suite runs on (.ci/run starts one on loopback if none answers)
+REDIS_URL = os.environ.get("AGENT_BREAKER_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+
+
+def redis_or_skip():
+    """A real Redis, or skip (fail instead under CI, where .ci/run has started one)."""
+    redis = pytest.importorskip("redis")
+    try:
+        redis.Redis.from_url(REDIS_URL, socket_timeout=1).ping()
+    except redis.RedisError as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"Redis at {REDIS_URL} does not answer under CI: {exc}")
+        pytest.skip(f"no Redis at {REDIS_URL}: {exc}")
+
+
+@pytest.fixture(params=["memory", "redis"])
+def store_kind(request) -> str:
+    """The contract suite: every engine test runs on each storage backend."""
+    return request.param
+
+
+@pytest.fixture
+def shared_store(store_kind):
+    """None for the in-memory default; a RedisStore under its own key prefix, cleaned up after."""
+    if store_kind == "memory":
+        yield None
+        return
+    redis_or_skip()
+    from agent_breaker.store.redis import RedisStore
+
+    store = RedisStore(REDIS_URL, prefix=f"abtest-{uuid.uuid4().hex[:12]}", listen=False)
+    try:
+        yield store
+    finally:
+        store.delete_all()
+        store.close()
 
 
 @pytest.fixture
@@ -30,10 +67,12 @@ def incidents() -> list:
 
 
 @pytest.fixture
-def make_engine(clock: FakeClock, keys: ReceiptKeys, incidents: list):
+def make_engine(clock: FakeClock, keys: ReceiptKeys, incidents: list, shared_store):
     def make(config: dict[str, Any] | None = None, **kwargs: Any) -> Engine:
         kwargs.setdefault("listeners", [incidents.append])
         kwargs.setdefault("receipt_keys", keys)
+        if shared_store is not None:
+            kwargs.setdefault("store", shared_store)
         return Engine(config, clock=clock, **kwargs)
 
     return make

@@ -84,7 +84,7 @@ class BreakerMachine(RuleBasedStateMachine):
         before = self._state()
         src, in_flight, successes = before.state, [list(p) for p in before.probes], before.probe_successes
         now = self.clock.now()
-        t_store = self.store.breaker_record(KEY, self.cfg, now, failed=failed, slow=slow, probe=store_probe)
+        t_store = self.store.breaker_record(KEY, self.cfg, now, failed=failed, slow=slow, probe=store_probe).transition
         t_core = core.record(self.mirror, self.cfg, now, failed=failed, slow=slow, probe=mirror_probe, rng=self.mirror_rng)
         assert t_store == t_core
         if src is S.HALF_OPEN and store_probe not in [pid for pid, _ in in_flight]:

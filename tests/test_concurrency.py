@@ -70,10 +70,10 @@ class RecordingStore(MemoryStore):
         return p
 
     def breaker_record(self, key, cfg, now, *, failed, slow, probe):
-        t = super().breaker_record(key, cfg, now, failed=failed, slow=slow, probe=probe)
-        if t is not None:
-            self.transitions.append(t)
-        return t
+        recorded = super().breaker_record(key, cfg, now, failed=failed, slow=slow, probe=probe)
+        if recorded.transition is not None:
+            self.transitions.append(recorded.transition)
+        return recorded
 
 
 def open_store_breaker(store: MemoryStore, c: BreakerConfig, now: float = T0) -> None:
@@ -123,7 +123,7 @@ def test_hundred_threads_on_a_half_open_breaker_fill_only_the_free_probe_slots()
 def test_hundred_concurrent_failures_open_a_closed_breaker_exactly_once(n):
     c = BreakerConfig(consecutive_failures=n, failure_rate_pct=None)
     store = MemoryStore()
-    transitions = race(100, lambda i: store.breaker_record(TOOL, c, T0, failed=True, slow=False, probe=None))
+    transitions = race(100, lambda i: store.breaker_record(TOOL, c, T0, failed=True, slow=False, probe=None).transition)
     moved = [t for t in transitions if t is not None]
     assert len(moved) == 1
     assert (moved[0].src, moved[0].dst) == (S.CLOSED, S.OPEN)
@@ -143,7 +143,7 @@ def test_concurrent_probe_results_close_a_half_open_breaker_exactly_once():
     assert all(p.probe is not None for p in perms)
     assert len({p.probe for p in perms}) == k
     # each thread hands back the id of the probe it was admitted as
-    closed = race(k, lambda i: store.breaker_record(TOOL, c, T0 + 31.0, failed=False, slow=False, probe=perms[i].probe))
+    closed = race(k, lambda i: store.breaker_record(TOOL, c, T0 + 31.0, failed=False, slow=False, probe=perms[i].probe).transition)
     assert [(t.src, t.dst) for t in closed if t is not None] == [(S.HALF_OPEN, S.CLOSED)]
     assert store.breaker_state(TOOL).state is S.CLOSED
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from agent_breaker import AgentBreakerConfig, ConfigError, InvalidEventError, load_config, parse_config, parse_event
+from agent_breaker import AgentBreakerConfig, Engine, ConfigError, InvalidEventError, load_config, parse_config, parse_event
 
 from conftest import call
 
@@ -124,8 +124,9 @@ def test_huge_or_unserializable_args_are_refused_not_allowed(engine):
 def test_an_event_without_session_uses_the_tenant_and_conversation_fingerprint(engine):
     ev = {"type": "tool_call", "tenant": "acme", "conversation": "first user message", "tool": "t", "args": {}}
     assert engine.check_tool_call(ev).allowed
-    key = next(k for k in engine.store._sessions if k.startswith("conv:acme:"))
-    assert "first user message" not in key
+    state = engine.store.peek_session(Engine._session_key(parse_event(ev)))
+    assert state is not None and state.key.startswith("conv:acme:")
+    assert "first user message" not in state.key
     with pytest.raises(InvalidEventError, match="neither a session id nor a conversation"):
         engine.check_tool_call({"type": "tool_call", "tool": "t", "args": {}})
 

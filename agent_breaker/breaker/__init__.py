@@ -1,6 +1,6 @@
 """Tool circuit breakers: states, the transition table, and the pure decision core."""
 
-from .core import BreakerState, Permission, Transition, acquire, force, record
+from .core import BreakerState, Permission, Recorded, Transition, acquire, force, record
 from .states import TRANSITIONS, BreakerStateName, IllegalTransition, check_transition
 
 __all__ = [
@@ -9,6 +9,7 @@ __all__ = [
     "BreakerStateName",
     "IllegalTransition",
     "Permission",
+    "Recorded",
     "Transition",
     "acquire",
     "check_transition",

@@ -47,6 +47,15 @@ class Transition:
 
 
 @dataclass(frozen=True, slots=True)
+class Recorded:
+    """A store's answer to an outcome: the breaker's state right after it, and the move it
+    caused, if any (read in the same atomic step)."""
+
+    state: S
+    transition: Transition | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Permission:
     allowed: bool
     state: S

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Callable, Protocol, TypeVar
 
-from ..breaker import BreakerState, BreakerStateName, Permission, Transition
+from ..breaker import BreakerState, BreakerStateName, Permission, Recorded, Transition
 from ..config import BreakerConfig
 
 R = TypeVar("R")
@@ -20,6 +20,10 @@ class StorageError(RuntimeError):
 
 
 class Store(Protocol):
+    #: whether update_session may run its function more than once (compare-and-set retries):
+    #: side effects outside the session state must then happen after it returns
+    retries_updates: bool
+
     def update_session(self, key: str, now: float, fn: Callable[[object | None], tuple[object, R]]) -> R:
         """Run fn(state or None) atomically for one session; fn returns (new state, result)."""
 
@@ -30,7 +34,7 @@ class Store(Protocol):
 
     def breaker_record(
         self, key: str, cfg: BreakerConfig, now: float, *, failed: bool, slow: bool, probe: int | None
-    ) -> Transition | None: ...
+    ) -> Recorded: ...
 
     def breaker_force(self, key: str, cfg: BreakerConfig, now: float, state: BreakerStateName) -> Transition | None: ...
 

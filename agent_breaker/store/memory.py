@@ -7,7 +7,7 @@ import threading
 from collections import OrderedDict
 from typing import Callable, TypeVar
 
-from ..breaker import BreakerState, BreakerStateName, Permission, Transition
+from ..breaker import BreakerState, BreakerStateName, Permission, Recorded, Transition
 from ..breaker import core as breaker_core
 from ..config import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_TTL_S, BreakerConfig
 
@@ -17,6 +17,8 @@ R = TypeVar("R")
 class MemoryStore:
     """Sessions in an LRU map with an idle TTL; breakers in a dict. Thread-safe: one lock
     guards the maps, so every decision is atomic; a decision takes microseconds."""
+
+    retries_updates = False
 
     def __init__(
         self,
@@ -76,9 +78,11 @@ class MemoryStore:
 
     def breaker_record(
         self, key: str, cfg: BreakerConfig, now: float, *, failed: bool, slow: bool, probe: int | None
-    ) -> Transition | None:
+    ) -> Recorded:
         with self._lock:
-            return breaker_core.record(self._breaker(key), cfg, now, failed=failed, slow=slow, probe=probe, rng=self._rng)
+            st = self._breaker(key)
+            t = breaker_core.record(st, cfg, now, failed=failed, slow=slow, probe=probe, rng=self._rng)
+            return Recorded(st.state, t)
 
     def breaker_force(self, key: str, cfg: BreakerConfig, now: float, state: BreakerStateName) -> Transition | None:
         with self._lock:

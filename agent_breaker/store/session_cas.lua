@@ -1,0 +1,13 @@
+-- Compare-and-set of one session's state: write ARGV[2] only if the stored version is ARGV[1].
+-- The encoding (store/codec.py) starts "[FORMAT,VERSION,"; an absent key is version 0.
+-- KEYS[1] the session key; ARGV[1] expected version; ARGV[2] new state; ARGV[3] TTL seconds.
+local current = redis.call("GET", KEYS[1])
+local version = 0
+if current then
+  version = tonumber(string.match(current, "^%[%d+,(%d+),")) or -1
+end
+if version ~= tonumber(ARGV[1]) then
+  return 0
+end
+redis.call("SET", KEYS[1], ARGV[2], "EX", tonumber(ARGV[3]))
+return 1

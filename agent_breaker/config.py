@@ -270,6 +270,38 @@ class ReceiptsConfig(_Frozen):
         return patterns
 
 
+class StorageConfig(_Frozen):
+    url: str = Field("memory://", description="memory:// (in process) or redis://host:port/db (shared by a fleet).")
+    url_env: str | None = Field(None, description="An environment variable that, when set, holds the URL instead.")
+    key_prefix: str = Field("ab", min_length=1, description="Prefix of every Redis key.")
+    on_error: Literal["local", "fail_closed", "fail_open"] = Field(
+        "local",
+        description="Redis down or slow: keep guarding with in-process state (local), refuse every call "
+        "(fail_closed), or let every call through with a warning (fail_open).",
+    )
+    timeout_ms: float = Field(250.0, gt=0, description="No decision waits longer than this on Redis.")
+    retry_s: float = Field(1.0, gt=0, description="After a Redis error, try Redis again after this long.")
+    near_cache_s: float = Field(1.0, ge=0, description="How long a worker trusts a breaker it knows is closed.")
+
+    @field_validator("url")
+    @classmethod
+    def _known_scheme(cls, url: str) -> str:
+        if not url.startswith(("memory://", "redis://", "rediss://", "unix://")):
+            raise ValueError(f"url must start with memory://, redis://, rediss:// or unix://, but was {url!r}")
+        return url
+
+    def resolved_url(self) -> str:
+        import os
+
+        return (os.environ.get(self.url_env) if self.url_env else None) or self.url
+
+
+class GlobalBudgetConfig(_Frozen):
+    max_tokens: int | None = Field(None, ge=1, description="Tokens per tenant and feature in the window, all workers.")
+    max_cost_usd: float | None = Field(None, gt=0, description="Spend per tenant and feature in the window, all workers.")
+    window_s: float = Field(86_400.0, gt=0, description="The window (fixed, aligned on the epoch).")
+
+
 class SessionsConfig(_Frozen):
     ttl_s: float = Field(DEFAULT_SESSION_TTL_S, gt=0, description="Idle sessions are forgotten after this.")
     max_sessions: int = Field(DEFAULT_MAX_SESSIONS, ge=1, description="Least recently used sessions go past this.")
@@ -314,6 +346,8 @@ class AgentBreakerConfig(_Frozen):
     step_limit: StepLimitConfig = StepLimitConfig()
     depth_limit: DepthLimitConfig = DepthLimitConfig()
     receipts: ReceiptsConfig = ReceiptsConfig()
+    global_budget: GlobalBudgetConfig = GlobalBudgetConfig()
+    storage: StorageConfig = StorageConfig()
     sessions: SessionsConfig = SessionsConfig()
     overrides: tuple[Override, ...] = Field(
         (), description="Settings per tenant / feature / agent; the more specific override wins."

@@ -27,7 +27,7 @@ from .events import Assistant, Final, InvalidEventError, ToolCall, ToolResult, U
 from .governor import budget
 from .receipts import ClaimChecker, ReceiptKeys, empty_mutation_trip, is_empty_result, mint, reference_hashes, verify
 from .session import MAX_PENDING, CallFacts, Pending, SessionState
-from .store import MemoryStore, Store
+from .store import StorageError, Store, store_from_uri
 from .verdicts import ALLOW, Incident, ResultVerdict, Verdict, observation
 
 log = logging.getLogger("agent_breaker")
@@ -166,9 +166,7 @@ class Engine:
         receipt_keys: ReceiptKeys | None = None,
     ) -> None:
         self.config = config if isinstance(config, AgentBreakerConfig) else parse_config(config)
-        self.store: Store = store or MemoryStore(
-            ttl_s=self.config.sessions.ttl_s, max_sessions=self.config.sessions.max_sessions
-        )
+        self.store: Store = store or _store_for(self.config)
         self.clock = clock or SystemClock()
         self.listeners: list[Listener] = [log_incident] if listeners is None else list(listeners)
         self.share_breakers = share_breakers
@@ -337,10 +335,26 @@ class Engine:
 
     def _commit(self, step: _Step, fn: Callable[[object | None], tuple[SessionState, Any]], tool: str | None) -> Any:
         """Run fn atomically on the session, then tell the listeners (outside the lock)."""
-        verdict = self.store.update_session(step.key, step.now, fn)
+        try:
+            verdict = self.store.update_session(step.key, step.now, fn)
+        except StorageError as exc:
+            return self._storage_unavailable(step, exc, tool)
         for s, trip, severity in step.trips:
             self._emit(s, step.ev, trip, severity, step.now, tool)
         return verdict
+
+    def _storage_unavailable(self, step: _Step, exc: StorageError, tool: str | None) -> Any:
+        """The shared store failed: the configured policy decides (fail_closed or fail_open)."""
+        closed = self.config.storage.on_error == "fail_closed"
+        reason = f"guard state is unavailable ({exc}); policy {self.config.storage.on_error}"
+        log.warning("agent-breaker: %s", reason)
+        with self._metrics_lock:
+            self._metrics[(H.STORAGE_UNAVAILABLE, "block" if closed else "warn")] += 1
+        if isinstance(step.ev, ToolResult):
+            return ResultVerdict(not closed, H.STORAGE_UNAVAILABLE, reason)
+        trip = Trip(H.STORAGE_UNAVAILABLE, "call", reason, "The guard is unavailable; try again shortly.", {},
+                    self.config.storage.retry_s)
+        return self._verdict(trip, "block" if closed else "warn", tool)
 
     def _settle(
         self, step: _Step, s: SessionState, block: Trip | None, warn: Trip | None, tool: str | None, call_id: str | None = None
@@ -356,6 +370,19 @@ class Engine:
             return self._verdict(warn, "warn", tool, call_id)
         return ALLOW if call_id is None else Verdict(True, call_id=call_id)
 
+    def _global_spend(self, step: _Step, tokens: int, cost_usd: float) -> Trip | Verdict | None:
+        """Add a step's spend to its tenant's and feature's shared window (once, outside the
+        session update, which a shared store may retry); the global_budget trip, if over."""
+        cfg = step.p.cfg
+        g = cfg.global_budget
+        if (g.max_tokens is None and g.max_cost_usd is None) or cfg.mode_of(H.GLOBAL_BUDGET) == "off":
+            return None
+        try:
+            spent = self.store.add_spend(f"{step.ev.tenant or ''}:{step.ev.feature or ''}", tokens, cost_usd, g.window_s, step.now)
+        except StorageError as exc:
+            return self._storage_unavailable(step, exc, getattr(step.ev, "tool", None))
+        return budget.check_global_budget(spent, cfg, step.now)
+
     # ----------------------------------------------------------------- tool calls
     def check_tool_call(self, event: ToolCall | Mapping[str, Any]) -> Verdict:
         """Decide, before it runs, whether a tool call may run."""
@@ -366,6 +393,9 @@ class Engine:
             return ALLOW
         f = self._facts(ev, p)
         polling_tool = self._is_polling(p, ev.tool)
+        global_trip = self._global_spend(step, f.tokens, f.cost_usd)
+        if isinstance(global_trip, Verdict):
+            return global_trip
 
         def decide(state: object | None) -> tuple[SessionState, Verdict]:
             s = step.session(state)
@@ -377,7 +407,10 @@ class Engine:
                 return s, halted
             similar = loops.chain_similarity(s, f, cfg, now)
             polling = polling_tool or loops.polled_by_result(s, f)
-            block, warn = self._run_checks(p.call_checks, _Ctx(s, f, cfg, now, polling, similar))
+            block, warn = self._judge(cfg, [global_trip])
+            if block is None:
+                block, call_warn = self._run_checks(p.call_checks, _Ctx(s, f, cfg, now, polling, similar))
+                warn = warn or call_warn
             bkey = self._breaker_key(cfg, s.tenant, f.tool, key)
             probe = None
             if block is None and cfg.mode_of(H.CIRCUIT_OPEN) != "off":
@@ -488,7 +521,10 @@ class Engine:
 
         verdict = self._commit(step, record, ev.tool)
         for bkey, probe in shared:
-            verdict = replace(verdict, breaker_state=self._breaker_record(None, bkey, cfg, now, failed, slow, probe))
+            try:
+                verdict = replace(verdict, breaker_state=self._breaker_record(None, bkey, cfg, now, failed, slow, probe))
+            except StorageError as exc:
+                log.warning("agent-breaker: breaker outcome of %s not recorded: %s", ev.tool, exc)
         return verdict
 
     @staticmethod
@@ -604,6 +640,20 @@ class Engine:
         self.store.breaker_force(
             self._breaker_key(self.config, tenant, tool, ""), self.config.breaker, self.clock.now(), BreakerStateName(state)
         )
+
+
+def _store_for(config: AgentBreakerConfig) -> Store:
+    st = config.storage
+    return store_from_uri(
+        st.resolved_url(),
+        ttl_s=config.sessions.ttl_s,
+        max_sessions=config.sessions.max_sessions,
+        prefix=st.key_prefix,
+        timeout_s=st.timeout_ms / 1000.0,
+        on_error="local" if st.on_error == "local" else "raise",
+        retry_s=st.retry_s,
+        near_cache_s=st.near_cache_s,
+    )
 
 
 def _observe_only(cfg: AgentBreakerConfig) -> AgentBreakerConfig:

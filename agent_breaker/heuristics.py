@@ -25,7 +25,10 @@ DEPTH_LIMIT = "depth_limit"
 UNVERIFIED_CLAIM = "unverified_claim"
 EMPTY_MUTATION_RESULT = "empty_mutation_result"
 
+GLOBAL_BUDGET = "global_budget"
+
 INVALID_EVENT = "invalid_event"
+STORAGE_UNAVAILABLE = "storage_unavailable"
 
 #: every heuristic whose mode can be set in config (`modes:`)
 CONFIGURABLE: tuple[str, ...] = (
@@ -46,6 +49,7 @@ CONFIGURABLE: tuple[str, ...] = (
     DEPTH_LIMIT,
     UNVERIFIED_CLAIM,
     EMPTY_MUTATION_RESULT,
+    GLOBAL_BUDGET,
 )
 
 #: trips that end the session: every later call of it is refused (enforce mode)

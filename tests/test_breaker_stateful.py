@@ -11,10 +11,14 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+import uuid
+
 from agent_breaker import FakeClock, MemoryStore
 from agent_breaker.breaker import TRANSITIONS, BreakerState, BreakerStateName, Permission, Transition
 from agent_breaker.breaker import core
 from agent_breaker.config import BreakerConfig
+
+from conftest import REDIS_URL, redis_or_skip  # noqa: E402
 
 S = BreakerStateName
 KEY = "flaky_tool"
@@ -52,13 +56,16 @@ class BreakerMachine(RuleBasedStateMachine):
             slow_call_ms=100.0,
         )
         self.clock = FakeClock(1_000_000.0)
-        self.store = MemoryStore(rng=random.Random(0))
+        self.store = self.make_store()
         self.mirror = BreakerState(KEY)
         self.mirror_rng = random.Random(0)
         # (store's probe id, mirror's probe id) of every admitted call not yet reported; None: no probe
         self.pending: list[tuple[int | None, int | None]] = []
         self.prev = S.CLOSED
         self.moves: list[tuple[S, S]] = []
+
+    def make_store(self):
+        return MemoryStore(rng=random.Random(0))
 
     # ---------------------------------------------------------------- helpers
     def _state(self) -> BreakerState:
@@ -216,6 +223,37 @@ BreakerMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestMemoryStoreBreaker = BreakerMachine.TestCase
+
+
+class RedisBreakerMachine(BreakerMachine):
+    """The same machine on the Redis store (its Lua script), against the same pure-core mirror:
+    memory and Redis agree step by step."""
+
+    def make_store(self):
+        from agent_breaker.store.redis import RedisStore
+
+        # near_cache_s=0: every acquire runs the script, so each step compares the Lua logic
+        self.redis_store = RedisStore(REDIS_URL, prefix=f"abhyp-{uuid.uuid4().hex[:12]}", listen=False, near_cache_s=0.0)
+        return self.redis_store
+
+    def teardown(self) -> None:
+        store = getattr(self, "redis_store", None)
+        if store is not None:
+            store.delete_all()
+            store.close()
+
+
+RedisBreakerMachine.TestCase.settings = settings(
+    max_examples=60,
+    stateful_step_count=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+
+class TestRedisStoreBreaker(RedisBreakerMachine.TestCase):
+    def setUp(self) -> None:
+        redis_or_skip()
 
 
 def test_the_machine_reaches_every_automatic_transition():

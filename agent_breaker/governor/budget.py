@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ..config import AgentBreakerConfig
 from ..heuristics import (
+    GLOBAL_BUDGET,
     BUDGET_SOFT_LIMIT,
     COST_BUDGET,
     DEPTH_LIMIT,
@@ -153,4 +154,24 @@ def check_velocity(s: SessionState, cfg: AgentBreakerConfig, now: float) -> Trip
         "You are spending tokens too fast. Slow down: do fewer, smaller steps.",
         {"tokens_per_s": round(rate), "max_tokens_per_s": v.max_tokens_per_s, "window_s": v.window_s},
         retry_after_s=v.window_s,
+    )
+
+
+def check_global_budget(spent: tuple[float, float] | None, cfg: AgentBreakerConfig, now: float) -> Trip | None:
+    """The tenant's and feature's spend across all workers, in the current window."""
+    g = cfg.global_budget
+    if spent is None:
+        return None
+    tokens, cost = spent
+    over = (g.max_tokens is not None and tokens > g.max_tokens) or (g.max_cost_usd is not None and cost > g.max_cost_usd)
+    if not over:
+        return None
+    reset_in = g.window_s - (now % g.window_s)
+    return Trip(
+        GLOBAL_BUDGET,
+        "call",
+        f"the tenant's spend in this {g.window_s:g}s window ({tokens:,.0f} tokens, ${cost:.2f}) is over its ceiling",
+        "The shared budget for this tenant and feature is spent. Stop and report what you have.",
+        {"tokens": round(tokens), "cost_usd": round(cost, 6), "max_tokens": g.max_tokens, "max_cost_usd": g.max_cost_usd},
+        retry_after_s=reset_in,
     )

@@ -30,6 +30,9 @@ class Store(Protocol):
     def peek_session(self, key: str) -> object | None:
         """The session's state as stored (tests, inspection); None if unknown or evicted."""
 
+    def add_spend(self, key: str, tokens: float, cost_usd: float, window_s: float, now: float) -> tuple[float, float]:
+        """Atomically add spend to a fixed window shared by every worker; the window's totals."""
+
     def breaker_acquire(self, key: str, cfg: BreakerConfig, now: float) -> Permission: ...
 
     def breaker_record(

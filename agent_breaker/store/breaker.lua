@@ -42,11 +42,14 @@ end
 
 local transition = nil
 
+-- reasons are worded exactly as breaker/core.py words them
+local function g(x) return string.format("%g", x) end
+
 local function move(dst, reason)
   if not LEGAL[st.state .. ">" .. dst] then
     return redis.error_reply("ILLEGAL " .. st.state .. " " .. dst)
   end
-  transition = {src = st.state, dst = dst, at = now, reason = reason}
+  transition = {src = st.state, dst = dst, at = string.format("%.17g", now), reason = reason}
   st.state = dst
   st.changed_at = now
   return nil
@@ -99,7 +102,7 @@ end
 
 local function should_trip()
   if cfg.consecutive_failures ~= cjson.null and st.consecutive_failures >= cfg.consecutive_failures then
-    return st.consecutive_failures .. " failures in a row (threshold " .. cfg.consecutive_failures .. ")"
+    return g(st.consecutive_failures) .. " failures in a row (threshold " .. g(cfg.consecutive_failures) .. ")"
   end
   local w = ensure_window()
   evict(w)
@@ -107,10 +110,11 @@ local function should_trip()
   local bad = failures
   if cfg.slow_calls_are_failures then bad = bad_any end
   if cfg.failure_threshold ~= cjson.null and bad >= cfg.failure_threshold then
-    return bad .. " failures in " .. cfg.window_s .. "s (threshold " .. cfg.failure_threshold .. ")"
+    return g(bad) .. " failures in " .. g(cfg.window_s) .. "s (threshold " .. g(cfg.failure_threshold) .. ")"
   end
   if cfg.failure_rate_pct ~= cjson.null and calls >= cfg.min_calls and bad * 100.0 >= cfg.failure_rate_pct * calls then
-    return "failure rate over " .. calls .. " calls (threshold " .. cfg.failure_rate_pct .. "%)"
+    return "failure rate " .. string.format("%.0f", bad * 100.0 / calls) .. "% over " .. g(calls)
+      .. " calls (threshold " .. g(cfg.failure_rate_pct) .. "%)"
   end
   return nil
 end
@@ -139,6 +143,31 @@ local function open(interval, reason)
   return nil
 end
 
+-- cjson writes numbers with 14 significant digits; times need 17 to round-trip exactly
+local function num(x) return string.format("%.17g", x) end
+local function nums(list)
+  local out = {}
+  for i, x in ipairs(list) do out[i] = num(x) end
+  return "[" .. table.concat(out, ",") .. "]"
+end
+local function lists(list)
+  local out = {}
+  for i, x in ipairs(list) do out[i] = nums(x) end
+  return "[" .. table.concat(out, ",") .. "]"
+end
+local function encode_state()
+  local w = "null"
+  if st.window ~= nil and st.window ~= cjson.null then
+    local win = st.window
+    w = '{"window_s":' .. num(win.window_s) .. ',"bucket_s":' .. num(win.bucket_s) .. ',"buckets":' .. lists(win.buckets)
+      .. ',"totals":' .. nums(win.totals) .. ',"evicted_at":' .. num(win.evicted_at) .. '}'
+  end
+  return '{"state":' .. cjson.encode(st.state) .. ',"window":' .. w .. ',"opened_at":' .. num(st.opened_at)
+    .. ',"open_interval_s":' .. num(st.open_interval_s) .. ',"probes":' .. lists(st.probes)
+    .. ',"next_probe":' .. num(st.next_probe) .. ',"probe_successes":' .. num(st.probe_successes)
+    .. ',"consecutive_failures":' .. num(st.consecutive_failures) .. ',"changed_at":' .. num(st.changed_at) .. '}'
+end
+
 local result = {}
 
 if op == "acquire" then
@@ -157,7 +186,7 @@ if op == "acquire" then
         result = {allowed = false, state = state, retry_after_s = reopen_at - now}
         proceed = false
       else
-        local err = move("half_open", "open interval elapsed")
+        local err = move("half_open", "open interval of " .. g(st.open_interval_s) .. "s elapsed")
         if err then return err end
         st.probes = {}
         st.probe_successes = 0
@@ -201,7 +230,7 @@ elseif op == "record" then
         st.probe_successes = st.probe_successes + 1
         if st.probe_successes >= cfg.half_open_probes then
           reset()
-          local err = move("closed", cfg.half_open_probes .. " half-open probes succeeded")
+          local err = move("closed", g(cfg.half_open_probes) .. " half-open probes succeeded")
           if err then return err end
         end
       end
@@ -237,14 +266,16 @@ else
   result = {state = st.state}
 end
 
+local encoded = encode_state()
 if op ~= "get" then
-  redis.call("SET", KEYS[1], cjson.encode(st), "EX", ttl)
+  redis.call("SET", KEYS[1], encoded, "EX", ttl)
 end
 if transition ~= nil then
   result.transition = transition
   local until_s = 0
   if st.state == "open" then until_s = st.opened_at + st.open_interval_s end
-  redis.call("PUBLISH", channel, cjson.encode({key = KEYS[1], state = st.state, until_s = until_s}))
+  redis.call("PUBLISH", channel, '{"key":' .. cjson.encode(KEYS[1]) .. ',"state":' .. cjson.encode(st.state) .. ',"until_s":' .. num(until_s) .. '}')
 end
-result.raw = cjson.encode(st)
+if result.retry_after_s ~= nil then result.retry_after_s = num(result.retry_after_s) end
+result.raw = encoded
 return cjson.encode(result)

@@ -31,6 +31,7 @@ class MemoryStore:
         self.max_sessions = max_sessions
         self._sessions: OrderedDict[str, tuple[float, object]] = OrderedDict()
         self._breakers: dict[str, BreakerState] = {}
+        self._spend: dict[str, list[float]] = {}  # key -> [window index, tokens, cost]
         self._lock = threading.RLock()
         self._rng = rng or random.Random()
 
@@ -64,6 +65,18 @@ class MemoryStore:
 
     def session_count(self) -> int:
         return len(self._sessions)
+
+    # global spend
+    def add_spend(self, key: str, tokens: float, cost_usd: float, window_s: float, now: float) -> tuple[float, float]:
+        """Add one step's spend to `key`'s fixed window; return the window's totals."""
+        index = now // window_s
+        with self._lock:
+            entry = self._spend.get(key)
+            if entry is None or entry[0] != index:
+                entry = self._spend[key] = [index, 0.0, 0.0]
+            entry[1] += tokens
+            entry[2] += cost_usd
+            return entry[1], entry[2]
 
     # breakers
     def _breaker(self, key: str) -> BreakerState:

@@ -27,6 +27,7 @@ import redis as redis_lib
 
 from ..breaker import BreakerState, BreakerStateName, IllegalTransition, Permission, Recorded, Transition
 from ..config import BreakerConfig
+from ..windows import BucketWindow
 from . import codec
 from .base import StorageError
 from .memory import MemoryStore
@@ -72,6 +73,7 @@ class RedisStore:
         self.redis = redis_lib.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
         self._breaker_script = self.redis.register_script(_script("breaker.lua"))
         self._cas_script = self.redis.register_script(_script("session_cas.lua"))
+        self._spend_script = self.redis.register_script(_script("spend.lua"))
         self._local = MemoryStore(ttl_s=ttl_s, max_sessions=max_sessions)
         self._rng = rng or random.Random()
         self._cfg_json: dict[int, str] = {}
@@ -134,6 +136,20 @@ class RedisStore:
         raw = self.redis.get(self.session_key(key))
         return codec.decode(raw) if raw else None
 
+    # ------------------------------------------------------------- global spend
+    def add_spend(self, key: str, tokens: float, cost_usd: float, window_s: float, now: float) -> tuple[float, float]:
+        if not self._available():
+            return self._degraded(lambda: self._local.add_spend(key, tokens, cost_usd, window_s, now))
+        index = int(now // window_s)
+        try:
+            out = self._spend_script(
+                keys=[f"{self.prefix}:{{g:{key}}}:{index}"], args=[tokens, cost_usd, max(1, int(2 * window_s))]
+            )
+        except redis_lib.RedisError as exc:
+            self._failed(exc)
+            return self._local.add_spend(key, tokens, cost_usd, window_s, now)
+        return float(out[0]), float(out[1])
+
     # ------------------------------------------------------------- breakers
     def _cfg(self, cfg: BreakerConfig) -> str:
         j = self._cfg_json.get(id(cfg))
@@ -167,7 +183,7 @@ class RedisStore:
         t = out.get("transition")
         if not t:
             return None
-        return Transition(key, _S(t["src"]), _S(t["dst"]), t["at"], t["reason"])
+        return Transition(key, _S(t["src"]), _S(t["dst"]), float(t["at"]), t["reason"])
 
     def breaker_acquire(self, key: str, cfg: BreakerConfig, now: float) -> Permission:
         bkey = self.breaker_key(key)
@@ -185,7 +201,7 @@ class RedisStore:
             bool(out.get("allowed")),
             _S(out["state"]),
             probe=out.get("probe"),
-            retry_after_s=out.get("retry_after_s"),
+            retry_after_s=None if out.get("retry_after_s") is None else float(out["retry_after_s"]),
             transition=self._transition(key, out),
             would_refuse=bool(out.get("would_refuse")),
         )
@@ -212,13 +228,7 @@ class RedisStore:
 
     def breaker_state(self, key: str) -> BreakerState | None:
         raw = self.redis.get(self.breaker_key(key))
-        if raw is None:
-            return None
-        d = json.loads(raw)
-        return BreakerState(
-            key, _S(d["state"]), None, d["opened_at"], d["open_interval_s"],
-            [list(p) for p in (d["probes"] or [])], d["next_probe"], d["probe_successes"], d["consecutive_failures"], d["changed_at"],
-        )
+        return None if raw is None else _decode_breaker(key, json.loads(raw))
 
     # ------------------------------------------------------------- broadcast
     def _listen(self) -> None:
@@ -248,3 +258,15 @@ class RedisStore:
         """Remove every key of this prefix (tests, teardown)."""
         keys = list(self.redis.scan_iter(match=f"{self.prefix}:*", count=1000))
         return self.redis.delete(*keys) if keys else 0
+
+
+def _decode_breaker(key: str, d: dict[str, Any]) -> BreakerState:
+    w = d.get("window")
+    window = None
+    if isinstance(w, dict) and w:
+        window = BucketWindow(w["window_s"], w["bucket_s"], 4, [list(b) for b in w["buckets"] or []],
+                              list(w["totals"]), int(w["evicted_at"]))
+    return BreakerState(
+        key, _S(d["state"]), window, d["opened_at"], d["open_interval_s"], [list(p) for p in d["probes"] or []],
+        int(d["next_probe"]), int(d["probe_successes"]), int(d["consecutive_failures"]), d["changed_at"],
+    )

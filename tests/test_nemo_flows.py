@@ -248,3 +248,23 @@ def test_colang_1_tool_rails_need_a_session_in_context():
     reply = asyncio.run(rails.generate_async(messages=native_turn(0)[1:]))
     assert reply["content"].startswith("BLOCKED invalid_event:")
     assert "session" in reply["content"]
+
+
+def test_the_redis_config_shares_guard_state_between_two_rails(monkeypatch):
+    from conftest import REDIS_URL, redis_or_skip
+
+    redis_or_skip()
+    monkeypatch.setenv("REDIS_URL", REDIS_URL)
+    worker_a, worker_b = make_rails("agent_breaker_redis"), make_rails("agent_breaker_redis")
+    store = worker_a.runtime.registered_action_params[ENGINE_PARAM].store
+    session = f"fleet-{id(store)}"
+    try:
+        a, b = Session(worker_a), Session(worker_b)
+        for i in range(3):  # the run's calls land on alternating workers
+            w = a if i % 2 else b
+            assert w.verdict({**tool_call(i), "session_id": session})["allowed"] is True
+            w.verdict({**tool_result(i, error="HTTP 500"), "session_id": session})
+        v = a.verdict({**tool_call(3), "session_id": session})
+        assert (v["allowed"], v["heuristic"]) == (False, "identical_failure")
+    finally:
+        store.redis.delete(store.session_key(session), store.breaker_key("run_sql"))

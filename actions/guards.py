@@ -78,7 +78,9 @@ def _arguments(event: Any) -> Mapping[str, Any]:
     return args if isinstance(args, Mapping) else {}
 
 
-def _run(engine: Engine, kind: str, event: Any) -> tuple[dict[str, Any], Mapping[str, Any]]:
+def run_event(engine: Engine, kind: str, event: Any) -> dict[str, Any]:
+    """One event of `kind` (Colang field names) through the engine: the verdict as a dict for
+    the flow, with session_id, call_id, accepted and the incidents it raised."""
     fields = _arguments(event)
     bucket: list[Incident] = []
     token = _incidents.set(bucket)
@@ -106,50 +108,40 @@ def _run(engine: Engine, kind: str, event: Any) -> tuple[dict[str, Any], Mapping
     finally:
         _incidents.reset(token)
     out["incidents"] = [i.to_dict() for i in bucket]
-    return out, fields
+    out["session_id"] = fields.get("session_id")
+    out["call_id"] = fields.get("call_id") or out.get("call_id")
+    out.setdefault("accepted", out.get("allowed", False))
+    return out
 
 
 @action(name="check_tool_call")
 async def check_tool_call(event: Any, agent_breaker_engine: Engine) -> dict[str, Any]:
     """ToolCallRequested -> may the call run?"""
-    out, fields = _run(agent_breaker_engine, "tool_call", event)
-    out["call_id"] = fields.get("call_id") or out.get("call_id")
-    out["session_id"] = fields.get("session_id")
-    return out
+    return run_event(agent_breaker_engine, "tool_call", event)
 
 
 @action(name="record_tool_result")
 async def record_tool_result(event: Any, agent_breaker_engine: Engine) -> dict[str, Any]:
     """ToolResultReceived -> recorded; anomalies; a receipt for a mutating tool's success."""
-    out, fields = _run(agent_breaker_engine, "tool_result", event)
-    out["call_id"] = fields.get("call_id")
-    out["session_id"] = fields.get("session_id")
-    return out
+    return run_event(agent_breaker_engine, "tool_result", event)
 
 
 @action(name="record_assistant_turn")
 async def record_assistant_turn(event: Any, agent_breaker_engine: Engine) -> dict[str, Any]:
     """AssistantTurn -> spend, echo and deadlock checks."""
-    out, fields = _run(agent_breaker_engine, "assistant", event)
-    out["session_id"] = fields.get("session_id")
-    return out
+    return run_event(agent_breaker_engine, "assistant", event)
 
 
 @action(name="record_user_turn")
 async def record_user_turn(event: Any, agent_breaker_engine: Engine) -> dict[str, Any]:
     """UserTurn -> new information: loop streaks start over."""
-    out, fields = _run(agent_breaker_engine, "user", event)
-    out["session_id"] = fields.get("session_id")
-    return out
+    return run_event(agent_breaker_engine, "user", event)
 
 
 @action(name="verify_final_answer")
 async def verify_final_answer(event: Any, agent_breaker_engine: Engine) -> dict[str, Any]:
     """FinalAnswerProposed -> are its references and claimed actions backed by receipts?"""
-    out, fields = _run(agent_breaker_engine, "final", event)
-    out["accepted"] = out.get("allowed", False)
-    out["session_id"] = fields.get("session_id")
-    return out
+    return run_event(agent_breaker_engine, "final", event)
 
 
 @action(name="report_incidents")
@@ -227,7 +219,7 @@ async def agent_breaker_chat_line(text: str, agent_breaker_engine: Engine) -> st
         kind, fields = parse_chat_line(text)
     except InvalidEventError as exc:
         return f"BLOCKED {INVALID_EVENT}: {exc}"
-    out, _ = _run(agent_breaker_engine, kind, fields)
+    out = run_event(agent_breaker_engine, kind, fields)
     for data in out["incidents"]:
         log_incident(Incident(**data))
     return verdict_line(kind, out)
@@ -259,12 +251,9 @@ def verdict_event(event: Mapping[str, Any], engine: Engine) -> dict[str, Any]:
         reason = f"unknown agent-breaker event type {event.get('type')!r}; expected one of {sorted(EVENT_KINDS)}"
         return {"type": "ToolCallVerdict", "session_id": event.get("session_id"), "call_id": event.get("call_id"),
                 "allowed": False, "heuristic": INVALID_EVENT, "severity": "block", "reason": reason, "observation": None}
-    out, fields = _run(engine, kind, event)
+    out = run_event(engine, kind, event)
     for data in out["incidents"]:
         log_incident(Incident(**data))
-    out.setdefault("accepted", out.get("allowed", False))
-    out["session_id"] = fields.get("session_id")
-    out["call_id"] = fields.get("call_id") or out.get("call_id")
     return {"type": verdict_type, **{name: out.get(name) for name in _VERDICT_FIELDS[verdict_type]}}
 
 

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 from nemoguardrails.actions import action
 
-from agent_breaker.actions.guards import _run, verdict_line
+from agent_breaker.actions.guards import run_event, verdict_line
 from agent_breaker.engine import Engine, log_incident
 from agent_breaker.verdicts import Incident
 
@@ -56,7 +56,7 @@ async def check_native_tool_calls(
     for tool_call in tool_calls or []:
         name, args, call_id = parse_tool_call(tool_call)
         fields = {**_from_context(context), "tool_name": name, "tool_args": args, "call_id": call_id}
-        out, _ = _run(agent_breaker_engine, "tool_call", fields)
+        out = run_event(agent_breaker_engine, "tool_call", fields)
         _report(out)
         verdicts.append(out)
     blocked = [v for v in verdicts if not v.get("allowed")]
@@ -85,7 +85,7 @@ async def record_native_tool_message(
             pass
     ok = not (isinstance(result, str) and result.lstrip().lower().startswith("error"))
     fields = {**_from_context(context), "tool_name": tool_name, "call_id": tool_call_id or None, "ok": ok, "result": result}
-    out, _ = _run(agent_breaker_engine, "tool_result", fields)
+    out = run_event(agent_breaker_engine, "tool_result", fields)
     _report(out)
     return out
 

@@ -119,11 +119,23 @@ class _Policy:
     mutating_tools: dict[str, bool]
     call_checks: tuple[tuple[str, str, Check], ...]
     session_limits: tuple[tuple[str, str, Check], ...]
+    polling_tools: dict[str, bool]
+
+    def polling(self, tool: str) -> bool:
+        """Marked `polling` under tools:, or named like a status tool (stuck_polling.polling_tools)."""
+        v = self.polling_tools.get(tool)
+        if v is None:
+            if len(self.polling_tools) > 10_000:
+                self.polling_tools.clear()
+            v = self.polling_tools[tool] = self.cfg.tool(tool).polling or self.cfg.stuck_polling.is_polling_tool(tool)
+        return v
 
     def mutating(self, tool: str) -> bool:
         """Configured as mutating, or named after an action (wire_transfer, send_email)."""
         v = self.mutating_tools.get(tool)
         if v is None:
+            if len(self.mutating_tools) > 10_000:
+                self.mutating_tools.clear()
             policy = self.cfg.tools.get(tool)
             if policy is not None and policy.mutating:
                 v = True
@@ -176,7 +188,6 @@ class Engine:
             self.config.receipts, required=self.config.mode_of(H.UNVERIFIED_CLAIM) == "enforce" and not observe
         )
         self._policies: dict[tuple[str | None, str | None, str | None], _Policy] = {}
-        self._polling_tools: dict[tuple[int, str], bool] = {}
         self._metrics: Counter[tuple[str, str]] = Counter()
         self._metrics_lock = threading.Lock()
 
@@ -198,6 +209,7 @@ class Engine:
                 {},
                 _enabled(cfg, _CALL_CHECKS),
                 _enabled(cfg, _SESSION_LIMITS),
+                {},
             )
             if len(self._policies) > 10_000:
                 self._policies.clear()
@@ -214,14 +226,6 @@ class Engine:
 
     def _now(self, ev: Any) -> float:
         return ev.ts if ev.ts is not None else self.clock.now()
-
-    def _is_polling(self, p: _Policy, tool: str) -> bool:
-        k = (id(p), tool)
-        v = self._polling_tools.get(k)
-        if v is None:
-            v = p.cfg.tool(tool).polling or p.cfg.stuck_polling.is_polling_tool(tool)
-            self._polling_tools[k] = v
-        return v
 
     def _facts(self, ev: ToolCall, p: _Policy) -> CallFacts:
         try:
@@ -345,7 +349,7 @@ class Engine:
 
     def _storage_unavailable(self, step: _Step, exc: StorageError, tool: str | None) -> Any:
         """The shared store failed: the configured policy decides (fail_closed or fail_open)."""
-        closed = self.config.storage.on_error == "fail_closed"
+        closed = self.config.storage.on_error == "fail_closed" and step.p.cfg.mode == "enforce"
         reason = f"guard state is unavailable ({exc}); policy {self.config.storage.on_error}"
         log.warning("agent-breaker: %s", reason)
         with self._metrics_lock:
@@ -392,7 +396,7 @@ class Engine:
         if cfg.mode == "off":
             return ALLOW
         f = self._facts(ev, p)
-        polling_tool = self._is_polling(p, ev.tool)
+        polling_tool = p.polling(ev.tool)
         global_trip = self._global_spend(step, f.tokens, f.cost_usd)
         if isinstance(global_trip, Verdict):
             return global_trip
@@ -500,11 +504,12 @@ class Engine:
             if failed or not (f.mutating or ev.mutating):
                 return s, ResultVerdict(True, failed=failed, breaker_state=bstate)
             s.ledger.attempt(f.tool)
+            anomaly = None
             if is_empty_result(ev.result):
                 block, warn = self._judge(cfg, [empty_mutation_trip(f.tool)])
-                verdict = self._settle(step, s, block, warn, f.tool)
-                if verdict.heuristic is not None:
-                    return s, ResultVerdict(verdict.allowed, verdict.heuristic, verdict.reason, breaker_state=bstate)
+                anomaly = self._settle(step, s, block, warn, f.tool)
+                if block is not None:  # enforce: no receipt for an action that may not have happened
+                    return s, ResultVerdict(False, anomaly.heuristic, anomaly.reason, breaker_state=bstate)
             receipt = None
             if self.receipt_keys is not None:
                 receipt = mint(
@@ -517,6 +522,8 @@ class Engine:
                     ts=now,
                 )
                 s.ledger.add(receipt, f.tool)
+            if anomaly is not None and anomaly.heuristic is not None:  # observed: reported, not withheld
+                return s, ResultVerdict(True, anomaly.heuristic, anomaly.reason, breaker_state=bstate, receipt=receipt)
             return s, ResultVerdict(True, breaker_state=bstate, receipt=receipt)
 
         verdict = self._commit(step, record, ev.tool)
@@ -546,6 +553,9 @@ class Engine:
         cost = budget.step_cost_usd(cfg, ev.input_tokens, ev.output_tokens, ev.cost_usd, ev.model)
         fp = tuple(sorted(p.hasher.hashes(p.hasher.words(ev.text))))
         agent = hash64(ev.agent or "") & 0xFFFF_FFFF
+        global_trip = self._global_spend(step, tokens, cost)
+        if isinstance(global_trip, Verdict):
+            return global_trip
 
         def decide(state: object | None) -> tuple[SessionState, Verdict]:
             s = step.session(state)
@@ -554,7 +564,10 @@ class Engine:
             if halted is not None:
                 return s, halted
             own_run, repeats, agents = conversation.record_turn(s, agent, fp, cfg)
-            block, warn = self._run_checks(p.session_limits, _Ctx(s, None, cfg, now, False, (False, False)))
+            block, warn = self._judge(cfg, [global_trip])
+            if block is None:
+                block, limit_warn = self._run_checks(p.session_limits, _Ctx(s, None, cfg, now, False, (False, False)))
+                warn = warn or limit_warn
             if block is None:
                 block, turn_warn = self._judge(cfg, conversation.check_turn(own_run, repeats, agents, cfg))
                 warn = warn or turn_warn
@@ -585,6 +598,8 @@ class Engine:
         from a tool result of this session, every completed action it claims needs a receipt."""
         step = self._begin(event, Final)
         cfg = step.p.cfg
+        if cfg.mode_of(H.UNVERIFIED_CLAIM) == "off":
+            return ALLOW
 
         def check(state: object | None) -> tuple[SessionState, Verdict]:
             s = step.session(state)
@@ -632,14 +647,14 @@ class Engine:
 
     # ----------------------------------------------------------------- operators
     def breaker_state(self, tool: str, *, tenant: str | None = None) -> BreakerStateName:
-        st = self.store.breaker_state(self._breaker_key(self.config, tenant, tool, ""))
+        cfg = self._policy(tenant, None, None).cfg
+        st = self.store.breaker_state(self._breaker_key(cfg, tenant, tool, ""))
         return BreakerStateName.CLOSED if st is None else st.state
 
     def force_breaker(self, tool: str, state: BreakerStateName | str, *, tenant: str | None = None) -> None:
         """Operator control: force open, disable, metrics-only, or reset a tool's breaker."""
-        self.store.breaker_force(
-            self._breaker_key(self.config, tenant, tool, ""), self.config.breaker, self.clock.now(), BreakerStateName(state)
-        )
+        cfg = self._policy(tenant, None, None).cfg
+        self.store.breaker_force(self._breaker_key(cfg, tenant, tool, ""), cfg.breaker, self.clock.now(), BreakerStateName(state))
 
 
 def _store_for(config: AgentBreakerConfig) -> Store:

@@ -32,6 +32,7 @@ log = logging.getLogger("agent_breaker")
 RECEIPT_VERSION = 1
 MAX_RECEIPTS = 256
 MAX_REFERENCE_HASHES = 4096
+MAX_MUTATING_TOOLS = 256
 _MAX_REFERENCE_CHARS = 128
 _NEGATIONS = frozenset(
     {"not", "never", "no", "unable", "failed", "cannot", "can't", "couldn't", "wasn't", "weren't", "didn't",
@@ -223,9 +224,13 @@ class Ledger:
             self.references.update(list(references)[:room])
 
     def attempt(self, tool: str) -> None:
-        self.mutating.setdefault(tool, False)
+        if tool not in self.mutating:
+            if len(self.mutating) >= MAX_MUTATING_TOOLS:
+                del self.mutating[next(iter(self.mutating))]
+            self.mutating[tool] = False
 
     def add(self, receipt: dict[str, Any], tool: str) -> None:
+        self.attempt(tool)
         self.mutating[tool] = True
         if len(self.receipts) >= MAX_RECEIPTS:
             del self.receipts[0]

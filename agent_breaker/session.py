@@ -19,8 +19,17 @@ MAX_KEYS = 256
 MAX_PENDING = 128
 MAX_TURNS = 16
 MAX_SEEN = 512
+MAX_TOOLS = 256  # per-tool entries a session keeps (spend, retry chains, session breakers)
 
 FAILED = -1  # result hash of a failed execution: any two failures compare equal
+
+
+def put_bounded(d: dict[Any, Any], key: Any, value: Any, cap: int) -> None:
+    """Insert into a dict that keeps at most `cap` keys (the oldest inserted go first)."""
+    if key not in d:
+        while len(d) >= cap:
+            del d[next(iter(d))]
+    d[key] = value
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +126,8 @@ class SessionState:
         """A session-scoped breaker (created closed)."""
         st = self.breakers.get(key)
         if st is None:
-            st = self.breakers[key] = BreakerState(key)
+            st = BreakerState(key)
+            put_bounded(self.breakers, key, st, MAX_TOOLS)
         return st
 
     def reset_streaks(self) -> None:

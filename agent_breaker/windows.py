@@ -7,6 +7,7 @@ rescans the window. The state is plain lists, so it serializes as it is.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 
@@ -27,11 +28,13 @@ class BucketWindow:
             self.totals = [0.0] * self.width
 
     def _evict(self, now: float) -> int:
-        index = int(now // self.bucket_s)
+        # floor of the float quotient, exactly as the Redis script computes it (a // b can be
+        # one less when b is not exactly representable, e.g. 1.0 // 0.1 == 9)
+        index = math.floor(now / self.bucket_s)
         if index == self.evicted_at:
             return index  # nothing can have aged out since the last look
         self.evicted_at = index
-        oldest = index - int(self.window_s // self.bucket_s) + 1
+        oldest = index - math.floor(self.window_s / self.bucket_s) + 1
         buckets = self.buckets
         drop = 0
         while drop < len(buckets) and buckets[drop][0] < oldest:

@@ -53,13 +53,16 @@ class ColangSessions:
             entry = [now, None, asyncio.Lock()]
         entry[0] = now
         self._sessions[key] = entry
-        while len(self._sessions) > self.max_sessions:
-            self._sessions.popitem(last=False)
-        while self._sessions:
-            oldest_key, oldest = next(iter(self._sessions.items()))
-            if now - oldest[0] <= self.idle_s or oldest_key == key:
+        # evict the least recently used sessions past the cap, and idle ones; never one whose
+        # request is running (its lock is held), or a second request could start it afresh
+        excess = len(self._sessions) - self.max_sessions
+        for old_key, old in list(self._sessions.items()):
+            idle = now - old[0] > self.idle_s
+            if not (excess > 0 or idle):
                 break
-            del self._sessions[oldest_key]
+            if old_key != key and not old[2].locked():
+                del self._sessions[old_key]
+                excess -= 1
         return entry
 
     async def process(self, rails: Any, config_id: str, session_id: str, events: list[dict[str, Any]]) -> list[dict[str, Any]]:

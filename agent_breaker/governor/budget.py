@@ -20,7 +20,7 @@ from ..heuristics import (
     TOOL_TOKEN_BUDGET,
 )
 from ..detectors.base import Trip
-from ..session import SessionState
+from ..session import MAX_TOOLS, SessionState, put_bounded
 from ..windows import BucketWindow
 
 _FINISH = "Stop calling tools and write your final answer from what you already have."
@@ -40,7 +40,7 @@ def account(s: SessionState, cfg: AgentBreakerConfig, now: float, tokens: int, c
     s.tokens += tokens
     s.cost_usd += cost_usd
     if tool is not None and tokens:
-        s.tool_tokens[tool] = s.tool_tokens.get(tool, 0) + tokens
+        put_bounded(s.tool_tokens, tool, s.tool_tokens.get(tool, 0) + tokens, MAX_TOOLS)
     v = cfg.token_velocity
     if s.velocity is None or s.velocity.window_s != v.window_s:
         s.velocity = BucketWindow(v.window_s, min(1.0, v.window_s / 10), 1)

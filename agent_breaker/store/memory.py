@@ -13,6 +13,8 @@ from ..config import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_TTL_S, BreakerConfig
 
 R = TypeVar("R")
 
+MAX_BREAKERS = 10_000
+
 
 class MemoryStore:
     """Sessions in an LRU map with an idle TTL; breakers in a dict. Thread-safe: one lock
@@ -82,6 +84,11 @@ class MemoryStore:
     def _breaker(self, key: str) -> BreakerState:
         st = self._breakers.get(key)
         if st is None:
+            if len(self._breakers) >= MAX_BREAKERS:
+                # forget the oldest closed breaker: it carries no decision, only a short history
+                oldest = next((k for k, b in self._breakers.items() if b.state is BreakerStateName.CLOSED), None)
+                if oldest is not None:
+                    del self._breakers[oldest]
             st = self._breakers[key] = BreakerState(key)
         return st
 

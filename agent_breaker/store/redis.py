@@ -76,7 +76,7 @@ class RedisStore:
         self._spend_script = self.redis.register_script(_script("spend.lua"))
         self._local = MemoryStore(ttl_s=ttl_s, max_sessions=max_sessions)
         self._rng = rng or random.Random()
-        self._cfg_json: dict[int, str] = {}
+        self._cfg_json: dict[BreakerConfig, str] = {}
         # breaker key -> (state, open until (event time), fresh until (monotonic))
         self._cache: dict[str, tuple[str, float, float]] = {}
         self._down_until = 0.0
@@ -116,11 +116,11 @@ class RedisStore:
                     # another worker wrote this session in between: back off, then decide again
                     time.sleep(min(0.02, CAS_BACKOFF_S * 2**attempt) * self._rng.uniform(0.5, 1.5))
                 raw = self.redis.get(skey)
-                state = codec.decode(raw) if raw else None
+                state = _decode_session(raw)
                 version = state.version if state is not None else 0
                 new_state, result = fn(state)
                 new_state.version = version + 1  # type: ignore[attr-defined]
-                if self._cas_script(keys=[skey], args=[version, codec.encode(new_state), max(1, int(self.ttl_s))]):
+                if self._cas_script(keys=[skey], args=[version, codec.encode(new_state), max(1, int(self.ttl_s)), codec.FORMAT]):
                     return result
             raise StorageError(f"session {key!r}: {MAX_CAS_ATTEMPTS} conflicting writers in a row")
         except redis_lib.RedisError as exc:
@@ -133,8 +133,12 @@ class RedisStore:
         return run()
 
     def peek_session(self, key: str) -> object | None:
-        raw = self.redis.get(self.session_key(key))
-        return codec.decode(raw) if raw else None
+        try:
+            raw = self.redis.get(self.session_key(key))
+        except redis_lib.RedisError as exc:
+            self._failed(exc)
+            return self._local.peek_session(key)
+        return _decode_session(raw)
 
     # ------------------------------------------------------------- global spend
     def add_spend(self, key: str, tokens: float, cost_usd: float, window_s: float, now: float) -> tuple[float, float]:
@@ -152,17 +156,23 @@ class RedisStore:
 
     # ------------------------------------------------------------- breakers
     def _cfg(self, cfg: BreakerConfig) -> str:
-        j = self._cfg_json.get(id(cfg))
+        j = self._cfg_json.get(cfg)  # frozen configs hash by value
         if j is None:
-            j = self._cfg_json[id(cfg)] = json.dumps(cfg.model_dump())
+            if len(self._cfg_json) > 1000:
+                self._cfg_json.clear()
+            j = self._cfg_json[cfg] = json.dumps(cfg.model_dump())
         return j
+
+    def _ttl(self, cfg: BreakerConfig) -> int:
+        """A breaker key outlives its longest open interval and its window, idle or not."""
+        return max(1, int(max(self.ttl_s, cfg.max_open_s + cfg.window_s + cfg.probe_timeout_s)))
 
     def _run(self, op: str, key: str, cfg: BreakerConfig, now: float, args: dict[str, Any]) -> dict[str, Any]:
         bkey = self.breaker_key(key)
         try:
             raw = self._breaker_script(
                 keys=[bkey],
-                args=[op, now, self._cfg(cfg), json.dumps(args), max(1, int(self.ttl_s)), CHANNEL, self._rng.uniform(-1, 1)],
+                args=[op, now, self._cfg(cfg), json.dumps(args), self._ttl(cfg), CHANNEL, self._rng.uniform(-1, 1)],
             )
         except redis_lib.ResponseError as exc:
             if str(exc).startswith("ILLEGAL"):
@@ -176,6 +186,8 @@ class RedisStore:
     def _remember(self, bkey: str, state: str, raw: dict[str, Any] | None = None, until_s: float | None = None) -> None:
         if until_s is None and raw is not None and state == "open":
             until_s = raw["opened_at"] + raw["open_interval_s"]
+        if len(self._cache) > 10_000:
+            self._cache.clear()
         self._cache[bkey] = (state, until_s or 0.0, time.monotonic() + self.near_cache_s)
 
     @staticmethod
@@ -223,11 +235,21 @@ class RedisStore:
 
         if state not in OPERATOR_STATES:
             raise ValueError(f"breaker {key!r}: an operator may set {sorted(s.value for s in OPERATOR_STATES)}, not {state.value}")
-        out = self._run("force", key, cfg, now, {"state": state.value})
+        try:
+            out = self._run("force", key, cfg, now, {"state": state.value})
+        except redis_lib.RedisError as exc:
+            self._failed(exc)
+            return self._local.breaker_force(key, cfg, now, state)
         return self._transition(key, out)
 
     def breaker_state(self, key: str) -> BreakerState | None:
-        raw = self.redis.get(self.breaker_key(key))
+        if not self._available():
+            return self._degraded(lambda: self._local.breaker_state(key))
+        try:
+            raw = self.redis.get(self.breaker_key(key))
+        except redis_lib.RedisError as exc:
+            self._failed(exc)
+            return self._local.breaker_state(key)
         return None if raw is None else _decode_breaker(key, json.loads(raw))
 
     # ------------------------------------------------------------- broadcast
@@ -258,6 +280,18 @@ class RedisStore:
         """Remove every key of this prefix (tests, teardown)."""
         keys = list(self.redis.scan_iter(match=f"{self.prefix}:*", count=1000))
         return self.redis.delete(*keys) if keys else 0
+
+
+def _decode_session(raw: bytes | None) -> Any:
+    """A stored session, or None when absent, of another format, or unreadable (it is then
+    replaced on the next write: the compare-and-set treats it as version 0)."""
+    if not raw:
+        return None
+    try:
+        return codec.decode(raw)
+    except (ValueError, TypeError, KeyError, IndexError):
+        log.warning("agent-breaker: an unreadable session value is replaced")
+        return None
 
 
 def _decode_breaker(key: str, d: dict[str, Any]) -> BreakerState:

@@ -1,10 +1,13 @@
 -- Compare-and-set of one session's state: write ARGV[2] only if the stored version is ARGV[1].
--- The encoding (store/codec.py) starts "[FORMAT,VERSION,"; an absent key is version 0.
--- KEYS[1] the session key; ARGV[1] expected version; ARGV[2] new state; ARGV[3] TTL seconds.
+-- The encoding (store/codec.py) starts "[FORMAT,VERSION,"; an absent key, a value of another
+-- format or an unreadable one is version 0 (the reader treated it as absent).
+-- KEYS[1] the session key; ARGV[1] expected version; ARGV[2] new state; ARGV[3] TTL seconds;
+-- ARGV[4] the encoding's FORMAT.
 local current = redis.call("GET", KEYS[1])
 local version = 0
 if current then
-  version = tonumber(string.match(current, "^%[%d+,(%d+),")) or -1
+  local format, stored = string.match(current, "^%[(%d+),(%d+),")
+  if format == ARGV[4] and stored then version = tonumber(stored) end
 end
 if version ~= tonumber(ARGV[1]) then
   return 0

@@ -1,0 +1,38 @@
+"""Edges found in review: spend of assistant turns, per-tenant breaker keys, bounded per-tool state."""
+
+from __future__ import annotations
+
+from agent_breaker.breaker import BreakerStateName as S
+
+from conftest import call, say
+
+
+def test_assistant_turns_count_toward_the_shared_spend_ceiling(make_engine, clock):
+    engine = make_engine({"global_budget": {"max_tokens": 3000, "window_s": 3600}, "budget": {"max_tokens": None}})
+    for text in ("Reading the logs.", "The parser fails on tabs.", "Patching the tokenizer now."):
+        clock.advance(1)
+        assert engine.record_assistant(say(text, tenant="acme", input_tokens=1000)).allowed
+    clock.advance(1)
+    v = engine.check_tool_call(call("t", {"i": 1}, tenant="acme", input_tokens=100))
+    assert (v.allowed, v.heuristic) == (False, "global_budget")
+
+
+def test_an_operator_reaches_a_tenants_own_breaker(make_engine):
+    engine = make_engine({"overrides": [{"tenant": "acme", "settings": {"breaker": {"key_by_tenant": True}}}]})
+    engine.force_breaker("search", "forced_open", tenant="acme")
+    assert engine.breaker_state("search", tenant="acme") is S.FORCED_OPEN
+    assert engine.breaker_state("search") is S.CLOSED  # other tenants share the plain key
+    v = engine.check_tool_call(call("search", {"q": 1}, tenant="acme", session="a"))
+    assert (v.allowed, v.heuristic) == (False, "circuit_open")
+    assert engine.check_tool_call(call("search", {"q": 1}, tenant="globex", session="b")).allowed
+
+
+def test_per_tool_session_state_stays_bounded_however_many_tools_a_run_calls(make_engine, clock):
+    engine = make_engine(share_breakers=False)
+    for i in range(300):
+        clock.advance(0.1)
+        v = engine.check_tool_call(call(f"tool_{i}", {"i": i}, input_tokens=10, mutating=True))
+        engine.record_tool_result({"type": "tool_result", "session": "s1", "tool": f"tool_{i}", "ok": True,
+                                   "result": {"id": i}, "call_id": v.call_id})
+    s = engine.store.peek_session("s1")
+    assert max(len(s.tool_tokens), len(s.chains), len(s.ledger.mutating), len(s.breakers)) <= 256

@@ -1,0 +1,70 @@
+"""Redis store details that the engine-level contract suite does not reach."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from agent_breaker import Engine, FakeClock, MemoryStore, ReceiptKeys
+from agent_breaker.breaker import BreakerStateName as S
+from agent_breaker.config import BreakerConfig
+from conftest import REDIS_URL, redis_or_skip
+
+
+@pytest.fixture
+def redis_store():
+    redis_or_skip()
+    from agent_breaker.store.redis import RedisStore
+
+    store = RedisStore(REDIS_URL, prefix=f"abunit-{uuid.uuid4().hex[:12]}", listen=False, near_cache_s=0.0)
+    yield store
+    store.delete_all()
+    store.close()
+
+
+def test_each_new_breaker_config_is_honoured_by_a_long_lived_store(redis_store):
+    # configs come and go (overrides, rebuilt engines): the store must never mistake one for another
+    for n in range(1, 21):
+        cfg = BreakerConfig(consecutive_failures=n, failure_rate_pct=None)
+        key = f"tool-{n}"
+        for _ in range(n - 1):
+            redis_store.breaker_record(key, cfg, 1000.0, failed=True, slow=False, probe=None)
+        before = redis_store.breaker_state(key)
+        assert before is None or before.state is S.CLOSED
+        assert redis_store.breaker_record(key, cfg, 1000.0, failed=True, slow=False, probe=None).state is S.OPEN
+        del cfg
+
+
+def test_window_buckets_are_cut_the_same_way_in_lua_and_python(redis_store):
+    cfg = BreakerConfig(window_s=1.0, bucket_s=0.1, failure_threshold=2, consecutive_failures=None, failure_rate_pct=None)
+    memory = MemoryStore()
+    for store in (memory, redis_store):
+        store.breaker_record("t", cfg, 0.0, failed=True, slow=False, probe=None)
+        store.breaker_record("t", cfg, 0.95, failed=False, slow=False, probe=None)
+        store.breaker_record("t", cfg, 1.0, failed=True, slow=False, probe=None)
+    assert redis_store.breaker_state("t").state is memory.breaker_state("t").state
+
+
+def test_an_unreadable_stored_session_is_replaced_not_fatal(redis_store):
+    engine = Engine(store=redis_store, clock=FakeClock(), listeners=[], receipt_keys=ReceiptKeys.ephemeral())
+    redis_store.redis.set(redis_store.session_key("s1"), b"[999,7,\"from another version\"]")
+    assert engine.check_tool_call({"session": "s1", "tool": "t", "args": {}}).allowed
+    redis_store.redis.set(redis_store.session_key("s2"), b"not json at all")
+    assert engine.check_tool_call({"session": "s2", "tool": "t", "args": {}}).allowed
+    assert redis_store.peek_session("s2").steps == 1
+
+
+def test_operator_reads_and_moves_do_not_leak_driver_errors_when_redis_is_down():
+    redis_or_skip()
+    from agent_breaker.store.redis import RedisStore
+
+    # a port nothing listens on: every command fails at once
+    store = RedisStore("redis://127.0.0.1:1/0", prefix="abdown", listen=False, timeout_s=0.05, retry_s=0.0)
+    engine = Engine(store=store, clock=FakeClock(), listeners=[], receipt_keys=ReceiptKeys.ephemeral())
+    assert engine.breaker_state("t") is S.CLOSED
+    engine.force_breaker("t", "forced_open")
+    assert engine.breaker_state("t") is S.FORCED_OPEN  # held locally while Redis is away
+    assert engine.store.peek_session("nobody") is None
+    assert store.failures > 0
+    store.close()

@@ -2,8 +2,9 @@
 
     python benchmarks/bench_redis.py [--url redis://127.0.0.1:6379/15] [--decisions 5000]
 
-Round trips are read from the server (MONITOR: the commands clients send, apart from the
-commands scripts run inside Redis), not assumed: per decision and per recorded result. Latency: p50/p99 of check_tool_call
+Round trips are read from the server, not assumed: INFO commandstats (which also counts the
+commands scripts run inside Redis) and MONITOR (which tells client commands from script ones),
+per decision and per recorded result. Latency: p50/p99 of check_tool_call
 with a shared Redis store, one process. Throughput: decisions/s with 4 processes on one Redis.
 Reports figures only; nothing is asserted. Uses its own key prefix and deletes its keys.
 """
@@ -76,6 +77,7 @@ class Monitor:
 
 
 def round_trips(url: str, prefix: str, n: int) -> None:
+    client = redis.Redis.from_url(url)
     engine = make_engine(url, prefix)
     for i in range(20):  # warm: scripts loaded, breakers known closed
         legit_step(engine, "warm", i)
@@ -85,16 +87,21 @@ def round_trips(url: str, prefix: str, n: int) -> None:
         ("record_tool_result", lambda i: engine.record_tool_result(
             {"session": f"rt{i % 50}", "tool": f"tool{i % 4}", "ok": True, "result": {"r": i}})),
     ):
+        client.config_resetstat()
         monitor = Monitor(url)
         for i in range(n):
             run(i)
         counts = monitor.stop()
-        rows.append((label, counts, monitor.inside_scripts))
-    print(f"round trips per event, read from the server (MONITOR; {n} events each)")
-    for label, counts, inside in rows:
+        stats = commandstats(client)
+        rows.append((label, counts, monitor.inside_scripts, stats))
+    print(f"round trips per event, read from the server ({n} events each)")
+    for label, counts, inside, stats in rows:
         total = sum(counts.values())
         detail = ", ".join(f"{k} {v / n:.2f}" for k, v in sorted(counts.items()))
-        print(f"  {label:20} {total / n:.2f}  ({detail}; plus {inside / n:.2f} commands run inside scripts)")
+        cmd = ", ".join(f"{k} {v / n:.2f}" for k, v in sorted(stats.items()) if k not in ("config|resetstat", "info", "ping", "monitor"))
+        print(f"  {label:20} {total / n:.2f} round trips  (MONITOR, client commands: {detail}; "
+              f"plus {inside / n:.2f} run inside scripts)")
+        print(f"  {'':20} INFO commandstats: {cmd}  (counts the commands scripts run too)")
     engine.store.close()
 
 

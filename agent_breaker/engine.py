@@ -411,7 +411,7 @@ class Engine:
                 return s, halted
             similar = loops.chain_similarity(s, f, cfg, now)
             polling = polling_tool or loops.polled_by_result(s, f)
-            block, warn = self._judge(cfg, [global_trip])
+            block, warn = self._judge(cfg, [global_trip]) if global_trip is not None else (None, None)
             if block is None:
                 block, call_warn = self._run_checks(p.call_checks, _Ctx(s, f, cfg, now, polling, similar))
                 warn = warn or call_warn
@@ -564,7 +564,7 @@ class Engine:
             if halted is not None:
                 return s, halted
             own_run, repeats, agents = conversation.record_turn(s, agent, fp, cfg)
-            block, warn = self._judge(cfg, [global_trip])
+            block, warn = self._judge(cfg, [global_trip]) if global_trip is not None else (None, None)
             if block is None:
                 block, limit_warn = self._run_checks(p.session_limits, _Ctx(s, None, cfg, now, False, (False, False)))
                 warn = warn or limit_warn

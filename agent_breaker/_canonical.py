@@ -34,6 +34,15 @@ DEFAULT_VOLATILE_FIELDS: tuple[str, ...] = (
     "correlationid",
     "idempotencykey",
     "cachebuster",
+    # clocks that tick while nothing else moves: a stuck job's elapsed time is not progress
+    "elapsed",
+    "elapseds",
+    "elapsedms",
+    "elapsedtime",
+    "uptime",
+    "servertime",
+    "lastcheckedat",
+    "polledat",
 )
 
 MAX_FINGERPRINT_TOKENS = 256

@@ -267,3 +267,12 @@ def test_lexical_variants_of_a_call_with_the_same_result_are_a_near_duplicate(en
     for q in ("SELECT * FROM t", "select * from t;", "Select *  From t"):
         assert run(engine, clock, "run_sql", {"query": q}, True, {"rows": []}).allowed
     assert engine.check_tool_call(call("run_sql", {"query": "SELECT * FROM T"})).heuristic == "near_duplicate"
+
+
+def test_a_stuck_job_whose_status_only_counts_elapsed_time_is_still_stuck(engine, clock):
+    args = {"job_id": "job-9"}
+    for i in range(15):
+        payload = {"state": "running", "progress": 0.42, "elapsed_s": 10 * i, "checked_at": f"12:00:{i:02}"}
+        assert run(engine, clock, "check_job_status", args, True, payload, step_s=10).allowed
+    clock.advance(10)
+    assert engine.check_tool_call(call("check_job_status", args)).heuristic == "stuck_polling"

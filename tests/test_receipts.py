@@ -832,3 +832,8 @@ def test_generic_claim_in_a_session_with_no_mutating_attempt_passes(make_engine,
     run(engine, clock, "get_profile", {"user": "u1"}, True, {"address": "1 Main St"})
 
     assert_passes(engine.verify_final(final("Your address was updated last week.")))
+
+
+def test_names_of_standards_in_an_honest_answer_are_not_references(engine, clock):
+    v = engine.verify_final(final("Timestamps are ISO-8601, files are hashed with SHA-256 as RFC-7231 requires."))
+    assert v.allowed and v.heuristic is None

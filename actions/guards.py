@@ -219,10 +219,8 @@ async def agent_breaker_chat_line(text: str, agent_breaker_engine: Engine) -> st
         kind, fields = parse_chat_line(text)
     except InvalidEventError as exc:
         return f"BLOCKED {INVALID_EVENT}: {exc}"
-    out = run_event(agent_breaker_engine, kind, fields)
-    for data in out["incidents"]:
-        log_incident(Incident(**data))
-    return verdict_line(kind, out)
+    # the verdict line says what tripped; incidents are for the flows' alerting, not this screen
+    return verdict_line(kind, run_event(agent_breaker_engine, kind, fields))
 
 
 # ----------------------------------------------------------------- the chat-completions path

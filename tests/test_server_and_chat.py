@@ -132,7 +132,8 @@ def test_nemoguardrails_chat_shows_blocked_for_a_runaway_typed_by_hand():
     pid, fd = pty.fork()
     if pid == 0:  # the child: the real chat CLI on the shipped config
         env = child_env()
-        os.execvpe("nemoguardrails", ["nemoguardrails", "chat", "--config", str(config_path())], env)
+        # the interpreter running the tests, so the chat is the one installed beside them
+        os.execve(sys.executable, [sys.executable, "-m", "nemoguardrails", "chat", "--config", str(config_path())], env)
     screen = b""
 
     def read_until(marker: bytes, timeout_s: float, start: int = 0) -> bool:

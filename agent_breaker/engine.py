@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from . import heuristics as H
 from ._canonical import CanonicalError, Canonicalizer, TokenHasher, hash64, salt_from
-from .breaker import BreakerState, BreakerStateName, Permission
+from .breaker import BreakerStateName, Permission
 from .breaker import core as breaker_core
 from .clock import Clock, SystemClock
 from .config import AgentBreakerConfig, parse_config

@@ -275,7 +275,7 @@ class _Session:
         polls = min(rng.randint(2, 9), (self.room - 4) // 2)
         progress = 0
         thought = f"check whether job {job} has finished yet"
-        for i in range(max(polls, 0)):
+        for _ in range(max(polls, 0)):
             if rng.random() < 0.4:
                 progress = min(progress + rng.randint(5, 30), 95)
             cid = self.call(POLL_TOOL, {"job_id": job}, thought, gap=rng.uniform(2.0, 10.0))
@@ -673,7 +673,7 @@ def main(argv: list[str] | None = None) -> int:
         gc.enable()
         prof = cProfile.Profile()
         feed(new_engine(), raw, raw, timed=False, profiler=prof)
-        print(f"\ncProfile of every check_tool_call (dict events; profiler overhead inflates small calls)")
+        print("\ncProfile of every check_tool_call (dict events; profiler overhead inflates small calls)")
         stats = pstats.Stats(prof, stream=sys.stdout)
         stats.sort_stats("tottime").print_stats(args.profile)
         stats.sort_stats("cumulative").print_stats("agent_breaker", args.profile)

@@ -161,7 +161,7 @@ def http_path(n: int) -> None:
         with ThreadPoolExecutor(workers) as pool:
             list(pool.map(lambda i: session(f"par{i}", n // workers), range(workers)))
         par = (n // workers * workers) / (time.perf_counter() - t)
-        print(f"HTTP, POST /v1/agent-breaker/events, one event per request, loopback")
+        print("HTTP, POST /v1/agent-breaker/events, one event per request, loopback")
         print(f"  sequential, 1 session:      {seq:7.1f} events/s")
         print(f"  {workers} concurrent sessions:     {par:7.1f} events/s")
     finally:

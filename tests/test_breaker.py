@@ -414,7 +414,7 @@ def test_jitter_keeps_each_open_interval_within_plus_minus_jitter_pct():
     c = cfg(open_s=100.0, max_open_s=1000.0, jitter_pct=10.0)
     rng = random.Random(1234)
     intervals = []
-    for i in range(200):
+    for _ in range(200):
         st = BreakerState("tool")
         fail(st, c, T0, 5, rng=rng)
         intervals.append(st.open_interval_s)
@@ -423,7 +423,7 @@ def test_jitter_keeps_each_open_interval_within_plus_minus_jitter_pct():
     # seeded: the same generator gives the same intervals
     rng2 = random.Random(1234)
     again = []
-    for i in range(200):
+    for _ in range(200):
         st = BreakerState("tool")
         fail(st, c, T0, 5, rng=rng2)
         again.append(st.open_interval_s)
@@ -525,7 +525,7 @@ def test_metrics_only_never_refuses_but_reports_would_refuse_once_tripped():
     c = cfg()
     st = BreakerState("tool")
     force(st, S.METRICS_ONLY, T0, c)
-    for i in range(4):
+    for _ in range(4):
         assert record(st, c, T0, failed=True) is None
         p = acquire(st, c, T0)
         assert (p.allowed, p.state, p.would_refuse) == (True, S.METRICS_ONLY, False)

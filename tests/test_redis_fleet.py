@@ -9,7 +9,6 @@ import shutil
 import socket
 import subprocess
 import threading
-import time
 import uuid
 
 import pytest

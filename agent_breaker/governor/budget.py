@@ -71,36 +71,32 @@ def check_depth_limit(depth: int, cfg: AgentBreakerConfig) -> Trip | None:
     )
 
 
-def check_token_budget(s: SessionState, cfg: AgentBreakerConfig) -> Trip | None:
-    limit = cfg.budget.max_tokens
+def _over(heuristic: str, spent: float, limit: float | None, s: SessionState, show, counters) -> Trip | None:
+    """A session ceiling: trips when the projected spend passes the limit (None: off)."""
     if limit is None:
         return None
-    projected = _projected(s.tokens, s)
+    projected = _projected(spent, s)
     if projected <= limit:
         return None
     return Trip(
-        TOKEN_BUDGET,
+        heuristic,
         "session",
-        f"projected spend of {projected:,.0f} tokens is over the session budget of {limit:,}",
+        f"projected spend of {show(projected)} is over the session budget of {show(limit)}",
         _FINISH,
-        {"tokens": s.tokens, "projected_tokens": round(projected), "max_tokens": limit},
+        counters(projected),
     )
+
+
+def check_token_budget(s: SessionState, cfg: AgentBreakerConfig) -> Trip | None:
+    limit = cfg.budget.max_tokens
+    return _over(TOKEN_BUDGET, s.tokens, limit, s, lambda x: f"{x:,.0f} tokens",
+                 lambda p: {"tokens": s.tokens, "projected_tokens": round(p), "max_tokens": limit})
 
 
 def check_cost_budget(s: SessionState, cfg: AgentBreakerConfig) -> Trip | None:
     limit = cfg.budget.max_cost_usd
-    if limit is None:
-        return None
-    projected = _projected(s.cost_usd, s)
-    if projected <= limit:
-        return None
-    return Trip(
-        COST_BUDGET,
-        "session",
-        f"projected spend of ${projected:.2f} is over the session budget of ${limit:.2f}",
-        _FINISH,
-        {"cost_usd": round(s.cost_usd, 6), "projected_cost_usd": round(projected, 6), "max_cost_usd": limit},
-    )
+    return _over(COST_BUDGET, s.cost_usd, limit, s, lambda x: f"${x:.2f}",
+                 lambda p: {"cost_usd": round(s.cost_usd, 6), "projected_cost_usd": round(p, 6), "max_cost_usd": limit})
 
 
 def check_soft_limit(s: SessionState, cfg: AgentBreakerConfig, tool: str) -> Trip | None:

@@ -23,7 +23,7 @@ from .clock import Clock, SystemClock
 from .config import AgentBreakerConfig, parse_config
 from .detectors import conversation, loops
 from .detectors.base import Trip
-from .events import Assistant, Final, InvalidEventError, ToolCall, ToolResult, User, parse_event
+from .events import Assistant, Final, InvalidEventError, ToolCall, ToolResult, User, parse_event, parse_typed
 from .governor import budget
 from .receipts import ClaimChecker, ReceiptKeys, empty_mutation_trip, is_empty_result, mint, reference_hashes, verify
 from .session import MAX_PENDING, CallFacts, Pending, SessionState
@@ -330,11 +330,7 @@ class Engine:
 
     # ----------------------------------------------------------------- one step
     def _begin(self, event: Any, cls: type) -> _Step:
-        if not isinstance(event, cls):
-            data = dict(event)
-            data.setdefault("type", cls.model_fields["type"].default)  # the handler names the type
-            event = _expect(parse_event(data), cls)
-        ev = event
+        ev = event if isinstance(event, cls) else parse_typed(cls, event)  # the handler names the type
         return _Step(ev, self._session_key(ev), self._now(ev), self._policy(ev.tenant, ev.feature, ev.agent))
 
     def _commit(self, step: _Step, fn: Callable[[object | None], tuple[SessionState, Any]], tool: str | None) -> Any:
@@ -677,12 +673,6 @@ def _observe_only(cfg: AgentBreakerConfig) -> AgentBreakerConfig:
         return cfg
     modes = {h: ("off" if cfg.mode_of(h) == "off" else "observe") for h in H.CONFIGURABLE}
     return cfg.model_copy(update={"mode": "observe", "modes": modes})
-
-
-def _expect(ev: Any, cls: type) -> Any:
-    if not isinstance(ev, cls):
-        raise InvalidEventError(f"expected a {cls.model_fields['type'].default} event, but got type {ev.type!r}")
-    return ev
 
 
 def _pop_pending(s: SessionState, ev: ToolResult) -> Pending | None:

@@ -84,10 +84,10 @@ EVENT_TYPES = ("tool_call", "tool_result", "assistant", "user", "final")
 _ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
 
 
-def _describe(exc: ValidationError) -> str:
+def _describe(exc: ValidationError, *, tagged: bool = True) -> str:
     parts = []
     for err in exc.errors(include_url=False):
-        where = ".".join(str(p) for p in err["loc"][1:]) or "event"
+        where = ".".join(str(p) for p in err["loc"][1 if tagged else 0 :]) or "event"
         if err["type"] == "union_tag_invalid":
             parts.append(f"unknown event type {err['input'].get('type')!r}; expected one of {', '.join(EVENT_TYPES)}")
         elif err["type"] == "union_tag_not_found":
@@ -107,3 +107,16 @@ def parse_event(data: Any) -> ToolCall | ToolResult | Assistant | User | Final:
         return _ADAPTER.validate_python(data)
     except ValidationError as exc:
         raise InvalidEventError(_describe(exc)) from None
+
+
+def parse_typed(cls: type[_Event], data: dict[str, Any]) -> Any:
+    """Validate an event a handler already knows the type of (no dispatch on `type`)."""
+    kind = data.get("type", cls.model_fields["type"].default)
+    if kind != cls.model_fields["type"].default:
+        if kind in EVENT_TYPES:
+            raise InvalidEventError(f"expected a {cls.model_fields['type'].default} event, but got type {kind!r}")
+        raise InvalidEventError(f"unknown event type {kind!r}; expected one of {', '.join(EVENT_TYPES)}")
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidEventError(_describe(exc, tagged=False)) from None

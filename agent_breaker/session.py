@@ -32,7 +32,7 @@ def put_bounded(d: dict[Any, Any], key: Any, value: Any, cap: int) -> None:
     d[key] = value
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built on every call, and frozen init is slower
 class CallFacts:
     """What one tool call is, reduced to hashes and numbers (computed once per call)."""
 

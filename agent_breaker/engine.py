@@ -36,10 +36,6 @@ incident_log = logging.getLogger("agent_breaker.incidents")
 Listener = Callable[[Incident], None]
 FailurePredicate = Callable[[Any], bool]
 
-# loop halts end when the user says something new; budget halts do not
-_LIFTED_BY_USER = frozenset(
-    {H.IDENTICAL_FAILURE, H.IDENTICAL_CALL, H.STUCK_POLLING, H.NEAR_DUPLICATE, H.OSCILLATION, H.SEMANTIC_ECHO, H.AGENT_DEADLOCK}
-)
 _FAILED_STATUS = frozenset({"error", "failed", "failure", "fail"})
 _TRANSIENT = re.compile(
     r"\b(?:429|502|503|504)\b|time[ds]? ?out|temporar|unavailable|rate.?limit|too many requests|try again"
@@ -246,7 +242,7 @@ class Engine:
             mutating=ev.mutating if ev.mutating is not None else p.mutating(ev.tool),
         )
 
-    def _breaker_key(self, cfg: AgentBreakerConfig, tenant: str | None, tool: str, session: str) -> str:
+    def _breaker_key(self, cfg: AgentBreakerConfig, tenant: str | None, tool: str) -> str:
         if not self.share_breakers:
             return tool
         return f"{tenant or ''}:{tool}" if cfg.breaker.key_by_tenant else tool
@@ -387,7 +383,7 @@ class Engine:
     def check_tool_call(self, event: ToolCall | Mapping[str, Any]) -> Verdict:
         """Decide, before it runs, whether a tool call may run."""
         step = self._begin(event, ToolCall)
-        ev, key, now, p = step.ev, step.key, step.now, step.p
+        ev, now, p = step.ev, step.now, step.p
         cfg = p.cfg
         if cfg.mode == "off":
             return ALLOW
@@ -411,7 +407,7 @@ class Engine:
             if block is None:
                 block, call_warn = self._run_checks(p.call_checks, _Ctx(s, f, cfg, now, polling, similar))
                 warn = warn or call_warn
-            bkey = self._breaker_key(cfg, s.tenant, f.tool, key)
+            bkey = self._breaker_key(cfg, s.tenant, f.tool)
             probe = None
             if block is None and cfg.mode_of(H.CIRCUIT_OPEN) != "off":
                 permission = self._breaker_acquire(s, bkey, cfg, now)
@@ -481,7 +477,7 @@ class Engine:
             pending = _pop_pending(s, ev)
             if references:
                 s.ledger.observe(references)
-            bkey, probe = (pending.breaker_key, pending.probe) if pending else (self._breaker_key(cfg, s.tenant, ev.tool, key), None)
+            bkey, probe = (pending.breaker_key, pending.probe) if pending else (self._breaker_key(cfg, s.tenant, ev.tool), None)
             bstate = None
             if not self.share_breakers:
                 bstate = self._breaker_record(s, bkey, cfg, now, failed, slow, probe)
@@ -583,7 +579,7 @@ class Engine:
             s.reset_streaks()
             if references:
                 s.ledger.observe(references)  # the user's own references may be quoted back
-            if s.halted is not None and s.halted[0] in _LIFTED_BY_USER:
+            if s.halted is not None and s.halted[0] in H.LOOPS:  # budget halts stay
                 s.halted = None
             return s, ALLOW
 
@@ -644,13 +640,13 @@ class Engine:
     # ----------------------------------------------------------------- operators
     def breaker_state(self, tool: str, *, tenant: str | None = None) -> BreakerStateName:
         cfg = self._policy(tenant, None, None).cfg
-        st = self.store.breaker_state(self._breaker_key(cfg, tenant, tool, ""))
+        st = self.store.breaker_state(self._breaker_key(cfg, tenant, tool))
         return BreakerStateName.CLOSED if st is None else st.state
 
     def force_breaker(self, tool: str, state: BreakerStateName | str, *, tenant: str | None = None) -> None:
         """Operator control: force open, disable, metrics-only, or reset a tool's breaker."""
         cfg = self._policy(tenant, None, None).cfg
-        self.store.breaker_force(self._breaker_key(cfg, tenant, tool, ""), cfg.breaker, self.clock.now(), BreakerStateName(state))
+        self.store.breaker_force(self._breaker_key(cfg, tenant, tool), cfg.breaker, self.clock.now(), BreakerStateName(state))
 
 
 def _store_for(config: AgentBreakerConfig) -> Store:

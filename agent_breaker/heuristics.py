@@ -52,18 +52,10 @@ CONFIGURABLE: tuple[str, ...] = (
     GLOBAL_BUDGET,
 )
 
-#: trips that end the session: every later call of it is refused (enforce mode)
-SESSION_TERMINAL: frozenset[str] = frozenset(
-    {
-        IDENTICAL_FAILURE,
-        IDENTICAL_CALL,
-        STUCK_POLLING,
-        NEAR_DUPLICATE,
-        OSCILLATION,
-        SEMANTIC_ECHO,
-        AGENT_DEADLOCK,
-        TOKEN_BUDGET,
-        COST_BUDGET,
-        STEP_LIMIT,
-    }
+#: the loop heuristics: their halts end when the user says something new
+LOOPS: frozenset[str] = frozenset(
+    {IDENTICAL_FAILURE, IDENTICAL_CALL, STUCK_POLLING, NEAR_DUPLICATE, OSCILLATION, SEMANTIC_ECHO, AGENT_DEADLOCK}
 )
+
+#: trips that end the session: every later call of it is refused (enforce mode)
+SESSION_TERMINAL: frozenset[str] = LOOPS | {TOKEN_BUDGET, COST_BUDGET, STEP_LIMIT}

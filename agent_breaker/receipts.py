@@ -267,7 +267,7 @@ class ClaimChecker:
         return {hash64("ref", tok.strip().lower()) for p in self._patterns for tok in p.findall(text)}
 
     def check(self, text: str, ledger: Ledger) -> Trip | None:
-        unmatched = [tok for p in self._patterns for tok in p.findall(text) if hash64("ref", tok.strip().lower()) not in ledger.references]
+        unmatched = self.references_in(text) - ledger.references
         if unmatched:
             return Trip(
                 UNVERIFIED_CLAIM,

@@ -30,7 +30,7 @@ from pathlib import Path
 os.environ.setdefault("NEMO_GUARDRAILS_NO_USAGE_STATS", "1")
 os.environ.setdefault("AGENT_BREAKER_RECEIPT_KEYS", "bench:" + secrets.token_hex(32))
 
-NOOP_ACTION_FLOWS = """import core
+_NOOP_MAIN = """import core
 
 flow main
   start noop check tool calls
@@ -39,9 +39,15 @@ flow main
 flow noop check tool calls
   while True
     match ToolCallRequested() as $request
-    $verdict = await NoopCheckAction(event=$request)
-    send ToolCallVerdict(session_id=$request.arguments.get("session_id"), call_id=$request.arguments.get("call_id"), allowed=$verdict["allowed"], heuristic=None)
 """
+_SEND = (
+    '    send ToolCallVerdict(session_id=$request.arguments.get("session_id"), '
+    'call_id=$request.arguments.get("call_id"), allowed={allowed}, heuristic=None)\n'
+)
+NOOP_FLOWS = _NOOP_MAIN + _SEND.format(allowed="True")
+NOOP_ACTION_FLOWS = (
+    _NOOP_MAIN + "    $verdict = await NoopCheckAction(event=$request)\n" + _SEND.format(allowed='$verdict["allowed"]')
+)
 
 NOOP_ACTION = """from nemoguardrails.actions import action
 
@@ -49,18 +55,6 @@ NOOP_ACTION = """from nemoguardrails.actions import action
 @action(name="noop_check")
 async def noop_check(event=None):
     return {"allowed": True}
-"""
-
-NOOP_FLOWS = """import core
-
-flow main
-  start noop check tool calls
-  wait indefinitely
-
-flow noop check tool calls
-  while True
-    match ToolCallRequested() as $request
-    send ToolCallVerdict(session_id=$request.arguments.get("session_id"), call_id=$request.arguments.get("call_id"), allowed=True, heuristic=None)
 """
 
 

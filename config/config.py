@@ -19,8 +19,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-AGENT_BREAKER_EVENTS = frozenset({"ToolCallRequested", "ToolResultReceived", "AssistantTurn", "UserTurn", "FinalAnswerProposed"})
-VERDICT_EVENTS = frozenset({"ToolCallVerdict", "ToolResultVerdict", "TurnVerdict", "FinalAnswerVerdict"})
+from agent_breaker.actions.guards import EVENT_KINDS
+
+AGENT_BREAKER_EVENTS = frozenset(EVENT_KINDS)
+VERDICT_EVENTS = frozenset(verdict for _, verdict in EVENT_KINDS.values())
 _NOISE = ("uid", "event_created_at", "source_uid")
 
 SESSION_IDLE_S = 900.0

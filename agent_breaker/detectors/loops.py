@@ -36,7 +36,7 @@ def check_identical_call(
 ) -> Trip | None:
     st = s.keys.get(f.key)
     c = cfg.identical_call
-    if st is None or polling or st.polling or st.epoch != s.epoch or now - st.last_ts > c.window_s:
+    if st is None or polling or st.epoch != s.epoch or now - st.last_ts > c.window_s:
         return None
     if st.runs < failure_limit(cfg, c.max_repeats, st.transient):
         return None
@@ -53,7 +53,7 @@ def check_stuck_polling(
     s: SessionState, f: CallFacts, cfg: AgentBreakerConfig, now: float, polling: bool
 ) -> Trip | None:
     st = s.keys.get(f.key)
-    if st is None or not (polling or st.polling) or not st.poll_ts or st.epoch != s.epoch:
+    if st is None or not polling or not st.poll_ts or st.epoch != s.epoch:
         return None
     c = cfg.stuck_polling
     horizon = now - c.window_s

@@ -71,32 +71,32 @@ def check_depth_limit(depth: int, cfg: AgentBreakerConfig) -> Trip | None:
     )
 
 
-def _over(heuristic: str, spent: float, limit: float | None, s: SessionState, show, counters) -> Trip | None:
-    """A session ceiling: trips when the projected spend passes the limit (None: off)."""
+def _over(
+    heuristic: str, s: SessionState, spent: float, limit: float | None, unit: str, digits: int | None
+) -> Trip | None:
+    """A session ceiling: trips when the projected spend passes the limit (None: off).
+    `unit` names it in counters ("tokens", "cost_usd"); `digits` rounds them (None: whole)."""
     if limit is None:
         return None
     projected = _projected(spent, s)
     if projected <= limit:
         return None
+    show = "{:,.0f} tokens" if unit == "tokens" else "${:.2f}"
     return Trip(
         heuristic,
         "session",
-        f"projected spend of {show(projected)} is over the session budget of {show(limit)}",
+        f"projected spend of {show.format(projected)} is over the session budget of {show.format(limit)}",
         _FINISH,
-        counters(projected),
+        {unit: round(spent, digits), f"projected_{unit}": round(projected, digits), f"max_{unit}": limit},
     )
 
 
 def check_token_budget(s: SessionState, cfg: AgentBreakerConfig) -> Trip | None:
-    limit = cfg.budget.max_tokens
-    return _over(TOKEN_BUDGET, s.tokens, limit, s, lambda x: f"{x:,.0f} tokens",
-                 lambda p: {"tokens": s.tokens, "projected_tokens": round(p), "max_tokens": limit})
+    return _over(TOKEN_BUDGET, s, s.tokens, cfg.budget.max_tokens, "tokens", None)
 
 
 def check_cost_budget(s: SessionState, cfg: AgentBreakerConfig) -> Trip | None:
-    limit = cfg.budget.max_cost_usd
-    return _over(COST_BUDGET, s.cost_usd, limit, s, lambda x: f"${x:.2f}",
-                 lambda p: {"cost_usd": round(s.cost_usd, 6), "projected_cost_usd": round(p, 6), "max_cost_usd": limit})
+    return _over(COST_BUDGET, s, s.cost_usd, cfg.budget.max_cost_usd, "cost_usd", 6)
 
 
 def check_soft_limit(s: SessionState, cfg: AgentBreakerConfig, tool: str) -> Trip | None:

@@ -1,7 +1,7 @@
 """Canonical forms, hashes and text-free fingerprints of tool arguments and results.
 
-Everything the engine keeps about a payload is made here: a 64-bit hash of its canonical
-JSON, or a sequence of 32-bit token hashes for fuzzy comparison. No text leaves this module.
+Everything the engine keeps about a payload is made here: a keyed 64-bit hash of its canonical
+JSON, or a sequence of keyed 32-bit token hashes for fuzzy comparison. No text leaves this module.
 """
 
 from __future__ import annotations
@@ -11,9 +11,11 @@ import hashlib
 import json
 import math
 import re
-import zlib
+import secrets
 from collections.abc import Iterable
 from typing import Any
+
+from ._text import MIN_RANDOM_CHARS, has_invalid_chars, looks_random, looks_random_float, normalize_text
 
 # Keys are compared after lower-casing and dropping everything but letters and digits, so
 # "requestId", "request_id" and "Request-ID" are one key.
@@ -56,23 +58,31 @@ class CanonicalError(ValueError):
 
 @functools.lru_cache(maxsize=4096)
 def normalize_key(key: str) -> str:
-    return _KEY_NORMALIZER.sub("", key.lower())
+    return _KEY_NORMALIZER.sub("", normalize_text(key))
+
+
+#: what a random-looking value (a nonce, a UUID, a random salt) is replaced with
+RANDOM = "<random>"
 
 
 class Canonicalizer:
     """Turns JSON-like values into one canonical string.
 
     Sorted keys, whitespace runs in strings collapsed, integral floats as ints, volatile keys
-    (timestamps, request ids, nonces) dropped at any depth.
+    (timestamps, request ids, nonces) dropped at any depth, random-looking strings masked
+    (`_text.looks_random`). With `fold`, keys and strings are also normalized
+    (`_text.normalize_text`: look-alikes, invisible characters, case) and random-looking
+    floats masked: tool arguments, which the agent writes.
     """
 
-    __slots__ = ("_volatile", "_keys", "max_bytes", "max_depth")
+    __slots__ = ("_volatile", "_keys", "max_bytes", "max_depth", "fold")
 
-    def __init__(self, volatile_fields: Iterable[str], *, max_bytes: int, max_depth: int = 32) -> None:
+    def __init__(self, volatile_fields: Iterable[str], *, max_bytes: int, max_depth: int = 32, fold: bool = False) -> None:
         self._volatile = frozenset(normalize_key(f) for f in volatile_fields)
-        self._keys: dict[str, bool] = {}  # key -> is volatile (keys repeat: decide once)
+        self._keys: dict[str, str | None] = {}  # key -> its canonical spelling, None if volatile
         self.max_bytes = max_bytes
         self.max_depth = max_depth
+        self.fold = fold
 
     def canonical(self, value: Any) -> str:
         try:
@@ -85,79 +95,87 @@ class Canonicalizer:
             raise CanonicalError(f"not a JSON value: {exc}") from None
         if len(text) > self.max_bytes:
             raise CanonicalError(f"payload is {len(text)} characters in canonical form, over the limit of {self.max_bytes}")
+        if has_invalid_chars(text):
+            raise CanonicalError("payload holds a lone surrogate (not valid Unicode text)")
         return text
 
-    def _is_volatile(self, key: str) -> bool:
-        v = self._keys.get(key)
-        if v is None:
+    def _key(self, key: str) -> str | None:
+        k = self._keys.get(key, "")
+        if k == "":
             if len(self._keys) > 10_000:
                 self._keys.clear()
-            v = self._keys[key] = normalize_key(key) in self._volatile
-        return v
+            k = self._keys[key] = None if normalize_key(key) in self._volatile else (normalize_text(key) if self.fold else key)
+        return k
+
+    def _string(self, value: str) -> str:
+        if self.fold:
+            value = normalize_text(value)
+        value = " ".join(value.split())
+        return RANDOM if len(value) >= MIN_RANDOM_CHARS and looks_random(value) else value
 
     def _clean(self, value: Any, depth: int) -> Any:
         t = type(value)
         if t is str:
-            return " ".join(value.split())
+            return self._string(value)
         if t is int or t is bool or value is None:
             return value
         if depth >= self.max_depth:
             raise CanonicalError(f"payload nested deeper than {self.max_depth} levels")
         if t is dict:
-            volatile = self._is_volatile
-            return {str(k): self._clean(v, depth + 1) for k, v in value.items() if not volatile(str(k))}
+            out = {}
+            for k, v in value.items():
+                ck = self._key(k if type(k) is str else str(k))
+                if ck is not None:
+                    out[ck] = self._clean(v, depth + 1)
+            return out
         if t is list or t is tuple:
             return [self._clean(v, depth + 1) for v in value]
         if t is float:
             if math.isnan(value) or math.isinf(value):
                 raise CanonicalError("payload holds NaN or infinity")
-            return int(value) if value.is_integer() and abs(value) < 2**53 else value
+            if value.is_integer() and abs(value) < 2**53:
+                return int(value)
+            return RANDOM if self.fold and looks_random_float(value) else value
         if isinstance(value, str):
-            return " ".join(value.split())
+            return self._string(str(value))
         if isinstance(value, (bool, int)):
             return value
         raise CanonicalError(f"unsupported type {type(value).__name__} in payload")
 
 
-def hash64(*parts: str) -> int:
-    """Stable 64-bit hash (the same in every process, unlike hash())."""
-    h = hashlib.blake2b(digest_size=8)
-    for part in parts:
-        h.update(part.encode("utf-8", "surrogatepass"))
-        h.update(b"\x00")
-    return int.from_bytes(h.digest(), "big")
+class Fingerprinter:
+    """Keyed hashes of everything the engine keeps about a payload.
 
+    A 64-bit keyed BLAKE2b of canonical calls, results and references, and 32-bit keyed
+    hashes of word tokens for fuzzy comparison. Without the key no stored hash can be tested
+    against a guess (a PIN, an IBAN word), so stored state reveals no text. Every worker of a
+    fleet must hold the same secret, or their fingerprints will not compare.
 
-class _HashCache(dict):
-    """token (UTF-8) -> salted crc32, filled on first use (map(cache.__getitem__, ...) stays in C).
-    With `fold_digits`, digit runs in the token are folded to one symbol before hashing."""
+    Token hashes are cached by the token's Python hash (SipHash under the interpreter's random
+    per-process key), never by the token itself: the cache holds no words.
+    """
 
-    __slots__ = ("salt", "fold_digits")
+    __slots__ = ("_key", "_exact", "_shape")
 
-    def __init__(self, salt: int, *, fold_digits: bool = False) -> None:
-        super().__init__()
-        self.salt = salt
-        self.fold_digits = fold_digits
+    def __init__(self, secret: bytes) -> None:
+        if not secret:
+            raise ValueError("a fingerprint secret must not be empty")
+        self._key = hashlib.blake2b(secret, digest_size=32, person=b"ab-fprint").digest()
+        self._exact: dict[int, int] = {}
+        self._shape: dict[int, int] = {}
 
-    def __missing__(self, token: bytes) -> int:
-        if len(self) >= MAX_HASH_CACHE:
-            self.clear()  # bounded; tokens repeat a lot, so it refills fast
-        h = self[token] = zlib.crc32(_DIGIT_RUNS.sub(b"0", token) if self.fold_digits else token, self.salt)
-        return h
+    @classmethod
+    def ephemeral(cls) -> Fingerprinter:
+        """A random key that lives as long as the process."""
+        return cls(secrets.token_bytes(32))
 
-
-MAX_HASH_CACHE = 50_000
-
-
-class TokenHasher:
-    """Word tokens (lower-cased) as salted 32-bit hashes: similar texts give similar
-    sequences, and no text is kept."""
-
-    __slots__ = ("_exact", "_shape")
-
-    def __init__(self, salt: int) -> None:
-        self._exact = _HashCache(salt)
-        self._shape = _HashCache(salt, fold_digits=True)
+    def hash64(self, *parts: str) -> int:
+        """Keyed 64-bit hash of strings (the same in every process holding the same secret)."""
+        h = hashlib.blake2b(digest_size=8, key=self._key)
+        for part in parts:
+            h.update(part.encode("utf-8", "surrogatepass"))
+            h.update(b"\x00")
+        return int.from_bytes(h.digest(), "big")
 
     @staticmethod
     def words(text: str) -> list[bytes]:
@@ -167,17 +185,29 @@ class TokenHasher:
         return words[:MAX_FINGERPRINT_TOKENS] if len(words) > MAX_FINGERPRINT_TOKENS else words
 
     def hashes(self, words: list[bytes]) -> tuple[int, ...]:
-        return tuple(map(self._exact.__getitem__, words))
+        """One keyed 32-bit hash per word."""
+        return self._lookup(self._exact, words, False)
 
     def shape_hashes(self, words: list[bytes]) -> tuple[int, ...]:
         """The same with digit runs folded to one symbol: ids and numbers aside."""
-        return tuple(map(self._shape.__getitem__, words))
+        return self._lookup(self._shape, words, True)
+
+    def _lookup(self, cache: dict[int, int], words: list[bytes], fold_digits: bool) -> tuple[int, ...]:
+        ids = tuple(map(hash, words))
+        try:
+            return tuple(map(cache.__getitem__, ids))  # all in C when every token is known
+        except KeyError:
+            if len(cache) >= MAX_HASH_CACHE:
+                cache.clear()  # bounded; tokens repeat a lot, so it refills fast
+            key = self._key
+            for word, i in zip(words, ids):
+                if i not in cache:
+                    token = _DIGIT_RUNS.sub(b"0", word) if fold_digits else word
+                    cache[i] = int.from_bytes(hashlib.blake2b(token, digest_size=4, key=key).digest(), "big")
+            return tuple(map(cache.__getitem__, ids))
 
 
+MAX_HASH_CACHE = 50_000
 _SEPARATORS = bytes(c for c in range(128) if not chr(c).isalnum())
 _TO_SPACE = bytes.maketrans(_SEPARATORS, b" " * len(_SEPARATORS))
 _DIGIT_RUNS = re.compile(rb"[0-9]+")
-
-
-def salt_from(secret: str) -> int:
-    return zlib.crc32(secret.encode("utf-8"))

@@ -40,6 +40,8 @@ def _replay(args: argparse.Namespace) -> int:
         observe=args.observe,
         # replay's receipts never leave the process: a per-run key is all it needs
         receipt_keys=ReceiptKeys.ephemeral(),
+        # a recorded run is decided on its own clock
+        trust_event_time=True,
     )
     path = Path(args.trace)
     try:

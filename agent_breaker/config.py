@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from . import heuristics as H
 from ._canonical import DEFAULT_VOLATILE_FIELDS
+from ._text import normalize_text
 
 Mode = Literal["enforce", "observe", "off"]
 
@@ -61,6 +62,8 @@ DEFAULT_ECHO_SIMILARITY = 0.65
 DEFAULT_ECHO_REPEATS = 3
 DEFAULT_DEADLOCK_SIMILARITY = 0.6
 DEFAULT_DEADLOCK_TURNS = 3
+DEFAULT_CHURN_CALLS = 10
+DEFAULT_CHURN_WINDOW_S = 60.0
 
 DEFAULT_MAX_TOKENS = 5_000_000
 DEFAULT_MAX_COST_USD = 10.0
@@ -90,6 +93,8 @@ DEFAULT_CLAIM_VERBS = {
     "wired": "wire",
     "updated": "update",
 }
+
+FINGERPRINT_SECRET_ENV = "AGENT_BREAKER_FINGERPRINT_SECRET"
 
 DEFAULT_SESSION_TTL_S = 3600.0
 DEFAULT_MAX_SESSIONS = 100_000
@@ -210,6 +215,16 @@ class SemanticEchoConfig(_Frozen):
 class AgentDeadlockConfig(_Frozen):
     similarity: float = Field(DEFAULT_DEADLOCK_SIMILARITY, gt=0, le=1)
     max_turns: int = Field(DEFAULT_DEADLOCK_TURNS, ge=2, description="Repeated status turns across agents that trip.")
+
+
+class SessionChurnConfig(_Frozen):
+    max_calls: int = Field(
+        DEFAULT_CHURN_CALLS,
+        ge=2,
+        description="The same call with the same outcome this many times, across new sessions of one tenant and "
+        "agent that make no other call, blocks the next.",
+    )
+    window_s: float = Field(DEFAULT_CHURN_WINDOW_S, gt=0, description="A chain idle longer than this starts over.")
 
 
 class Price(_Frozen):
@@ -333,7 +348,11 @@ class AgentBreakerConfig(_Frozen):
         DEFAULT_VOLATILE_FIELDS, description="Argument/result keys ignored when comparing calls."
     )
     max_args_bytes: int = Field(DEFAULT_MAX_ARGS_BYTES, ge=64, description="Largest canonical args accepted.")
-    fingerprint_secret: str = Field("", description="Salt of the token hashes kept for fuzzy comparison.")
+    fingerprint_secret: str = Field(
+        "",
+        description=f"Key of every hash the engine keeps (empty: ${FINGERPRINT_SECRET_ENV}, else a random "
+        "per-process key; shared storage needs one secret for the whole fleet). Prefer the variable to a file.",
+    )
     breaker: BreakerConfig = BreakerConfig()
     tools: dict[str, ToolPolicy] = Field(default_factory=dict)
     identical_failure: IdenticalFailureConfig = IdenticalFailureConfig()
@@ -343,6 +362,7 @@ class AgentBreakerConfig(_Frozen):
     oscillation: OscillationConfig = OscillationConfig()
     semantic_echo: SemanticEchoConfig = SemanticEchoConfig()
     agent_deadlock: AgentDeadlockConfig = AgentDeadlockConfig()
+    session_churn: SessionChurnConfig = SessionChurnConfig()
     budget: BudgetConfig = BudgetConfig()
     token_velocity: VelocityConfig = VelocityConfig()
     step_limit: StepLimitConfig = StepLimitConfig()
@@ -354,6 +374,18 @@ class AgentBreakerConfig(_Frozen):
     overrides: tuple[Override, ...] = Field(
         (), description="Settings per tenant / feature / agent; the more specific override wins."
     )
+
+    @field_validator("tools")
+    @classmethod
+    def _tool_names_normalized(cls, tools: dict[str, ToolPolicy]) -> dict[str, ToolPolicy]:
+        # events name tools by their normalized spelling (look-alikes, invisible characters, case)
+        out: dict[str, ToolPolicy] = {}
+        for name, policy in tools.items():
+            key = normalize_text(name)
+            if key in out:
+                raise ValueError(f"tools names {key!r} twice (tool names compare normalized: case and look-alikes aside)")
+            out[key] = policy
+        return out
 
     @field_validator("modes")
     @classmethod
@@ -369,6 +401,11 @@ class AgentBreakerConfig(_Frozen):
         for i, override in enumerate(self.overrides):
             if "overrides" in override.settings:
                 raise ValueError(f"overrides[{i}].settings may not hold overrides")
+            for path in _process_level_keys(override.settings):
+                raise ValueError(
+                    f"overrides[{i}].settings.{path} is a process-level setting: set it at the top of the config, "
+                    "not per tenant / feature / agent"
+                )
             try:
                 AgentBreakerConfig.model_validate(_deep_merge(base, override.settings))
             except ValidationError as exc:
@@ -395,6 +432,22 @@ class AgentBreakerConfig(_Frozen):
 
 
 _DEFAULT_TOOL = ToolPolicy()
+
+
+#: settings that hold for the whole process (one store, one key set, one fingerprint secret):
+#: an override cannot change them
+PROCESS_LEVEL = ("storage", "sessions", "fingerprint_secret", "receipts.key_env", "receipts.key_file",
+                 "receipts.dev_ephemeral_key")
+
+
+def _process_level_keys(settings: Mapping[str, Any]) -> list[str]:
+    found = []
+    for path in PROCESS_LEVEL:
+        head, _, tail = path.partition(".")
+        value = settings.get(head)
+        if value is not None and (not tail or (isinstance(value, Mapping) and tail in value)):
+            found.append(path)
+    return found
 
 
 def _deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:

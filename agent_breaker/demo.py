@@ -16,6 +16,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+from .clock import FakeClock
 from .replay import Replayer
 
 _PRICE = 0.000003  # $ per token, for the scripted spend
@@ -110,6 +111,10 @@ class NemoRuntime:
 
         self.rails = LLMRails(RailsConfig.from_path(str(config_path(config_name))))
         self.engine = self.rails.runtime.registered_action_params[ENGINE_PARAM]
+        # a live engine decides on its own clock, not the caller's `ts`: the scripted agents'
+        # time is theirs, so the demo moves the engine's clock to each event's time
+        self.clock = FakeClock(0.0)
+        self.engine.clock = self.clock
         self._states: dict[str, Any] = {}
         self._loop = asyncio.new_event_loop()
 
@@ -118,6 +123,7 @@ class NemoRuntime:
 
         data = event.model_dump(exclude_none=True)
         session = data["session"]
+        self.clock.set(data["ts"])
         out, self._states[session] = self._loop.run_until_complete(
             self.rails.process_events_async([to_colang_event(data)], self._states.get(session))
         )

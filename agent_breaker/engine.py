@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import threading
 from collections import Counter
@@ -16,18 +17,19 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping
 
 from . import heuristics as H
-from ._canonical import CanonicalError, Canonicalizer, TokenHasher, hash64, salt_from
+from ._canonical import CanonicalError, Canonicalizer, Fingerprinter
+from ._text import normalize_text
 from .breaker import BreakerStateName, Permission
 from .breaker import core as breaker_core
 from .clock import Clock, SystemClock
-from .config import AgentBreakerConfig, parse_config
-from .detectors import conversation, loops
+from .config import FINGERPRINT_SECRET_ENV, AgentBreakerConfig, ConfigError, parse_config
+from .detectors import churn, conversation, loops
 from .detectors.base import Trip
 from .events import Assistant, Final, InvalidEventError, ToolCall, ToolResult, User, parse_event, parse_typed
 from .governor import budget
-from .receipts import ClaimChecker, ReceiptKeys, empty_mutation_trip, is_empty_result, mint, reference_hashes, verify
-from .session import MAX_PENDING, CallFacts, Pending, SessionState
-from .store import StorageError, Store, store_from_uri
+from .receipts import ClaimChecker, ReceiptKeys, empty_mutation_trip, is_empty_result, mint, verify
+from .session import FAILED, MAX_PENDING, MIXED, CallFacts, ChurnView, Pending, SessionState
+from .store import MemoryStore, StorageError, Store, store_from_uri
 from .verdicts import ALLOW, Incident, ResultVerdict, Verdict, observation
 
 log = logging.getLogger("agent_breaker")
@@ -45,6 +47,9 @@ _TRANSIENT = re.compile(
 _NOT_DONE_FIELDS = ("done", "ready", "complete", "completed", "finished")
 _NAME_TOKENS = re.compile(r"[a-z]+")
 _RESULT_MAX_BYTES = 16 * 1024 * 1024
+_RESULT_MAX_DEPTH = 64
+#: joins tenant and session id in a session key: ids cannot hold control characters
+TENANT_SEPARATOR = "\x1f"
 
 
 def log_incident(incident: Incident) -> None:
@@ -109,7 +114,6 @@ class _Policy:
     cfg: AgentBreakerConfig
     canon: Canonicalizer
     result_canon: Canonicalizer
-    hasher: TokenHasher
     in_progress: frozenset[str]
     claims: ClaimChecker
     mutating_tools: dict[str, bool]
@@ -172,10 +176,17 @@ class Engine:
         observe: bool = False,
         failure_predicates: Mapping[str, FailurePredicate] | None = None,
         receipt_keys: ReceiptKeys | None = None,
+        fingerprinter: Fingerprinter | None = None,
+        trust_event_time: bool = False,
     ) -> None:
+        """`trust_event_time`: decide at each event's own `ts` (replay of a recorded trace).
+        Live traffic keeps it False: the engine's clock decides, and a caller's `ts` is
+        ignored, so no input can move another session's or a shared breaker's time."""
         self.config = config if isinstance(config, AgentBreakerConfig) else parse_config(config)
         self.store: Store = store or _store_for(self.config)
+        self.fingerprints = fingerprinter or fingerprinter_for(self.config, shared=not isinstance(self.store, MemoryStore))
         self.clock = clock or SystemClock()
+        self.trust_event_time = trust_event_time
         self.listeners: list[Listener] = [log_incident] if listeners is None else list(listeners)
         self.share_breakers = share_breakers
         self.observe = observe
@@ -197,11 +208,10 @@ class Engine:
                 cfg = _observe_only(cfg)
             p = _Policy(
                 cfg,
-                Canonicalizer(cfg.volatile_fields, max_bytes=cfg.max_args_bytes),
-                Canonicalizer(cfg.volatile_fields, max_bytes=_RESULT_MAX_BYTES),
-                TokenHasher(salt_from(cfg.fingerprint_secret)),
+                Canonicalizer(cfg.volatile_fields, max_bytes=cfg.max_args_bytes, fold=True),
+                Canonicalizer(cfg.volatile_fields, max_bytes=_RESULT_MAX_BYTES, max_depth=_RESULT_MAX_DEPTH),
                 frozenset(cfg.stuck_polling.in_progress_values),
-                ClaimChecker(cfg),
+                ClaimChecker(cfg, self.fingerprints),
                 {},
                 _enabled(cfg, _CALL_CHECKS),
                 _enabled(cfg, _SESSION_LIMITS),
@@ -212,16 +222,21 @@ class Engine:
             self._policies[k] = p
         return p
 
-    @staticmethod
-    def _session_key(ev: Any) -> str:
+    def session_key(self, ev: Any) -> str:
+        """The key of an event's session: its id within its tenant, so tenants cannot reach
+        each other's sessions whatever ids they choose."""
         if ev.session is not None:
-            return ev.session
-        if ev.conversation is not None:
-            return f"conv:{ev.tenant or ''}:{hash64(ev.tenant or '', ev.conversation):016x}"
-        raise InvalidEventError("event has neither a session id nor a conversation to fingerprint")
+            sid = ev.session
+        elif ev.conversation is not None:
+            sid = f"conv:{self.fingerprints.hash64(ev.conversation):016x}"
+        else:
+            raise InvalidEventError("event has neither a session id nor a conversation to fingerprint")
+        return sid if ev.tenant is None else f"{ev.tenant}{TENANT_SEPARATOR}{sid}"
 
     def _now(self, ev: Any) -> float:
-        return ev.ts if ev.ts is not None else self.clock.now()
+        if self.trust_event_time and ev.ts is not None:
+            return ev.ts
+        return self.clock.now()
 
     def _facts(self, ev: ToolCall, p: _Policy) -> CallFacts:
         try:
@@ -229,13 +244,14 @@ class Engine:
         except CanonicalError as exc:
             raise InvalidEventError(f"args of {ev.tool}: {exc}") from None
         cfg = p.cfg
-        words = p.hasher.words(canonical)
+        fp = self.fingerprints
+        words = fp.words(canonical)
         return CallFacts(
             tool=ev.tool,
-            key=hash64(ev.tool, canonical),
-            fp_text=p.hasher.hashes(words),
-            fp_shape=p.hasher.shape_hashes(words),
-            fp_thought=None if not ev.thought else tuple(sorted(p.hasher.shape_hashes(p.hasher.words(ev.thought)))),
+            key=fp.hash64(ev.tool, canonical),
+            fp_text=fp.hashes(words),
+            fp_shape=fp.shape_hashes(words),
+            fp_thought=None if not ev.thought else tuple(sorted(fp.shape_hashes(fp.words(normalize_text(ev.thought))))),
             tokens=ev.input_tokens + ev.output_tokens,
             cost_usd=budget.step_cost_usd(cfg, ev.input_tokens, ev.output_tokens, ev.cost_usd, ev.model),
             depth=ev.depth or 0,
@@ -254,7 +270,7 @@ class Engine:
             return
         incident = Incident(
             ts=now,
-            session=s.key,
+            session=s.sid,
             tenant=s.tenant,
             feature=s.feature,
             agent=ev.agent or s.agent,
@@ -327,7 +343,7 @@ class Engine:
     # ----------------------------------------------------------------- one step
     def _begin(self, event: Any, cls: type) -> _Step:
         ev = event if isinstance(event, cls) else parse_typed(cls, event)  # the handler names the type
-        return _Step(ev, self._session_key(ev), self._now(ev), self._policy(ev.tenant, ev.feature, ev.agent))
+        return _Step(ev, self.session_key(ev), self._now(ev), self._policy(ev.tenant, ev.feature, ev.agent))
 
     def _commit(self, step: _Step, fn: Callable[[object | None], tuple[SessionState, Any]], tool: str | None) -> Any:
         """Run fn atomically on the session, then tell the listeners (outside the lock)."""
@@ -407,6 +423,13 @@ class Engine:
             if block is None:
                 block, call_warn = self._run_checks(p.call_checks, _Ctx(s, f, cfg, now, polling, similar))
                 warn = warn or call_warn
+            churn_on = cfg.mode_of(H.SESSION_CHURN) != "off"
+            if block is None and churn_on and s.only_key in (None, f.key):
+                view = self.store.peek_session(_view_key(s))
+                trip = churn.check(getattr(view, "churn", None), f.key, f.tool, cfg, now)
+                if trip is not None:
+                    block, churn_warn = self._judge(cfg, [trip])
+                    warn = warn or churn_warn
             bkey = self._breaker_key(cfg, s.tenant, f.tool)
             probe = None
             if block is None and cfg.mode_of(H.CIRCUIT_OPEN) != "off":
@@ -428,9 +451,36 @@ class Engine:
             if len(s.pending) >= MAX_PENDING:
                 del s.pending[next(iter(s.pending))]
             s.pending[call_id] = Pending(f, call_id, bkey, probe, similar[0], similar[1], loops.record_call(s, f, cfg))
+            left_chain.clear()
+            if s.only_key is None:
+                s.only_key = f.key
+            elif s.only_key != f.key:
+                if s.only_key != MIXED and churn_on:
+                    left_chain.append(_view_key(s))
+                s.only_key = MIXED
             return s, self._settle(step, s, None, warn, f.tool, call_id)
 
-        return self._commit(step, decide, f.tool)
+        left_chain: list[str] = []  # the agent view this session's chain ends in, if any
+        verdict = self._commit(step, decide, f.tool)
+        for vkey in left_chain:
+            self._update_view(vkey, now, lambda view: churn.leave(view, step.key))
+        return verdict
+
+    def _update_view(self, vkey: str, now: float, change: Callable[[ChurnView], bool | None]) -> None:
+        """Change an agent view (session_churn); a storage failure only costs that view."""
+
+        def update(state: object | None) -> tuple[SessionState | None, None]:
+            if isinstance(state, SessionState) and state.churn is not None:
+                view_state = state
+            else:
+                view_state = SessionState(vkey, churn=ChurnView())
+            changed = change(view_state.churn)  # type: ignore[arg-type]
+            return (None if changed is False else view_state), None
+
+        try:
+            self.store.update_session(vkey, now, update)
+        except StorageError as exc:
+            log.warning("agent-breaker: agent view not updated: %s", exc)
 
     def _breaker_acquire(self, s: SessionState, bkey: str, cfg: AgentBreakerConfig, now: float) -> Permission:
         if self.share_breakers:
@@ -465,19 +515,27 @@ class Engine:
         result_hash = self._result_hash(p, ev.result)
         in_progress = _in_progress(ev.result, p.in_progress)
         transient = failed and _is_transient(ev)
-        references = reference_hashes(ev.result) if not failed else None
+        references = p.claims.result_references(ev.result) if not failed else None
 
         # a shared breaker is recorded once, after the session write: a store may run `record`
         # again on a compare-and-set conflict, and a breaker outcome must count once
         shared: list[tuple[str, int | None]] = []
 
-        def record(state: object | None) -> tuple[SessionState, ResultVerdict]:
+        def record(state: object | None) -> tuple[SessionState | None, ResultVerdict]:
             s = step.session(state)
             shared.clear()
+            churn_outcome.clear()
             pending = _pop_pending(s, ev)
+            if pending is None:
+                # a result of a call the guard never let through (or already recorded) counts
+                # toward nothing and mints nothing: the session is not even written
+                which = f"with call_id {ev.call_id!r}" if ev.call_id is not None else "without a call_id"
+                return None, ResultVerdict(
+                    False, H.INVALID_EVENT, f"no call of {ev.tool} {which} was allowed in this session and awaits its result"
+                )
             if references:
                 s.ledger.observe(references)
-            bkey, probe = (pending.breaker_key, pending.probe) if pending else (self._breaker_key(cfg, s.tenant, ev.tool), None)
+            bkey, probe = pending.breaker_key, pending.probe
             bstate = None
             if not self.share_breakers:
                 bstate = self._breaker_record(s, bkey, cfg, now, failed, slow, probe)
@@ -485,14 +543,14 @@ class Engine:
                 shared.append((bkey, probe))
             else:
                 bstate = self._breaker_record(None, bkey, cfg, now, failed, slow, probe)
-            if pending is None:
-                return s, ResultVerdict(True, reason="no pending call matches this result", failed=failed, breaker_state=bstate)
+            f = pending.facts
+            if s.only_key == f.key and cfg.mode_of(H.SESSION_CHURN) != "off":
+                churn_outcome.append((_view_key(s), f.key, FAILED if failed else result_hash))
             if loops.record_result(s, pending, result_hash, failed, transient, in_progress, now, cfg):
                 # new information: assistant turns start a new stretch, and so do this
                 # session's own breaker streaks
                 s.turns.clear()
                 s.restart_breaker_streaks()
-            f = pending.facts
             if failed or not (f.mutating or ev.mutating):
                 return s, ResultVerdict(True, failed=failed, breaker_state=bstate)
             s.ledger.attempt(f.tool)
@@ -506,7 +564,8 @@ class Engine:
             if self.receipt_keys is not None:
                 receipt = mint(
                     self.receipt_keys,
-                    session=key,
+                    tenant=s.tenant,
+                    session=s.sid,
                     call_id=pending.call_id,
                     tool=f.tool,
                     args_hash=f.key,
@@ -518,20 +577,22 @@ class Engine:
                 return s, ResultVerdict(True, anomaly.heuristic, anomaly.reason, breaker_state=bstate, receipt=receipt)
             return s, ResultVerdict(True, breaker_state=bstate, receipt=receipt)
 
+        churn_outcome: list[tuple[str, int, int]] = []  # (agent view, call, outcome) of a one-call-only session
         verdict = self._commit(step, record, ev.tool)
         for bkey, probe in shared:
             try:
                 verdict = replace(verdict, breaker_state=self._breaker_record(None, bkey, cfg, now, failed, slow, probe))
             except StorageError as exc:
                 log.warning("agent-breaker: breaker outcome of %s not recorded: %s", ev.tool, exc)
+        for vkey, call_key, outcome in churn_outcome:
+            self._update_view(vkey, now, lambda view: churn.record_outcome(view, key, call_key, outcome, now, cfg))
         return verdict
 
-    @staticmethod
-    def _result_hash(p: _Policy, result: Any) -> int:
+    def _result_hash(self, p: _Policy, result: Any) -> int:
         try:
-            return hash64(p.result_canon.canonical(result))
-        except CanonicalError:
-            return hash64(json.dumps(result, sort_keys=True, default=str))
+            return self.fingerprints.hash64(p.result_canon.canonical(result))
+        except CanonicalError as exc:
+            raise InvalidEventError(f"result: {exc}") from None
 
     # ----------------------------------------------------------------- turns
     def record_assistant(self, event: Assistant | Mapping[str, Any]) -> Verdict:
@@ -543,8 +604,9 @@ class Engine:
             return ALLOW
         tokens = ev.input_tokens + ev.output_tokens
         cost = budget.step_cost_usd(cfg, ev.input_tokens, ev.output_tokens, ev.cost_usd, ev.model)
-        fp = tuple(sorted(p.hasher.hashes(p.hasher.words(ev.text))))
-        agent = hash64(ev.agent or "") & 0xFFFF_FFFF
+        fph = self.fingerprints
+        fp = tuple(sorted(fph.hashes(fph.words(normalize_text(ev.text)))))
+        agent = fph.hash64(ev.agent or "") & 0xFFFF_FFFF
         global_trip = self._global_spend(step, tokens, cost)
         if isinstance(global_trip, Verdict):
             return global_trip
@@ -619,7 +681,9 @@ class Engine:
         if self.receipt_keys is None:
             return False, "no receipt keys configured"
         result_hash = self._result_hash(self._policy(tenant, feature, agent), result)
-        return verify(self.receipt_keys, receipt, session=session, call_id=call_id, tool=tool, result_hash=result_hash)
+        return verify(
+            self.receipt_keys, receipt, tenant=tenant, session=session, call_id=call_id, tool=normalize_text(tool), result_hash=result_hash
+        )
 
     # ----------------------------------------------------------------- any event
     def process(self, event: Mapping[str, Any] | Any) -> Verdict | ResultVerdict:
@@ -649,6 +713,21 @@ class Engine:
         self.store.breaker_force(self._breaker_key(cfg, tenant, tool), cfg.breaker, self.clock.now(), BreakerStateName(state))
 
 
+def fingerprinter_for(config: AgentBreakerConfig, *, shared: bool) -> Fingerprinter:
+    """The deployment's fingerprint key: `fingerprint_secret`, else $AGENT_BREAKER_FINGERPRINT_SECRET,
+    else (state in this process only) a random key. A shared store needs one secret for the
+    whole fleet, or workers' fingerprints would not compare: it is refused without one."""
+    secret = config.fingerprint_secret or os.environ.get(FINGERPRINT_SECRET_ENV, "")
+    if secret:
+        return Fingerprinter(secret.encode("utf-8"))
+    if shared:
+        raise ConfigError(
+            f"shared storage needs one fingerprint secret for the whole fleet: set ${FINGERPRINT_SECRET_ENV} (e.g. to the output of "
+            "`python3 -c 'import secrets; print(secrets.token_hex(32))'`) or fingerprint_secret"
+        )
+    return Fingerprinter.ephemeral()
+
+
 def _store_for(config: AgentBreakerConfig) -> Store:
     st = config.storage
     return store_from_uri(
@@ -671,12 +750,18 @@ def _observe_only(cfg: AgentBreakerConfig) -> AgentBreakerConfig:
     return cfg.model_copy(update={"mode": "observe", "modes": modes})
 
 
+def _view_key(s: SessionState) -> str:
+    """The key of the agent view (session_churn) a session reports to. It starts with a control
+    character, which no session id may hold, so it never names a real session."""
+    return f"\x1eview{TENANT_SEPARATOR}{s.tenant or ''}{TENANT_SEPARATOR}{s.agent or ''}"
+
+
 def _pop_pending(s: SessionState, ev: ToolResult) -> Pending | None:
     if ev.call_id is not None:
-        pending = s.pending.pop(ev.call_id, None)
-        if pending is not None and pending.facts.tool != ev.tool:
-            s.pending[ev.call_id] = pending  # a result of another tool: not ours
-            return None
+        pending = s.pending.get(ev.call_id)
+        if pending is None or pending.facts.tool != ev.tool:
+            return None  # unknown, or a result of another tool: not ours
+        del s.pending[ev.call_id]
         return pending
     # no call_id: the oldest call of this tool that had none
     for cid, pending in s.pending.items():

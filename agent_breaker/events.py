@@ -6,14 +6,21 @@ Unknown keys are ignored, as the trace format says.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from ._text import normalize_text
 
 MAX_ID_CHARS = 256
 MAX_TEXT_CHARS = 1_000_000
 
-_Id = Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS)]
+# ids are printable: no control characters (lone surrogates pydantic refuses itself)
+_Id = Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS, pattern=r"^[^\x00-\x1f\x7f]+$")]
+# a tool is known by its normalized name: look-alike letters, invisible characters and case
+# do not make another tool
+_ToolName = Annotated[_Id, AfterValidator(normalize_text)]
 _Tokens = Annotated[int, Field(ge=0, le=10**12)]
 _Money = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 _Text = Annotated[str, Field(max_length=MAX_TEXT_CHARS)]
@@ -45,7 +52,7 @@ class _Spend(BaseModel):
 
 class ToolCall(_Event, _Spend):
     type: Literal["tool_call"] = "tool_call"
-    tool: _Id
+    tool: _ToolName
     args: dict[str, Any] = Field(default_factory=dict)
     call_id: _Id | None = None
     thought: _Text | None = None
@@ -54,7 +61,7 @@ class ToolCall(_Event, _Spend):
 
 class ToolResult(_Event):
     type: Literal["tool_result"] = "tool_result"
-    tool: _Id
+    tool: _ToolName
     ok: bool
     call_id: _Id | None = None
     result: Any = None
@@ -89,14 +96,21 @@ def _describe(exc: ValidationError, *, tagged: bool = True) -> str:
     for err in exc.errors(include_url=False):
         where = ".".join(str(p) for p in err["loc"][1 if tagged else 0 :]) or "event"
         if err["type"] == "union_tag_invalid":
-            parts.append(f"unknown event type {err['input'].get('type')!r}; expected one of {', '.join(EVENT_TYPES)}")
+            parts.append(f"unknown event type{_shown(err['input'].get('type'))}; expected one of {', '.join(EVENT_TYPES)}")
         elif err["type"] == "union_tag_not_found":
             parts.append(f"event has no 'type'; expected one of {', '.join(EVENT_TYPES)}")
         else:
-            value = err.get("input")
-            shown = "" if isinstance(value, (dict, list)) or err["type"] == "missing" else f" (got {value!r:.80})"
-            parts.append(f"{where}: {err['msg']}{shown}")
+            # the value itself is never repeated: it may be payload
+            parts.append(f"{where}: {err['msg']}")
     return "; ".join(parts)
+
+
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
+
+
+def _shown(kind: Any) -> str:
+    """An unknown event type, repeated only when it reads as a protocol word (never payload)."""
+    return f" {kind!r}" if isinstance(kind, str) and _WORD.fullmatch(kind) else ""
 
 
 def parse_event(data: Any) -> ToolCall | ToolResult | Assistant | User | Final:
@@ -115,7 +129,7 @@ def parse_typed(cls: type[_Event], data: dict[str, Any]) -> Any:
     if kind != cls.model_fields["type"].default:
         if kind in EVENT_TYPES:
             raise InvalidEventError(f"expected a {cls.model_fields['type'].default} event, but got type {kind!r}")
-        raise InvalidEventError(f"unknown event type {kind!r}; expected one of {', '.join(EVENT_TYPES)}")
+        raise InvalidEventError(f"unknown event type{_shown(kind)}; expected one of {', '.join(EVENT_TYPES)}")
     try:
         return cls.model_validate(data)
     except ValidationError as exc:

@@ -13,6 +13,7 @@ NEAR_DUPLICATE = "near_duplicate"
 OSCILLATION = "oscillation"
 SEMANTIC_ECHO = "semantic_echo"
 AGENT_DEADLOCK = "agent_deadlock"
+SESSION_CHURN = "session_churn"
 
 TOKEN_BUDGET = "token_budget"
 COST_BUDGET = "cost_budget"
@@ -40,6 +41,7 @@ CONFIGURABLE: tuple[str, ...] = (
     OSCILLATION,
     SEMANTIC_ECHO,
     AGENT_DEADLOCK,
+    SESSION_CHURN,
     TOKEN_BUDGET,
     COST_BUDGET,
     BUDGET_SOFT_LIMIT,

@@ -25,15 +25,21 @@ from typing import Any, Iterable, Mapping
 from .config import AgentBreakerConfig, ConfigError, ReceiptsConfig
 from .detectors.base import Trip
 from .heuristics import EMPTY_MUTATION_RESULT, UNVERIFIED_CLAIM
-from ._canonical import hash64
+from ._canonical import Fingerprinter
+from ._text import fold_text, normalize_text
 
 log = logging.getLogger("agent_breaker")
 
-RECEIPT_VERSION = 1
+RECEIPT_VERSION = 2  # 2: the tenant is signed too
 MAX_RECEIPTS = 256
 MAX_REFERENCE_HASHES = 4096
 MAX_MUTATING_TOOLS = 256
-_MAX_REFERENCE_CHARS = 128
+#: a reference written in lower or mixed case (tx-99482) counts only with this many digits:
+#: with fewer it cannot be told from prose ("top-100")
+MIN_CASELESS_REFERENCE_DIGITS = 5
+_MAX_SCANNED_CHARS = 65_536  # of the text a result holds
+_SPACED_ID = re.compile(r"\b([A-Z]{2,})[ _]+(\d{3,})\b")  # TX 99482 -> TX-99482
+_NOT_ALNUM = re.compile(r"[^0-9a-z]+")
 _NEGATIONS = frozenset(
     {"not", "never", "no", "unable", "failed", "cannot", "can't", "couldn't", "wasn't", "weren't", "didn't",
      "hasn't", "haven't", "isn't", "won't", "nothing", "neither", "nor", "unsuccessful", "unfortunately"}
@@ -128,6 +134,7 @@ def _signed_payload(receipt: Mapping[str, Any]) -> bytes:
         [
             receipt["v"],
             receipt["kid"],
+            receipt["tenant"],
             receipt["session"],
             receipt["call_id"],
             receipt["tool"],
@@ -140,10 +147,13 @@ def _signed_payload(receipt: Mapping[str, Any]) -> bytes:
     ).encode("ascii")
 
 
-def mint(keys: ReceiptKeys, *, session: str, call_id: str, tool: str, args_hash: int, result_hash: int, ts: float) -> dict[str, Any]:
+def mint(
+    keys: ReceiptKeys, *, tenant: str | None, session: str, call_id: str, tool: str, args_hash: int, result_hash: int, ts: float
+) -> dict[str, Any]:
     receipt: dict[str, Any] = {
         "v": RECEIPT_VERSION,
         "kid": keys.current_id,
+        "tenant": tenant,
         "session": session,
         "call_id": call_id,
         "tool": tool,
@@ -155,8 +165,17 @@ def mint(keys: ReceiptKeys, *, session: str, call_id: str, tool: str, args_hash:
     return receipt
 
 
-def verify(keys: ReceiptKeys, receipt: Mapping[str, Any], *, session: str, call_id: str, tool: str, result_hash: int) -> tuple[bool, str]:
-    """Is this receipt genuine, and does it vouch for exactly this (session, call, tool, result)?"""
+def verify(
+    keys: ReceiptKeys,
+    receipt: Mapping[str, Any],
+    *,
+    tenant: str | None,
+    session: str,
+    call_id: str,
+    tool: str,
+    result_hash: int,
+) -> tuple[bool, str]:
+    """Is this receipt genuine, and does it vouch for exactly this (tenant, session, call, tool, result)?"""
     try:
         key = keys.keys.get(receipt["kid"])
         if receipt["v"] != RECEIPT_VERSION:
@@ -169,7 +188,7 @@ def verify(keys: ReceiptKeys, receipt: Mapping[str, Any], *, session: str, call_
         return False, f"unknown key id {receipt['kid']!r}"
     if not isinstance(sig, str) or not hmac.compare_digest(expected.encode(), sig.encode("utf-8", "surrogatepass")):
         return False, "bad signature: forged or tampered"
-    if receipt["session"] != session:
+    if receipt["session"] != session or receipt["tenant"] != tenant:
         return False, "receipt belongs to another session"
     if receipt["call_id"] != call_id or receipt["tool"] != tool:
         return False, "receipt belongs to another call"
@@ -178,28 +197,13 @@ def verify(keys: ReceiptKeys, receipt: Mapping[str, Any], *, session: str, call_
     return True, "ok"
 
 
-def reference_hashes(value: Any, out: set[int] | None = None, depth: int = 0) -> set[int]:
-    """Hashes of the scalar values of a result that an answer may quote (ids, amounts, short strings)."""
-    out = set() if out is None else out
-    if depth > 16 or len(out) >= MAX_REFERENCE_HASHES:
-        return out
-    if isinstance(value, dict):
-        for v in value.values():
-            reference_hashes(v, out, depth + 1)
-    elif isinstance(value, list):
-        for v in value:
-            reference_hashes(v, out, depth + 1)
-    elif isinstance(value, str):
-        text = value.strip()
-        if 0 < len(text) <= _MAX_REFERENCE_CHARS:
-            out.add(hash64("ref", text.lower()))
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        out.add(hash64("ref", _number(value)))
-    return out
-
-
 def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def _reference_key(token: str) -> str:
+    """One spelling of a reference id: case, dashes and spaces aside (TX-99482 -> tx99482)."""
+    return _NOT_ALNUM.sub("", normalize_text(token))
 
 
 def is_empty_result(result: Any) -> bool:
@@ -250,8 +254,9 @@ def empty_mutation_trip(tool: str) -> Trip:
 class ClaimChecker:
     """Checks a final answer's reference ids and completion claims against a ledger."""
 
-    def __init__(self, cfg: AgentBreakerConfig) -> None:
+    def __init__(self, cfg: AgentBreakerConfig, fingerprints: Fingerprinter) -> None:
         rc = cfg.receipts
+        self._fp = fingerprints
         self._patterns = [re.compile(p) for p in rc.reference_patterns]
         self._generic = {verb.lower(): stem.lower() for verb, stem in rc.claim_verbs.items()}
         self._tool_phrases = {name: tuple(p.lower() for p in t.claim_phrases) for name, t in cfg.tools.items() if t.claim_phrases}
@@ -264,7 +269,42 @@ class ClaimChecker:
         return frozenset(self._generic.values())
 
     def references_in(self, text: str) -> set[int]:
-        return {hash64("ref", tok.strip().lower()) for p in self._patterns for tok in p.findall(text)}
+        """Keyed hashes of the reference ids a text cites. Look-alike letters, invisible
+        characters, dash variants, a space for the dash and (with enough digits) lower case
+        do not make another id: TX–99482, TX-\u200b99482, TX 99482 and tx-99482 are TX-99482."""
+        text = _SPACED_ID.sub(r"\1-\2", fold_text(text))
+        found = {_reference_key(m.group()) for p in self._patterns for m in p.finditer(text)}
+        upper = text.upper()
+        if upper != text:
+            for p in self._patterns:
+                for m in p.finditer(upper):
+                    key = _reference_key(m.group())
+                    if key not in found and sum(c.isdigit() for c in key) >= MIN_CASELESS_REFERENCE_DIGITS:
+                        found.add(key)
+        return {self._fp.hash64("ref", key) for key in found}
+
+    def result_references(self, value: Any) -> set[int]:
+        """The reference ids a successful result holds, anywhere in its strings and numbers
+        (an id inside a sentence or a page snapshot counts): an answer may cite them."""
+        parts: list[str] = []
+        size = 0
+        stack = [(value, 0)]
+        while stack and size < _MAX_SCANNED_CHARS:
+            v, depth = stack.pop()
+            if isinstance(v, dict):
+                if depth < 16:
+                    stack.extend((x, depth + 1) for x in v.values())
+            elif isinstance(v, list):
+                if depth < 16:
+                    stack.extend((x, depth + 1) for x in v)
+            elif isinstance(v, str):
+                parts.append(v)
+                size += len(v)
+            elif isinstance(v, (int, float)) and not isinstance(v, bool):
+                parts.append(_number(v))
+        # one scan over all of it: a line break ends every id
+        found = self.references_in("\n".join(parts)[:_MAX_SCANNED_CHARS])
+        return found if len(found) <= MAX_REFERENCE_HASHES else set(list(found)[:MAX_REFERENCE_HASHES])
 
     def check(self, text: str, ledger: Ledger) -> Trip | None:
         unmatched = self.references_in(text) - ledger.references
@@ -293,7 +333,7 @@ class ClaimChecker:
     def _claims(self, text: str) -> set[str]:
         """Claim phrases asserted (not negated) in the text, lower-cased. A negation counts
         when it stands in the same clause, at most four words before the phrase."""
-        lowered = text.lower().replace("\u2019", "'").replace("\u02bc", "'")
+        lowered = normalize_text(text)
         found = set()
         for phrase, pattern in self._phrase_patterns:
             for m in pattern.finditer(lowered):

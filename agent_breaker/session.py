@@ -22,6 +22,7 @@ MAX_SEEN = 512
 MAX_TOOLS = 256  # per-tool entries a session keeps (spend, retry chains, session breakers)
 
 FAILED = -1  # result hash of a failed execution: any two failures compare equal
+MIXED = -1  # SessionState.only_key once the session's calls differ (call hashes are >= 0)
 
 
 def put_bounded(d: dict[Any, Any], key: Any, value: Any, cap: int) -> None:
@@ -89,6 +90,19 @@ class Pending:
 
 
 @dataclass(slots=True)
+class ChurnView:
+    """An agent view (session_churn): the latest chain of sessions that each made only one and
+    the same call, and how often it returned the same outcome."""
+
+    key: int = 0  # the call's hash (0: no chain)
+    outcome: int = 0  # its result hash, or FAILED
+    calls: int = 0
+    sessions: int = 0
+    last_session: str = ""
+    last_ts: float = 0.0
+
+
+@dataclass(slots=True)
 class SessionState:
     key: str
     tenant: str | None = None
@@ -120,7 +134,17 @@ class SessionState:
     # session-scoped breakers (when breakers are not shared)
     breakers: dict[str, BreakerState] = field(default_factory=dict)
     ledger: Ledger = field(default_factory=Ledger)
+    # session_churn: the one call key every allowed call so far had (None: no call yet;
+    # MIXED: calls differ)
+    only_key: int | None = None
+    # set only on the pseudo-session that holds an agent view
+    churn: ChurnView | None = None
     version: int = 0
+
+    @property
+    def sid(self) -> str:
+        """The session id as the caller knows it (the key without its tenant)."""
+        return self.key.rpartition("\x1f")[2]
 
     def breaker(self, key: str) -> BreakerState:
         """A session-scoped breaker (created closed)."""

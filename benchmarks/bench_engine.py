@@ -399,7 +399,7 @@ def generate_trace(n_events: int, seed: int, n_sessions: int = 500, runaway_shar
 
 # --------------------------------------------------------------------------- measurement
 def new_engine() -> Engine:
-    return Engine(listeners=[], receipt_keys=ReceiptKeys.ephemeral(), store=MemoryStore(ttl_s=math.inf))
+    return Engine(listeners=[], receipt_keys=ReceiptKeys.ephemeral(), store=MemoryStore(ttl_s=math.inf), trust_event_time=True)
 
 
 KINDS = (
@@ -593,7 +593,7 @@ def main(argv: list[str] | None = None) -> int:
         f"(generated in {gen_s:.1f} s)"
     )
     print("  " + ", ".join(f"{k} {counts.get(k, 0):,}" for k, _ in KINDS))
-    print("engine: Engine(listeners=[], receipt_keys=ReceiptKeys.ephemeral(), store=MemoryStore(ttl_s=inf)),")
+    print("engine: Engine(listeners=[], receipt_keys=ReceiptKeys.ephemeral(), store=MemoryStore(ttl_s=inf), trust_event_time=True),")
     print("        default config (mode enforce, every heuristic on, breakers shared across sessions)")
 
     # warm-up: imports, caches, pydantic validators, rapidfuzz, on a throw-away engine

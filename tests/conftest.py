@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 
 os.environ.setdefault("NEMO_GUARDRAILS_NO_USAGE_STATS", "1")
+# shared (Redis) configs need one fingerprint secret per fleet; worker processes inherit it
+os.environ.setdefault("AGENT_BREAKER_FINGERPRINT_SECRET", "test-fingerprint-secret")
 
 from agent_breaker import Engine, FakeClock, ReceiptKeys  # noqa: E402
 
@@ -110,5 +112,6 @@ def run(engine: Engine, clock: FakeClock, tool: str, args: dict | None, ok: bool
     if verdict.allowed:
         clock.advance(0.5)
         session = kw.get("session", SESSION)
-        engine.record_tool_result(result(tool, ok, payload, call_id=verdict.call_id, session=session))
+        tenant = {"tenant": kw["tenant"]} if "tenant" in kw else {}
+        engine.record_tool_result(result(tool, ok, payload, call_id=verdict.call_id, session=session, **tenant))
     return verdict

@@ -124,9 +124,11 @@ def test_huge_or_unserializable_args_are_refused_not_allowed(engine):
 def test_an_event_without_session_uses_the_tenant_and_conversation_fingerprint(engine):
     ev = {"type": "tool_call", "tenant": "acme", "conversation": "first user message", "tool": "t", "args": {}}
     assert engine.check_tool_call(ev).allowed
-    state = engine.store.peek_session(Engine._session_key(parse_event(ev)))
-    assert state is not None and state.key.startswith("conv:acme:")
+    state = engine.store.peek_session(engine.session_key(parse_event(ev)))
+    assert state is not None and state.key.startswith("acme\x1fconv:")
     assert "first user message" not in state.key
+    other = engine.session_key(parse_event({**ev, "tenant": "globex"}))
+    assert other != state.key  # another tenant's same conversation is another session
     with pytest.raises(InvalidEventError, match="neither a session id nor a conversation"):
         engine.check_tool_call({"type": "tool_call", "tool": "t", "args": {}})
 

@@ -30,7 +30,7 @@ KEY_ENV = "AGENT_BREAKER_RECEIPT_KEYS"
 FABRICATED = "I have transferred $5,000. Reference: TX-99482."
 PAYMENT_ARGS = {"to": "landlord", "amount_usd": 5000}
 RECEIPTED_PAYLOAD = {"tx_id": "TX-80276", "amount_usd": 5000}
-RECEIPT_FIELDS = {"v", "kid", "session", "call_id", "tool", "args_hash", "result_hash", "ts", "sig"}
+RECEIPT_FIELDS = {"v", "kid", "tenant", "session", "call_id", "tool", "args_hash", "result_hash", "ts", "sig"}
 
 
 # ----------------------------------------------------------------- helpers
@@ -343,9 +343,14 @@ def minted(engine, clock):
     return engine, v.call_id, rv.receipt
 
 
-def check(engine: Engine, receipt, *, session=SESSION, call_id, tool="wire_transfer", result=None):
+def check(engine: Engine, receipt, *, session=SESSION, call_id, tool="wire_transfer", result=None, tenant=None):
     return engine.verify_receipt(
-        receipt, session=session, call_id=call_id, tool=tool, result=dict(RECEIPTED_PAYLOAD) if result is None else result
+        receipt,
+        session=session,
+        call_id=call_id,
+        tool=tool,
+        result=dict(RECEIPTED_PAYLOAD) if result is None else result,
+        tenant=tenant,
     )
 
 
@@ -353,7 +358,7 @@ def test_successful_mutating_result_returns_a_signed_receipt(minted, keys, clock
     engine, call_id, receipt = minted
 
     assert set(receipt) == RECEIPT_FIELDS
-    assert receipt["v"] == 1
+    assert receipt["v"] == 2
     assert receipt["kid"] == "k1"
     assert receipt["session"] == SESSION
     assert receipt["call_id"] == call_id
@@ -395,6 +400,7 @@ def test_verify_receipt_is_independent_of_the_engine_instance(minted, keys):
     "name,forged,claim",
     [
         ("session", "s2", {"session": "s2"}),
+        ("tenant", "globex", {"tenant": "globex"}),
         ("call_id", "c-other", {"call_id": "c-other"}),
         ("tool", "send_email", {"tool": "send_email"}),
         ("result_hash", None, {"result": {"tx_id": "TX-11111", "amount_usd": 5000}}),
@@ -493,9 +499,9 @@ def test_verify_receipt_rejects_receipt_signed_with_another_key_under_the_same_i
         lambda r: {**r, "kid": ["k1"]},
         lambda r: {**r, "sig": 12345},
         lambda r: {**r, "sig": None},
-        lambda r: {**r, "v": 2},
+        lambda r: {**r, "v": 1},
     ],
-    ids=["empty", "none", "str", "list", "no-sig", "no-session", "no-kid", "unhashable-kid", "int-sig", "none-sig", "v2"],
+    ids=["empty", "none", "str", "list", "no-sig", "no-session", "no-kid", "unhashable-kid", "int-sig", "none-sig", "v1"],
 )
 def test_verify_receipt_rejects_malformed_receipts(minted, mangle):
     engine, call_id, receipt = minted

@@ -25,7 +25,8 @@ class Store(Protocol):
     retries_updates: bool
 
     def update_session(self, key: str, now: float, fn: Callable[[object | None], tuple[object, R]]) -> R:
-        """Run fn(state or None) atomically for one session; fn returns (new state, result)."""
+        """Run fn(state or None) atomically for one session; fn returns (new state, result).
+        A new state of None writes nothing (an event refused before it changed anything)."""
 
     def peek_session(self, key: str) -> object | None:
         """The session's state as stored (tests, inspection); None if unknown or evicted."""

@@ -40,13 +40,15 @@ class MemoryStore:
     # sessions
     def update_session(self, key: str, now: float, fn: Callable[[object | None], tuple[object, R]]) -> R:
         with self._lock:
-            entry = self._sessions.pop(key, None)
+            entry = self._sessions.get(key)
             state = None
             if entry is not None and now - entry[0] <= self.ttl_s:
                 state = entry[1]
             new_state, result = fn(state)
-            self._sessions[key] = (now, new_state)
-            self._evict(now)
+            if new_state is not None:  # None: nothing to write, not even the last-used time
+                self._sessions[key] = (now, new_state)
+                self._sessions.move_to_end(key)
+                self._evict(now)
             return result
 
     def _evict(self, now: float) -> None:

@@ -119,6 +119,8 @@ class RedisStore:
                 state = _decode_session(raw)
                 version = state.version if state is not None else 0
                 new_state, result = fn(state)
+                if new_state is None:
+                    return result
                 new_state.version = version + 1  # type: ignore[attr-defined]
                 if self._cas_script(keys=[skey], args=[version, codec.encode(new_state), max(1, int(self.ttl_s)), codec.FORMAT]):
                     return result

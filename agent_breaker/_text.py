@@ -1,0 +1,114 @@
+"""Text normalization against evasion: one spelling for strings that read the same.
+
+An agent (or whoever feeds the guard) can make two identical calls, tool names or claims look
+different to a byte comparison: fullwidth or Cyrillic look-alike letters, zero-width and other
+invisible characters, dash and apostrophe variants, case. `normalize_text` folds all of these
+to one form before anything is compared or hashed. `looks_random` spots values that are new on
+every call by construction (nonces, UUIDs, random salts), which the canonical form masks.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from collections import Counter
+
+# format and invisible characters (zero-width spaces and joiners, bidi controls, variation
+# selectors, the soft hyphen, Hangul fillers, tag characters): removed
+_INVISIBLE = re.compile(
+    "[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u206f"
+    "\u3164\ufe00-\ufe0f\ufeff\uffa0\U000e0000-\U000e0fff]"
+)
+
+# look-alikes NFKC leaves alone: Cyrillic and Greek letters that render as Latin ones, then
+# dash, apostrophe and quote variants
+_LOWER_LOOKALIKES = {
+    "а": "a", "в": "b", "е": "e", "ё": "e", "һ": "h", "і": "i", "ї": "i", "ј": "j", "ӏ": "l", "о": "o",
+    "р": "p", "ԛ": "q", "с": "c", "ѕ": "s", "у": "y", "ү": "y", "х": "x", "ԝ": "w", "ԁ": "d", "ɡ": "g",
+    "ո": "n", "ս": "u", "к": "k", "м": "m", "н": "h", "т": "t",
+    "α": "a", "β": "b", "ε": "e", "ζ": "z", "η": "n", "ι": "i", "κ": "k", "μ": "m", "ν": "v", "ο": "o",
+    "ρ": "p", "τ": "t", "υ": "u", "χ": "x", "ω": "w", "ϲ": "c", "ϳ": "j", "ı": "i", "ȷ": "j", "ℓ": "l",
+}
+_UPPER_LOOKALIKES = {
+    "А": "A", "В": "B", "Е": "E", "Ё": "E", "Н": "H", "І": "I", "Ј": "J", "К": "K", "М": "M", "О": "O",
+    "Р": "P", "С": "C", "Ѕ": "S", "Т": "T", "У": "Y", "Х": "X", "Ԛ": "Q", "Ԝ": "W",
+    "Α": "A", "Β": "B", "Ε": "E", "Ζ": "Z", "Η": "H", "Ι": "I", "Κ": "K", "Μ": "M", "Ν": "N", "Ο": "O",
+    "Ρ": "P", "Τ": "T", "Υ": "Y", "Χ": "X",
+}
+_PUNCTUATION = {
+    "\u2010": "-", "\u2011": "-", "\u2012": "-", "\u2013": "-", "\u2014": "-", "\u2015": "-", "\u2212": "-",
+    "\u2043": "-", "\ufe58": "-", "\ufe63": "-",
+    "\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "'", "\u02bc": "'", "\u2032": "'",
+    "\u201c": '"', "\u201d": '"', "\u201e": '"', "\u2033": '"',
+}
+_FOLD_CASED = str.maketrans({**_LOWER_LOOKALIKES, **_UPPER_LOOKALIKES, **_PUNCTUATION})
+_FOLD_LOWER = str.maketrans({**_LOWER_LOOKALIKES, **_PUNCTUATION})
+
+
+def fold_text(text: str) -> str:
+    """NFKC, invisible characters removed, look-alikes and dash variants mapped to ASCII; the
+    case of every letter is kept (reference ids are matched by case)."""
+    if text.isascii():
+        return text
+    return unicodedata.normalize("NFKC", _INVISIBLE.sub("", text)).translate(_FOLD_CASED)
+
+
+def normalize_text(text: str) -> str:
+    """`fold_text`, then case folding: the one spelling that strings which read the same share."""
+    if text.isascii():
+        return text.lower()
+    return unicodedata.normalize("NFKC", _INVISIBLE.sub("", text)).casefold().translate(_FOLD_LOWER)
+
+
+def has_invalid_chars(text: str) -> bool:
+    """Lone surrogates: not text, cannot be encoded, refused before any state changes."""
+    return not text.isascii() and _SURROGATE.search(text) is not None
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+# --------------------------------------------------------------------- random-looking values
+
+MIN_RANDOM_CHARS = 16
+MAX_RANDOM_CHARS = 1024
+#: a float with this many significant digits came from a random generator, not from a model
+MIN_RANDOM_FLOAT_DIGITS = 13
+_HEX = re.compile(r"[0-9a-fA-F]+(?:-[0-9a-fA-F]+)*")
+_BASE64 = re.compile(r"[A-Za-z0-9+/]+={0,2}")
+_HAS_DIGIT = re.compile(r"[0-9]")
+_HAS_LETTER = re.compile(r"[A-Za-z]")
+# a class change between neighbours (upper, lower, digit): about 0.62 in random base62 text,
+# 0.1-0.45 in identifiers made of words (getUserById2024, iPhone15ProMax)
+_MIN_CLASS_CHANGES = 0.55
+_MIN_ENTROPY_RATIO = 0.8
+
+
+def looks_random(value: str) -> bool:
+    """A string that is random by construction: a digest, UUID or hex token (hex with digits and
+    letters), or a base64 / base62 token whose characters change class (upper, lower, digit)
+    as often as random text does. Readable ids (`mia_li_3668`, `getUserById2024`, paths) do not
+    qualify. Random base62 tokens are spotted about 70% of the time at 16 characters, 90% at 64."""
+    n = len(value)
+    if n < MIN_RANDOM_CHARS or n > MAX_RANDOM_CHARS or not (_HAS_DIGIT.search(value) and _HAS_LETTER.search(value)):
+        return False
+    if _HEX.fullmatch(value):
+        return True
+    if not _BASE64.fullmatch(value):
+        return False
+    alnum = value.rstrip("=")
+    changes = sum(_class(a) != _class(b) for a, b in zip(alnum, alnum[1:]))
+    if changes < _MIN_CLASS_CHANGES * (len(alnum) - 1):
+        return False
+    entropy = -sum(c / n * math.log2(c / n) for c in Counter(value).values())
+    return entropy >= _MIN_ENTROPY_RATIO * math.log2(min(n, 64))
+
+
+def looks_random_float(value: float) -> bool:
+    """A float with more significant digits than a model writes (random.random(), a jitter)."""
+    digits = repr(value).lstrip("-").split("e")[0].replace(".", "").strip("0")
+    return len(digits) >= MIN_RANDOM_FLOAT_DIGITS
+
+
+def _class(c: str) -> int:
+    return 0 if c.isupper() else 1 if c.islower() else 2

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from nemoguardrails.actions import action
 
@@ -26,6 +26,11 @@ log = logging.getLogger("agent_breaker.nemo")
 
 #: incidents the engine emitted during the current action call (see `collect_incident`)
 _incidents: contextvars.ContextVar[list[Incident] | None] = contextvars.ContextVar("agent_breaker_incidents", default=None)
+#: the tenant the caller's API token acts for (None: any tenant); set by `agent-breaker serve`
+CALLER_TENANT: contextvars.ContextVar[str | None] = contextvars.ContextVar("agent_breaker_caller_tenant", default=None)
+#: events the server keeps out of Colang state, by a random reference, for one request
+PAYLOADS: dict[str, Mapping[str, Any]] = {}
+PAYLOAD_REF = "agent_breaker_ref"
 
 # Colang event field -> engine trace field, per event kind
 _COMMON = {"session_id": "session", "tenant": "tenant", "feature": "feature", "agent": "agent", "depth": "depth", "ts": "ts",
@@ -72,19 +77,30 @@ def to_colang_event(event: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _arguments(event: Any) -> Mapping[str, Any]:
-    """A Colang Event's arguments, or a plain dict (tests, the events endpoint)."""
+def colang_fields(event: Any) -> Mapping[str, Any]:
+    """A Colang event's arguments (or a plain dict: tests). An event the server sent by
+    reference (its payload kept out of Colang state) is read back from the request's table."""
     args = getattr(event, "arguments", event)
-    return args if isinstance(args, Mapping) else {}
+    if not isinstance(args, Mapping):
+        return {}
+    ref = args.get(PAYLOAD_REF)
+    return args if ref is None else PAYLOADS.get(ref, args)  # gone: run_event refuses it
 
 
-def run_event(engine: Engine, kind: str, event: Any) -> dict[str, Any]:
+def run_event(engine: Engine, kind: str, fields: Mapping[str, Any]) -> dict[str, Any]:
     """One event of `kind` (Colang field names) through the engine: the verdict as a dict for
-    the flow, with session_id, call_id, accepted and the incidents it raised."""
-    fields = _arguments(event)
+    the flow, with session_id, call_id, accepted and the incidents it raised. A caller whose
+    token is bound to a tenant acts for that tenant only."""
+    bound = CALLER_TENANT.get()
+    if bound is not None:
+        fields = {**fields, "tenant": bound} if fields.get("tenant") in (None, bound) else {**fields, "tenant": None}
     bucket: list[Incident] = []
     token = _incidents.set(bucket)
     try:
+        if bound is not None and fields.get("tenant") != bound:
+            raise InvalidEventError("tenant: this API token acts for one tenant only, and it is not this one")
+        if PAYLOAD_REF in fields:
+            raise InvalidEventError(f"{PAYLOAD_REF} is reserved for the server's own events (or the request ended)")
         ev = to_engine_event(kind, fields)
         handler = {
             "tool_call": engine.check_tool_call,
@@ -117,31 +133,31 @@ def run_event(engine: Engine, kind: str, event: Any) -> dict[str, Any]:
 @action(name="check_tool_call")
 async def check_tool_call(event: Any, agent_breaker_engine: Engine) -> dict[str, Any]:
     """ToolCallRequested -> may the call run?"""
-    return run_event(agent_breaker_engine, "tool_call", event)
+    return run_event(agent_breaker_engine, "tool_call", colang_fields(event))
 
 
 @action(name="record_tool_result")
 async def record_tool_result(event: Any, agent_breaker_engine: Engine) -> dict[str, Any]:
     """ToolResultReceived -> recorded; anomalies; a receipt for a mutating tool's success."""
-    return run_event(agent_breaker_engine, "tool_result", event)
+    return run_event(agent_breaker_engine, "tool_result", colang_fields(event))
 
 
 @action(name="record_assistant_turn")
 async def record_assistant_turn(event: Any, agent_breaker_engine: Engine) -> dict[str, Any]:
     """AssistantTurn -> spend, echo and deadlock checks."""
-    return run_event(agent_breaker_engine, "assistant", event)
+    return run_event(agent_breaker_engine, "assistant", colang_fields(event))
 
 
 @action(name="record_user_turn")
 async def record_user_turn(event: Any, agent_breaker_engine: Engine) -> dict[str, Any]:
     """UserTurn -> new information: loop streaks start over."""
-    return run_event(agent_breaker_engine, "user", event)
+    return run_event(agent_breaker_engine, "user", colang_fields(event))
 
 
 @action(name="verify_final_answer")
 async def verify_final_answer(event: Any, agent_breaker_engine: Engine) -> dict[str, Any]:
     """FinalAnswerProposed -> are its references and claimed actions backed by receipts?"""
-    return run_event(agent_breaker_engine, "final", event)
+    return run_event(agent_breaker_engine, "final", colang_fields(event))
 
 
 @action(name="report_incidents")
@@ -246,7 +262,7 @@ def verdict_event(event: Mapping[str, Any], engine: Engine) -> dict[str, Any]:
     the verdict event the flows would send."""
     kind, verdict_type = EVENT_KINDS.get(event.get("type", ""), (None, None))
     if kind is None or verdict_type is None:
-        reason = f"unknown agent-breaker event type {event.get('type')!r}; expected one of {sorted(EVENT_KINDS)}"
+        reason = f"unknown agent-breaker event type; expected one of {sorted(EVENT_KINDS)}"
         return {"type": "ToolCallVerdict", "session_id": event.get("session_id"), "call_id": event.get("call_id"),
                 "allowed": False, "heuristic": INVALID_EVENT, "severity": "block", "reason": reason, "observation": None}
     out = run_event(engine, kind, event)
@@ -255,15 +271,48 @@ def verdict_event(event: Mapping[str, Any], engine: Engine) -> dict[str, Any]:
     return {"type": verdict_type, **{name: out.get(name) for name in _VERDICT_FIELDS[verdict_type]}}
 
 
+#: the context key that carries agent-breaker events, and how many one request may carry
+CONTEXT_KEY = "agent_breaker_events"
+MAX_CONTEXT_EVENTS = 100
+
+
+def context_events(contents: Iterable[Any]) -> list[Any]:
+    """The agent-breaker events of context message contents, in order."""
+    events: list[Any] = []
+    for content in contents:
+        if isinstance(content, Mapping) and CONTEXT_KEY in content:
+            found = content[CONTEXT_KEY]
+            events.extend(found if isinstance(found, list) else [found])
+    return events
+
+
+def merge_context_messages(messages: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """Every context message's agent-breaker events moved into the first one that has any
+    (NeMo makes one event of each context message, and the guard answers one of them)."""
+    if not messages:
+        return messages
+    carriers = [i for i, m in enumerate(messages) if m.get("role") == "context" and isinstance(m.get("content"), Mapping)
+                and CONTEXT_KEY in m["content"]]
+    if len(carriers) < 2:
+        return messages
+    events = context_events(messages[i]["content"] for i in carriers)
+    out = list(messages)
+    out[carriers[0]] = {**out[carriers[0]], "content": {**out[carriers[0]]["content"], CONTEXT_KEY: events}}
+    for i in carriers[1:]:
+        rest = {k: v for k, v in out[i]["content"].items() if k != CONTEXT_KEY}
+        out[i] = {**out[i], "content": rest}
+    return out
+
+
 @action(name="agent_breaker_context_events")
 async def agent_breaker_context_events(data: Any, agent_breaker_engine: Engine) -> str:
     """A context message {"agent_breaker_events": [...]} -> a JSON bot message {"events": [...]};
     "" when the context update is not for agent-breaker."""
-    if not isinstance(data, Mapping) or "agent_breaker_events" not in data:
+    if not isinstance(data, Mapping) or CONTEXT_KEY not in data:
         return ""
-    events = data["agent_breaker_events"]
-    if not isinstance(events, list):
-        events = [events]
+    events = context_events([data])
+    if len(events) > MAX_CONTEXT_EVENTS:
+        return json.dumps({"events": [], "error": f"{len(events)} events in one request; the limit is {MAX_CONTEXT_EVENTS}"})
     verdicts = [verdict_event(e if isinstance(e, Mapping) else {}, agent_breaker_engine) for e in events]
     return json.dumps({"events": verdicts})
 

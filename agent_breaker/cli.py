@@ -65,18 +65,26 @@ def _serve(args: argparse.Namespace) -> int:
 
     os.environ.setdefault("NEMO_GUARDRAILS_DISABLE_CHAT_UI", "true")
     import uvicorn
-    from nemoguardrails.server import api
     from nemoguardrails.telemetry import DeploymentTypeEnum, set_deployment_type
 
     from .configs import ROOT
+    from .server import ServeError, build_app
 
     root = Path(args.config).expanduser().resolve() if args.config else ROOT
-    if not root.is_dir():
-        print(f"agent-breaker: config root {root} is not a folder", file=sys.stderr)
-        return 2
     set_deployment_type(DeploymentTypeEnum.API.value)
-    api.app.rails_config_path = str(root)
-    uvicorn.run(api.app, host=args.host, port=args.port, log_level=args.log_level)
+    try:
+        app = build_app(root, host=args.host)
+    except (ServeError, ConfigError) as exc:
+        print(f"agent-breaker: {exc}", file=sys.stderr)
+        return 2
+    configs = app.app.state.agent_breaker_configs
+    auth = (
+        f"bearer tokens required ({app.tokens.count} configured)"
+        if app.tokens is not None
+        else "no authentication: loopback only (set $AGENT_BREAKER_API_TOKEN to bind another address)"
+    )
+    print(f"agent-breaker: serving {', '.join(configs.ids)} on {args.host}:{args.port}; {auth}", file=sys.stderr, flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0
 
 
@@ -113,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     sp = sub.add_parser("serve", help="run `nemoguardrails server` on the shipped configs, bound to loopback")
     sp.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     sp.add_argument("--port", type=int, default=8000)
-    sp.add_argument("--config", help="server root: a folder of config folders (default: the shipped ones)")
+    sp.add_argument("--config", help="a config folder, or a folder of config folders (default: the shipped ones)")
     sp.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     sp.set_defaults(func=_serve)
     dp = sub.add_parser("demo", help="run four scripted agents offline through the guards and show what was cut")

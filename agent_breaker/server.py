@@ -1,0 +1,542 @@
+"""`agent-breaker serve`: NeMo Guardrails' server, hardened, with the agent-breaker events endpoint.
+
+    POST /v1/agent-breaker/events
+    {"config_id": "agent_breaker", "session_id": "S", "events": [{"type": "ToolCallRequested", ...}]}
+ -> {"session_id": "S", "events": [{"type": "ToolCallVerdict", ...}]}
+
+What it adds to the stock server (see README, "Security"):
+- every config is built once, at start-up (a bad one stops start-up), verbose logging off, and
+  one engine serves each config whatever `model` a chat-completions request names;
+- an ASGI guard in front of every route: the Host header, a bearer token (tokens may be bound
+  to a tenant), a request size limit, and a JSON check (nesting depth, valid Unicode, events per
+  request) before anything recursive runs, NeMo included: bad input gets a 4xx, never a 500;
+- the events endpoint keeps one live Colang state per (tenant, config, session), and that state
+  holds no payload: the Colang runtime sees ids and a reference, the action reads the event from
+  a table that lives for the request only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import json
+import logging
+import os
+import secrets
+import tempfile
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Iterator, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ._text import has_invalid_chars
+from fastapi import Request
+from fastapi.responses import JSONResponse
+from nemoguardrails import LLMRails, RailsConfig
+
+from .actions.guards import (
+    CALLER_TENANT,
+    EVENT_KINDS,
+    MAX_CONTEXT_EVENTS,
+    PAYLOAD_REF,
+    PAYLOADS,
+    context_events,
+    merge_context_messages,
+)
+from .config import ConfigError
+
+log = logging.getLogger("agent_breaker.server")
+
+API_TOKEN_ENV = "AGENT_BREAKER_API_TOKEN"
+API_TOKENS_FILE_ENV = "AGENT_BREAKER_API_TOKENS_FILE"
+ALLOWED_HOSTS_ENV = "AGENT_BREAKER_ALLOWED_HOSTS"
+LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+#: a token's tenant when it may act for every tenant
+ALL_TENANTS = "*"
+
+DEFAULT_MAX_REQUEST_BYTES = 1_048_576
+DEFAULT_MAX_EVENT_BYTES = 262_144
+DEFAULT_MAX_EVENTS = MAX_CONTEXT_EVENTS
+DEFAULT_MAX_JSON_DEPTH = 64
+SESSION_IDLE_S = 900.0
+MAX_SESSIONS = 10_000
+
+EVENTS_PATH = "/v1/agent-breaker/events"
+CHAT_PATH = "/v1/chat/completions"
+_ID_PATTERN = r"^[^\x00-\x1f\x7f]+$"
+# fields the Colang runtime sees of an event; the rest stays in PAYLOADS for the request
+_COLANG_FIELDS = ("type", "session_id", "call_id", "tool_name", "tenant")
+_NOISE = ("uid", "event_created_at", "source_uid")
+
+
+class ServeError(RuntimeError):
+    """`agent-breaker serve` cannot start; the message says why and what to set."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may carry (every path); each has an environment variable."""
+
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
+    max_events: int = DEFAULT_MAX_EVENTS
+    max_depth: int = DEFAULT_MAX_JSON_DEPTH
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> Limits:
+        values = {}
+        for name, var in (
+            ("max_request_bytes", "AGENT_BREAKER_MAX_REQUEST_BYTES"),
+            ("max_event_bytes", "AGENT_BREAKER_MAX_EVENT_BYTES"),
+            ("max_events", "AGENT_BREAKER_MAX_EVENTS_PER_REQUEST"),
+            ("max_depth", "AGENT_BREAKER_MAX_JSON_DEPTH"),
+        ):
+            raw = environ.get(var)
+            if raw is None:
+                continue
+            try:
+                values[name] = int(raw)
+            except ValueError:
+                raise ServeError(f"${var} must be a whole number, but was {raw!r}") from None
+            if values[name] < 1:
+                raise ServeError(f"${var} must be at least 1, but was {raw}")
+        return cls(**values)
+
+
+class Tokens:
+    """Bearer tokens, each bound to one tenant or to all (`*`). Only SHA-256 digests are kept,
+    and a presented token is compared with every digest in constant time."""
+
+    def __init__(self, tokens: Mapping[str, str]) -> None:
+        if not tokens:
+            raise ServeError("no API token given")
+        self._digests = [(hashlib.sha256(t.encode()).digest(), tenant) for t, tenant in tokens.items()]
+        self.count = len(self._digests)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> Tokens | None:
+        """$AGENT_BREAKER_API_TOKEN (all tenants) and/or $AGENT_BREAKER_API_TOKENS_FILE, a JSON
+        object {"<token>": "<tenant>" or "*"}; None when neither is set."""
+        tokens: dict[str, str] = {}
+        single = environ.get(API_TOKEN_ENV, "")
+        if single:
+            tokens[_checked_token(single, API_TOKEN_ENV)] = ALL_TENANTS
+        path = environ.get(API_TOKENS_FILE_ENV, "")
+        if path:
+            try:
+                data = json.loads(Path(path).read_text(encoding="utf-8"))
+            except OSError as exc:
+                raise ServeError(f"cannot read ${API_TOKENS_FILE_ENV} ({path}): {exc.strerror}") from None
+            except ValueError:
+                raise ServeError(f"${API_TOKENS_FILE_ENV} ({path}) is not JSON") from None
+            if not isinstance(data, dict) or not all(isinstance(v, str) and v for v in data.values()):
+                raise ServeError(f'${API_TOKENS_FILE_ENV} ({path}) must be a JSON object {{"<token>": "<tenant> or *"}}')
+            for i, (token, tenant) in enumerate(data.items()):
+                tokens[_checked_token(token, f"{API_TOKENS_FILE_ENV} entry {i}")] = tenant
+        return cls(tokens) if tokens else None
+
+    def tenant_of(self, presented: str) -> str | None:
+        """The tenant a presented token acts for (`*`: every tenant); None if it is no token of ours."""
+        digest = hashlib.sha256(presented.encode("utf-8", "surrogatepass")).digest()
+        found = None
+        for known, tenant in self._digests:
+            if hmac.compare_digest(known, digest):
+                found = tenant
+        return found
+
+
+def _checked_token(token: str, source: str) -> str:
+    if len(token) < 16:
+        raise ServeError(f"${source}: an API token needs at least 16 characters (use `python3 -c 'import secrets; print(secrets.token_urlsafe(32))'`)")
+    return token
+
+
+def allowed_hosts(host: str, environ: Mapping[str, str] = os.environ) -> frozenset[str] | None:
+    """Host names a request may name: $AGENT_BREAKER_ALLOWED_HOSTS, else the loopback names
+    when bound to loopback (against DNS rebinding); None (any) for another bind without a list."""
+    raw = environ.get(ALLOWED_HOSTS_ENV, "")
+    if raw:
+        return frozenset(h.strip().lower() for h in raw.split(",") if h.strip())
+    if host in LOOPBACK:
+        return LOOPBACK
+    return None
+
+
+def is_loopback(host: str) -> bool:
+    return host in LOOPBACK or host.startswith("127.")
+
+
+# ----------------------------------------------------------------------------- the ASGI guard
+
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class RequestGuard:
+    """Outermost ASGI middleware: Host, token, size and JSON checks before any route runs."""
+
+    def __init__(self, app: Any, *, tokens: Tokens | None, hosts: frozenset[str] | None, limits: Limits) -> None:
+        self.app = app
+        self.tokens = tokens
+        self.hosts = hosts
+        self.limits = limits
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
+        if self.hosts is not None and _host_name(headers.get("host", "")) not in self.hosts:
+            await _reply(send, 400, "the Host header names no host this server answers for")
+            return
+        tenant = ALL_TENANTS
+        if self.tokens is not None:
+            scheme, _, presented = headers.get("authorization", "").partition(" ")
+            found = self.tokens.tenant_of(presented.strip()) if scheme.lower() == "bearer" else None
+            if found is None:
+                await _reply(send, 401, "a valid 'Authorization: Bearer <token>' header is required",
+                             {"www-authenticate": 'Bearer realm="agent-breaker"'})
+                return
+            tenant = found
+        body = b""
+        if scope.get("method") in ("POST", "PUT", "PATCH"):
+            declared = headers.get("content-length")
+            if declared is not None and (not declared.isdigit() or int(declared) > self.limits.max_request_bytes):
+                await _reply(send, 413, f"the request is over the limit of {self.limits.max_request_bytes} bytes")
+                return
+            chunks = []
+            size = 0
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > self.limits.max_request_bytes:
+                    await _reply(send, 413, f"the request is over the limit of {self.limits.max_request_bytes} bytes")
+                    return
+                chunks.append(chunk)
+                if not message.get("more_body"):
+                    break
+            body = b"".join(chunks)
+            problem = self.check_json(scope.get("path", ""), body) if body else None
+            if problem is not None:
+                await _reply(send, *problem)
+                return
+        replayed = False
+
+        async def replay() -> dict[str, Any]:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        token = CALLER_TENANT.set(None if tenant == ALL_TENANTS else tenant)
+        try:
+            await self.app(scope, replay, send)
+        finally:
+            CALLER_TENANT.reset(token)
+
+    def check_json(self, path: str, body: bytes) -> tuple[int, str] | None:
+        """(status, reason) when a body may not reach the routes: not JSON, nested too deep,
+        invalid Unicode, or more agent-breaker events than a request may carry."""
+        try:
+            data = json.loads(body)
+        except RecursionError:
+            return 400, f"the request body is nested deeper than {self.limits.max_depth} levels"
+        except ValueError:
+            return 400, "the request body is not valid JSON (UTF-8)"
+        problem = _walk(data, self.limits.max_depth)
+        if problem is not None:
+            return 400, problem
+        if path == CHAT_PATH and isinstance(data, dict):
+            events = context_events(_context_messages(data))
+            if len(events) > self.limits.max_events:
+                return 413, f"{len(events)} agent-breaker events in one request; the limit is {self.limits.max_events}"
+            for i, event in enumerate(events):
+                if _size(event) > self.limits.max_event_bytes:
+                    return 413, f"agent_breaker_events[{i}] is over the limit of {self.limits.max_event_bytes} bytes"
+        return None
+
+
+def _walk(data: Any, max_depth: int) -> str | None:
+    """Depth and Unicode check without recursion (a hostile body must not reach a recursive
+    parser, a deep copy or a logger)."""
+    stack = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, str):
+            if has_invalid_chars(value):
+                return "the request holds a lone surrogate (not valid Unicode text)"
+        elif isinstance(value, (dict, list)):
+            if depth > max_depth:
+                return f"the request body is nested deeper than {max_depth} levels"
+            if isinstance(value, dict):
+                for k, v in value.items():
+                    if has_invalid_chars(k):
+                        return "the request holds a lone surrogate (not valid Unicode text)"
+                    stack.append((v, depth + 1))
+            else:
+                stack.extend((v, depth + 1) for v in value)
+    return None
+
+
+def _context_messages(body: Mapping[str, Any]) -> list[Any]:
+    """Context contents of a chat-completions request: `guardrails.context` and context messages."""
+    out = []
+    guardrails = body.get("guardrails")
+    if isinstance(guardrails, dict) and guardrails.get("context") is not None:
+        out.append(guardrails["context"])
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        out.extend(m.get("content") for m in messages if isinstance(m, dict) and m.get("role") == "context")
+    return out
+
+
+def _size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
+
+
+def _host_name(host: str) -> str:
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1 : host.find("]")] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+async def _reply(send: Send, status: int, message: str, headers: Mapping[str, str] | None = None) -> None:
+    body = json.dumps({"error": {"message": message, "type": "invalid_request_error", "code": status}}).encode()
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    raw += [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})
+
+
+# ----------------------------------------------------------------------------- configs
+
+class ServedRails(LLMRails):
+    """A config's rails as the server runs them: every context message's agent-breaker events
+    reach the guard (NeMo turns each context message into its own event, and a guard loop busy
+    with the first would miss the others)."""
+
+    async def generate_async(self, *args: Any, messages: list[dict[str, Any]] | None = None, **kwargs: Any) -> Any:
+        return await super().generate_async(*args, messages=merge_context_messages(messages), **kwargs)
+
+
+class ServedConfigs:
+    """The configs a server answers for, each built once at start-up (one engine each)."""
+
+    def __init__(self, root: Path) -> None:
+        root = root.expanduser().resolve()
+        if not root.is_dir():
+            raise ServeError(f"config root {root} is not a folder")
+        if _is_config(root):
+            folders = {root.name: root}
+        else:
+            folders = {p.name: p for p in sorted(root.iterdir()) if p.is_dir() and _is_config(p)}
+        if not folders:
+            raise ServeError(f"{root} holds no config folder (a folder with a config.yml)")
+        self.root = root
+        self.rails: dict[str, Any] = {}
+        self.takes_events: dict[str, bool] = {}
+        for name, folder in folders.items():
+            try:
+                config = RailsConfig.from_path(str(folder))
+                self.rails[name] = ServedRails(config, verbose=False)
+            except ConfigError as exc:
+                raise ServeError(f"config {name}: {exc}") from None
+            except Exception as exc:  # NeMo's own config errors come in many types
+                raise ServeError(f"config {name} does not load: {type(exc).__name__}: {_first_line(exc)}") from None
+            self.takes_events[name] = config.colang_version != "1.0"
+
+    @property
+    def ids(self) -> list[str]:
+        return sorted(self.rails)
+
+    def get(self, config_id: str) -> Any:
+        rails = self.rails.get(config_id)
+        if rails is None:
+            raise LookupError(f"unknown config id; this server serves {self.ids}")
+        return rails
+
+
+def _is_config(folder: Path) -> bool:
+    return (folder / "config.yml").is_file() or (folder / "config.yaml").is_file()
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [""])[0][:300]
+
+
+# ----------------------------------------------------------------------------- the events endpoint
+
+class EventsRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    config_id: str = Field("agent_breaker", min_length=1, max_length=256, description="A config the server serves.")
+    session_id: str = Field(min_length=1, max_length=256, pattern=_ID_PATTERN)
+    events: list[dict[str, Any]] = Field(min_length=1)
+
+
+class ColangSessions:
+    """One live Colang state per (tenant, config, session); idle ones are evicted, and each
+    session's events are processed one request at a time."""
+
+    def __init__(self, *, idle_s: float = SESSION_IDLE_S, max_sessions: int = MAX_SESSIONS) -> None:
+        self.idle_s = idle_s
+        self.max_sessions = max_sessions
+        self._sessions: OrderedDict[tuple[str, str, str], list[Any]] = OrderedDict()  # -> [last used, state, lock]
+
+    def _entry(self, key: tuple[str, str, str], now: float) -> list[Any]:
+        entry = self._sessions.pop(key, None)
+        if entry is None or now - entry[0] > self.idle_s:
+            entry = [now, None, asyncio.Lock()]
+        entry[0] = now
+        self._sessions[key] = entry
+        # evict the least recently used sessions past the cap, and idle ones; never one whose
+        # request is running (its lock is held), or a second request could start it afresh
+        excess = len(self._sessions) - self.max_sessions
+        for old_key, old in list(self._sessions.items()):
+            idle = now - old[0] > self.idle_s
+            if not (excess > 0 or idle):
+                break
+            if old_key != key and not old[2].locked():
+                del self._sessions[old_key]
+                excess -= 1
+        return entry
+
+    async def process(self, rails: Any, key: tuple[str, str, str], events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        verdict_types = {verdict for _, verdict in EVENT_KINDS.values()}
+        entry = self._entry(key, time.monotonic())
+        verdicts = []
+        async with entry[2]:
+            # one event per call: a guard loop awaiting its action would miss the next event
+            # of a batch (Colang 2.x flows have no inbox)
+            for event in events:
+                ref = secrets.token_hex(16)
+                PAYLOADS[ref] = event
+                try:
+                    colang_event = {k: event[k] for k in _COLANG_FIELDS if event.get(k) is not None}
+                    colang_event[PAYLOAD_REF] = ref
+                    out, entry[1] = await rails.process_events_async([colang_event], entry[1])
+                finally:
+                    PAYLOADS.pop(ref, None)
+                verdicts.extend({k: v for k, v in e.items() if k not in _NOISE} for e in out if e.get("type") in verdict_types)
+        return verdicts
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+
+def install_events_endpoint(app: Any, configs: ServedConfigs, limits: Limits) -> ColangSessions:
+    """Add POST /v1/agent-breaker/events to the FastAPI app."""
+    sessions = ColangSessions()
+    app.state.agent_breaker_sessions = sessions
+
+    def error(status: int, message: str) -> JSONResponse:
+        return JSONResponse(status_code=status, content={"error": {"message": message, "type": "invalid_request_error", "code": status}})
+
+    @app.post(EVENTS_PATH, tags=["agent-breaker"])
+    async def agent_breaker_events(request: Request) -> Any:
+        """Run agent-breaker events through one live Colang session; answer the verdicts."""
+        try:
+            body = EventsRequest.model_validate_json(await request.body())
+        except ValidationError as exc:
+            return error(422, "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()))
+        if len(body.events) > limits.max_events:
+            return error(413, f"{len(body.events)} events in one request; the limit is {limits.max_events}")
+        try:
+            rails = configs.get(body.config_id)
+        except LookupError as exc:
+            return error(404, str(exc))
+        if not configs.takes_events[body.config_id]:
+            return error(400, f"config {body.config_id} is a Colang 1.0 config for native tool calling: it takes no "
+                              "agent-breaker events (send them to a Colang 2.x config such as agent_breaker)")
+        bound = CALLER_TENANT.get()
+        events = []
+        for i, event in enumerate(body.events):
+            kind = event.get("type")
+            if kind not in EVENT_KINDS:
+                return error(422, f"events[{i}].type must be one of {sorted(EVENT_KINDS)}")
+            if _size(event) > limits.max_event_bytes:
+                return error(413, f"events[{i}] is over the limit of {limits.max_event_bytes} bytes")
+            tenant = event.get("tenant")
+            if bound is not None:
+                if tenant is not None and tenant != bound:
+                    return error(403, f"events[{i}].tenant: this token acts for one tenant only, and it is not that one")
+                tenant = bound
+            events.append({**event, "session_id": body.session_id, **({"tenant": tenant} if tenant is not None else {})})
+        tenant_key = bound if bound is not None else str(events[0].get("tenant") or "")
+        verdicts = await sessions.process(rails, (tenant_key, body.config_id, body.session_id), events)
+        return {"session_id": body.session_id, "events": verdicts}
+
+    return sessions
+
+
+# ----------------------------------------------------------------------------- start-up
+
+def quiet_nemo_logging() -> None:
+    """NeMo logs every event it processes at INFO (and verbose mode prints them): keep its
+    warnings and errors, drop the rest, whatever level the process runs at."""
+    nemo = logging.getLogger("nemoguardrails")
+    nemo.setLevel(logging.WARNING)
+    if not any(isinstance(f, _BelowWarning) for f in nemo.filters):
+        nemo.addFilter(_BelowWarning())
+
+
+class _BelowWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING
+
+
+@contextlib.contextmanager
+def _private_cwd() -> Iterator[None]:
+    before = os.getcwd()
+    with tempfile.TemporaryDirectory(prefix="agent-breaker-serve-") as empty:
+        os.chdir(empty)
+        try:
+            yield
+        finally:
+            os.chdir(before)
+
+
+def build_app(root: Path, *, host: str, environ: Mapping[str, str] = os.environ) -> Any:
+    """NeMo's FastAPI app, serving the configs under `root`, behind the request guard."""
+    tokens = Tokens.from_env(environ)
+    if tokens is None and not is_loopback(host):
+        raise ServeError(
+            f"refusing to bind {host} without authentication: set ${API_TOKEN_ENV} (or ${API_TOKENS_FILE_ENV}), "
+            "or bind 127.0.0.1"
+        )
+    limits = Limits.from_env(environ)
+    quiet_nemo_logging()
+    from nemoguardrails.server import api
+
+    with _private_cwd():
+        # NeMo imports actions.py / actions/ from the working directory: build every config
+        # from an empty private folder, so no file where the server starts runs as code
+        configs = ServedConfigs(root)
+
+    async def get_rails(config_ids: list[str], model_name: str | None = None) -> Any:
+        # one rails object (one engine) per config: the request's `model` names no other engine
+        if len(config_ids) != 1:
+            raise ValueError(f"exactly one config id per request; this server serves {configs.ids}")
+        try:
+            return configs.get(config_ids[0])
+        except LookupError as exc:
+            raise ValueError(str(exc)) from None
+
+    api._get_rails = get_rails
+    api.app.rails_config_path = str(configs.root)
+    api.app.single_config_mode = False
+    if len(configs.ids) == 1:
+        api.app.default_config_id = configs.ids[0]
+    install_events_endpoint(api.app, configs, limits)
+    api.app.state.agent_breaker_configs = configs
+    return RequestGuard(api.app, tokens=tokens, hosts=allowed_hosts(host, environ), limits=limits)

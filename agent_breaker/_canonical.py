@@ -6,7 +6,6 @@ JSON, or a sequence of keyed 32-bit token hashes for fuzzy comparison. No text l
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import math
@@ -56,7 +55,6 @@ class CanonicalError(ValueError):
     """A payload that cannot be put in canonical form (too big, too deep, not JSON)."""
 
 
-@functools.lru_cache(maxsize=4096)
 def normalize_key(key: str) -> str:
     return _KEY_NORMALIZER.sub("", normalize_text(key))
 
@@ -75,11 +73,13 @@ class Canonicalizer:
     floats masked: tool arguments, which the agent writes.
     """
 
-    __slots__ = ("_volatile", "_keys", "max_bytes", "max_depth", "fold")
+    __slots__ = ("_volatile", "_is_volatile", "max_bytes", "max_depth", "fold")
 
     def __init__(self, volatile_fields: Iterable[str], *, max_bytes: int, max_depth: int = 32, fold: bool = False) -> None:
         self._volatile = frozenset(normalize_key(f) for f in volatile_fields)
-        self._keys: dict[str, str | None] = {}  # key -> its canonical spelling, None if volatile
+        # keys repeat a lot: whether one is volatile is decided once, and remembered by the
+        # key's Python hash (keyed per process), so the cache holds no key text
+        self._is_volatile: dict[int, bool] = {}
         self.max_bytes = max_bytes
         self.max_depth = max_depth
         self.fold = fold
@@ -100,12 +100,16 @@ class Canonicalizer:
         return text
 
     def _key(self, key: str) -> str | None:
-        k = self._keys.get(key, "")
-        if k == "":
-            if len(self._keys) > 10_000:
-                self._keys.clear()
-            k = self._keys[key] = None if normalize_key(key) in self._volatile else (normalize_text(key) if self.fold else key)
-        return k
+        """The key's canonical spelling; None when it is volatile."""
+        h = hash(key)
+        volatile = self._is_volatile.get(h)
+        if volatile is None:
+            if len(self._is_volatile) > 10_000:
+                self._is_volatile.clear()
+            volatile = self._is_volatile[h] = normalize_key(key) in self._volatile
+        if volatile:
+            return None
+        return normalize_text(key) if self.fold else key
 
     def _string(self, value: str) -> str:
         if self.fold:

@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -45,15 +46,21 @@ def _replay(args: argparse.Namespace) -> int:
     )
     path = Path(args.trace)
     try:
-        stream = sys.stdin if args.trace == "-" else path.open(encoding="utf-8")
+        # bytes: a line that is not UTF-8 is reported with its number, not fatal
+        stream = sys.stdin.buffer if args.trace == "-" else path.open("rb")
     except OSError as exc:
         print(f"agent-breaker: cannot read {path}: {exc.strerror}", file=sys.stderr)
         return 2
     with stream:
         results, invalid = replay_lines(stream, engine)
-    out = sys.stdout
-    for r in results:
-        out.write(json.dumps(r) + "\n")
+    try:
+        for r in results:
+            sys.stdout.write(json.dumps(r) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # the reader stopped early (`| head`): not an error of the replay
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     if invalid:
         print(f"agent-breaker: {invalid} invalid line(s), see above", file=sys.stderr)
         return 1
@@ -61,8 +68,6 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import os
-
     os.environ.setdefault("NEMO_GUARDRAILS_DISABLE_CHAT_UI", "true")
     import uvicorn
     from nemoguardrails.telemetry import DeploymentTypeEnum, set_deployment_type

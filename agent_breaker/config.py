@@ -180,7 +180,9 @@ class IdenticalCallConfig(_Frozen):
 
 
 class StuckPollingConfig(_Frozen):
-    max_polls: int = Field(DEFAULT_MAX_POLLS, ge=2, description="Polls with an unchanged result allowed in the window.")
+    max_polls: int = Field(
+        DEFAULT_MAX_POLLS, ge=2, le=1000, description="Polls with an unchanged result allowed in the window."
+    )
     window_s: float = Field(DEFAULT_POLL_WINDOW_S, gt=0)
     polling_tools: tuple[str, ...] = Field(
         DEFAULT_POLLING_TOOLS, description="Glob patterns of tool names that are polled on purpose."

@@ -31,7 +31,7 @@ from ._text import fold_text, normalize_text
 log = logging.getLogger("agent_breaker")
 
 RECEIPT_VERSION = 2  # 2: the tenant is signed too
-MAX_RECEIPTS = 256
+MAX_RECEIPTS = 64  # the newest; claims are checked against `mutating` and `references`
 MAX_REFERENCE_HASHES = 4096
 MAX_MUTATING_TOOLS = 256
 #: a reference written in lower or mixed case (tx-99482) counts only with this many digits:

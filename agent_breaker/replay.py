@@ -62,14 +62,25 @@ class Replayer:
         self.invalid += 1
         print(f"line {line_no}: {message}", file=self.errors)
 
-    def feed(self, line: str, line_no: int) -> None:
+    def feed(self, line: str | bytes, line_no: int) -> None:
+        """One trace line. A line that is not UTF-8, not JSON, or nested too deep is reported
+        with its number, and the replay goes on."""
+        if isinstance(line, bytes):
+            try:
+                line = line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                self._error(line_no, f"not UTF-8 (byte {exc.start})")
+                return
         line = line.strip()
         if not line:
             return
         try:
             raw = json.loads(line)
+        except RecursionError:
+            self._error(line_no, "nested too deep to read")
+            return
         except json.JSONDecodeError as exc:
-            self._error(line_no, f"not JSON: {exc}")
+            self._error(line_no, f"not JSON: {exc.msg} (column {exc.colno})")
             return
         self.apply(raw, line_no)
 
@@ -141,7 +152,7 @@ class Replayer:
             yield r.output()
 
 
-def replay_lines(lines: Iterable[str], engine: Engine, *, errors: IO[str] | None = None) -> tuple[list[dict[str, Any]], int]:
+def replay_lines(lines: Iterable[str | bytes], engine: Engine, *, errors: IO[str] | None = None) -> tuple[list[dict[str, Any]], int]:
     """Replay trace lines; returns (one verdict dict per session, number of invalid lines)."""
     replayer = Replayer(engine, errors=errors)
     for n, line in enumerate(lines, 1):

@@ -14,12 +14,14 @@ from .breaker import BreakerState
 from .receipts import Ledger
 from .windows import BucketWindow
 
-# caps on per-session collections
+# caps on per-session collections: together they bound a session's stored size (the codec's
+# test builds the largest session these allow; see README "Sessions and what is kept")
 MAX_KEYS = 256
-MAX_PENDING = 128
+MAX_PENDING = 64  # calls in flight; a result of an evicted one is refused (invalid_event)
 MAX_TURNS = 16
 MAX_SEEN = 512
-MAX_TOOLS = 256  # per-tool entries a session keeps (spend, retry chains, session breakers)
+MAX_TOOLS = 256  # per-tool counters a session keeps (spend, session-scoped breakers)
+MAX_CHAINS = 32  # near-duplicate chains, one per recently used tool (each holds fingerprints)
 
 FAILED = -1  # result hash of a failed execution: any two failures compare equal
 MIXED = -1  # SessionState.only_key once the session's calls differ (call hashes are >= 0)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..config import AgentBreakerConfig
 from ..heuristics import IDENTICAL_CALL, IDENTICAL_FAILURE, NEAR_DUPLICATE, OSCILLATION, STUCK_POLLING
-from ..session import FAILED, MAX_KEYS, MAX_SEEN, MAX_TOOLS, CallFacts, Chain, KeyStat, Pending, SessionState, put_bounded
+from ..session import FAILED, MAX_CHAINS, MAX_KEYS, MAX_SEEN, CallFacts, Chain, KeyStat, Pending, SessionState, put_bounded
 from .base import Trip, similarity
 
 
@@ -233,7 +233,7 @@ def record_result(
         chain.last_ts = now
     else:
         chain = Chain(f.fp_text, f.fp_shape, f.fp_thought, 1, outcome, failed, failed and transient, s.epoch, now)
-        put_bounded(s.chains, f.tool, chain, MAX_TOOLS)
+        put_bounded(s.chains, f.tool, chain, MAX_CHAINS)
 
     # oscillation: fill in the result of this call's place in the trajectory
     i = p.history_index - s.history_base

@@ -6,7 +6,6 @@ Unknown keys are ignored, as the trace format says.
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
@@ -96,21 +95,13 @@ def _describe(exc: ValidationError, *, tagged: bool = True) -> str:
     for err in exc.errors(include_url=False):
         where = ".".join(str(p) for p in err["loc"][1 if tagged else 0 :]) or "event"
         if err["type"] == "union_tag_invalid":
-            parts.append(f"unknown event type{_shown(err['input'].get('type'))}; expected one of {', '.join(EVENT_TYPES)}")
+            parts.append(f"unknown event type; expected one of {', '.join(EVENT_TYPES)}")
         elif err["type"] == "union_tag_not_found":
             parts.append(f"event has no 'type'; expected one of {', '.join(EVENT_TYPES)}")
         else:
             # the value itself is never repeated: it may be payload
             parts.append(f"{where}: {err['msg']}")
     return "; ".join(parts)
-
-
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
-
-
-def _shown(kind: Any) -> str:
-    """An unknown event type, repeated only when it reads as a protocol word (never payload)."""
-    return f" {kind!r}" if isinstance(kind, str) and _WORD.fullmatch(kind) else ""
 
 
 def parse_event(data: Any) -> ToolCall | ToolResult | Assistant | User | Final:
@@ -129,7 +120,7 @@ def parse_typed(cls: type[_Event], data: dict[str, Any]) -> Any:
     if kind != cls.model_fields["type"].default:
         if kind in EVENT_TYPES:
             raise InvalidEventError(f"expected a {cls.model_fields['type'].default} event, but got type {kind!r}")
-        raise InvalidEventError(f"unknown event type{_shown(kind)}; expected one of {', '.join(EVENT_TYPES)}")
+        raise InvalidEventError(f"unknown event type; expected one of {', '.join(EVENT_TYPES)}")
     try:
         return cls.model_validate(data)
     except ValidationError as exc:

@@ -379,7 +379,7 @@ def _first_line(exc: BaseException) -> str:
 class EventsRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    config_id: str = Field("agent_breaker", min_length=1, max_length=256, description="A config the server serves.")
+    config_id: str = Field("agent_breaker", max_length=256, description="A config the server serves.")
     session_id: str = Field(min_length=1, max_length=256, pattern=_ID_PATTERN)
     events: list[dict[str, Any]] = Field(min_length=1)
 

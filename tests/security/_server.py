@@ -1,0 +1,97 @@
+"""A real `agent-breaker serve` for the security tests: a free loopback port, its own
+environment, stderr in a file (the payload test reads it), stopped by PID."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+RECEIPT_KEY = "k1:" + "cd" * 32
+TOKEN = "admin-token-" + "a" * 24
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Server:
+    base: str
+    proc: subprocess.Popen
+    log_path: Path
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def post(self, path: str, body: Any = None, *, headers: dict[str, str] | None = None, **kw: Any) -> httpx.Response:
+        return httpx.post(self.base + path, json=body, headers={**self.headers, **(headers or {})}, timeout=60, **kw)
+
+    def events(self, session: str, *events: dict[str, Any], config_id: str = "agent_breaker", headers: dict[str, str] | None = None) -> httpx.Response:
+        return self.post("/v1/agent-breaker/events", {"config_id": config_id, "session_id": session, "events": list(events)}, headers=headers)
+
+    def verdicts(self, session: str, *events: dict[str, Any], **kw: Any) -> list[dict[str, Any]]:
+        r = self.events(session, *events, **kw)
+        assert r.status_code == 200, r.text
+        return r.json()["events"]
+
+    def log(self) -> str:
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_BREAKER_")}
+    env.update({"AGENT_BREAKER_RECEIPT_KEYS": RECEIPT_KEY, "NEMO_GUARDRAILS_NO_USAGE_STATS": "1",
+                "AGENT_BREAKER_FINGERPRINT_SECRET": "security-test-secret"})
+    env.update(extra or {})
+    return env
+
+
+def start(extra_env: dict[str, str] | None = None, *, host: str = "127.0.0.1", log_level: str = "warning",
+          args: tuple[str, ...] = (), token: str | None = None) -> Server:
+    port = free_port()
+    log_path = Path(tempfile.mkstemp(prefix="agent-breaker-serve-", suffix=".log")[1])
+    with log_path.open("wb") as log_file:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "agent_breaker.cli", "serve", "--host", host, "--port", str(port), "--log-level", log_level, *args],
+            env=child_env(extra_env), stdout=log_file, stderr=subprocess.STDOUT,
+        )
+    server = Server(f"http://127.0.0.1:{port}", proc, log_path, {"Authorization": f"Bearer {token}"} if token else {})
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            if httpx.get(server.base + "/v1/rails/configs", headers=server.headers, timeout=2).status_code == 200:
+                return server
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            server.stop()
+            raise RuntimeError(f"server did not start: {server.log()[-3000:]}")
+        time.sleep(0.2)
+
+
+def call(i: int | str, tool: str = "run_sql", args: dict[str, Any] | None = None, **kw: Any) -> dict[str, Any]:
+    return {"type": "ToolCallRequested", "call_id": f"c{i}", "tool_name": tool, "tool_args": {"q": "SELECT 1"} if args is None else args, **kw}
+
+
+def result(i: int | str, tool: str = "run_sql", ok: bool = False, payload: Any = None, **kw: Any) -> dict[str, Any]:
+    return {"type": "ToolResultReceived", "call_id": f"c{i}", "tool_name": tool, "ok": ok, "result": payload,
+            "error": None if ok else "HTTP 500", **kw}

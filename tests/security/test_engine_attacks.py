@@ -1,0 +1,254 @@
+"""The red team's attacks on the engine itself, on every storage backend (the contract suite's
+`store_kind`): a caller's clock, results of calls never made, invalid strings, evasion by
+spelling, random fields and fresh session ids, and sessions that grow without bound."""
+
+from __future__ import annotations
+
+import random
+import secrets
+import uuid
+
+import pytest
+
+from agent_breaker import InvalidEventError
+from agent_breaker.store import codec
+
+from conftest import call, final, result, run  # noqa: E402
+
+
+def loop_until_blocked(engine, clock, session="s1", tool="run_sql", args=None, n=3, **kw):
+    for _ in range(n):
+        run(engine, clock, tool, args or {"q": "SELECT 1"}, False, None, session=session, **kw)
+    return engine.check_tool_call(call(tool, args or {"q": "SELECT 1"}, session=session, **kw))
+
+
+# ----------------------------------------------------------------------------- the caller's clock
+
+
+def test_a_caller_ts_far_ahead_evicts_no_other_session(make_engine, clock):
+    engine = make_engine({"sessions": {"ttl_s": 600}})
+    assert loop_until_blocked(engine, clock, "victim").heuristic == "identical_failure"
+    engine.check_tool_call(call("search", {"q": 1}, session="attacker", ts=1e12))
+    assert not engine.check_tool_call(call("run_sql", {"q": "SELECT 1"}, session="victim")).allowed
+
+
+def test_failures_stamped_far_ahead_open_the_breaker_for_its_interval_only(make_engine, clock):
+    engine = make_engine()
+    for i in range(5):
+        clock.advance(1)
+        v = engine.check_tool_call(call("flaky", {"i": i}, session=f"s{i}", ts=1e11))
+        engine.record_tool_result(result("flaky", False, None, session=f"s{i}", call_id=v.call_id, ts=1e11))
+    refused = engine.check_tool_call(call("flaky", {"i": 9}, session="other", ts=1e11))
+    assert refused.heuristic == "circuit_open" and refused.observation["retry_after_s"] <= 30
+    clock.advance(31)
+    assert engine.check_tool_call(call("flaky", {"i": 10}, session="probe", ts=0)).allowed  # a half-open probe
+
+
+def test_probes_stamped_in_the_future_do_not_close_an_open_breaker(make_engine, clock):
+    engine = make_engine()
+    for i in range(5):
+        run(engine, clock, "flaky", {"i": i}, False, None, session=f"s{i}")
+    for i in range(3):
+        v = engine.check_tool_call(call("flaky", {"i": 20 + i}, session=f"p{i}", ts=clock.now() + 40))
+        assert not v.allowed and v.heuristic == "circuit_open"
+
+
+def test_replay_keeps_the_traces_own_clock(make_engine, clock):
+    engine = make_engine(trust_event_time=True)
+    for i in range(5):
+        v = engine.check_tool_call(call("flaky", {"i": i}, session=f"s{i}", ts=100.0 + i))
+        engine.record_tool_result(result("flaky", False, None, session=f"s{i}", call_id=v.call_id, ts=100.5 + i))
+    assert engine.check_tool_call(call("flaky", {"i": 9}, session="x", ts=110.0)).heuristic == "circuit_open"
+    assert engine.check_tool_call(call("flaky", {"i": 9}, session="x", ts=200.0)).allowed  # its open interval passed
+
+
+# ----------------------------------------------------------------------------- results pair with calls
+
+
+def test_results_of_calls_never_allowed_count_toward_nothing(make_engine, clock):
+    engine = make_engine()
+    for i in range(10):
+        v = engine.record_tool_result(result("victim_tool", False, None, session=f"a{i}", call_id=f"forged{i}"))
+        assert not v.accepted and v.heuristic == "invalid_event"
+    assert engine.breaker_state("victim_tool").value == "closed"
+    assert engine.store.peek_session("a0") is None  # not even a session was written
+    assert engine.check_tool_call(call("victim_tool", {}, session="b")).allowed
+
+
+def test_a_made_up_success_mints_no_receipt(make_engine, clock):
+    engine = make_engine()
+    v = engine.record_tool_result(result("wire_transfer", True, {"ref": "TX-99482"}, call_id="never"))
+    assert not v.accepted and v.receipt is None
+    verdict = engine.verify_final(final("Done: the transfer went through, reference TX-99482."))
+    assert not verdict.allowed and verdict.heuristic == "unverified_claim"
+
+
+def test_a_result_counts_once_and_only_for_its_own_tool(make_engine, clock):
+    engine = make_engine()
+    v = engine.check_tool_call(call("wire_transfer", {"to": "x", "amount": 5}, call_id="c1"))
+    assert not engine.record_tool_result(result("send_email", True, {"ok": 1}, call_id="c1")).accepted
+    assert engine.record_tool_result(result("wire_transfer", True, {"ref": "TX-12345"}, call_id=v.call_id)).receipt
+    again = engine.record_tool_result(result("wire_transfer", True, {"ref": "TX-12345"}, call_id="c1"))
+    assert not again.accepted and again.receipt is None
+
+
+def test_a_result_of_a_blocked_call_is_refused(make_engine, clock):
+    engine = make_engine()
+    blocked = loop_until_blocked(engine, clock)
+    assert not blocked.allowed
+    v = engine.record_tool_result(result("run_sql", True, {"rows": []}, call_id="~99"))
+    assert v.heuristic == "invalid_event"
+
+
+# ----------------------------------------------------------------------------- invalid strings
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        call("t", {"q": "\ud800"}),
+        result("t", True, {"r": "\udc00"}, call_id="c1"),
+        {"type": "tool_call", "session": "s\ud800", "tool": "t", "args": {}},
+        {"type": "tool_call", "session": "s\x00", "tool": "t", "args": {}},
+        {"type": "assistant", "session": "s1", "text": "a\ud800b"},
+        {"type": "final", "session": "s1", "text": "\udfff"},
+    ],
+)
+def test_invalid_strings_are_refused_before_any_state_changes(engine, event):
+    if event["type"] == "tool_result":
+        engine.check_tool_call(call("t", {}, call_id="c1"))
+    before = engine.store.peek_session("s1")
+    steps = None if before is None else before.steps
+    with pytest.raises(InvalidEventError) as err:
+        engine.process(event)
+    assert "\ud800" not in str(err.value) and "\udc00" not in str(err.value)
+    after = engine.store.peek_session("s1")
+    assert (None if after is None else after.steps) == steps
+
+
+def test_error_messages_never_repeat_payload(engine):
+    secret = "PIN-4417-" + "z" * 300
+    for event in (
+        call("t", {"q": secret}, input_tokens=-1),
+        {"type": "tool_call", "session": "s1", "tool": secret, "args": {}},
+        {"type": "tool_call", "session": "s1", "tool": "t", "args": {"q": secret}, "thought": 5},
+        {"type": secret[:40], "session": "s1"},
+    ):
+        with pytest.raises(InvalidEventError) as err:
+            engine.process(event)
+        assert "4417" not in str(err.value), str(err.value)
+
+
+# ----------------------------------------------------------------------------- evasion
+
+
+def test_a_random_salt_field_does_not_make_a_call_new(make_engine, clock):
+    engine = make_engine()
+    for salt in (lambda: secrets.token_hex(8), lambda: str(uuid.uuid4()), random.random):
+        session = f"salt-{uuid.uuid4().hex[:6]}"
+        verdicts = [run(engine, clock, "search", {"q": "pricing", "salt": salt()}, True, {"hits": 0}, session=session) for _ in range(4)]
+        assert verdicts[-1].heuristic == "identical_call", [v.heuristic for v in verdicts]
+
+
+def test_readable_ids_are_not_taken_for_random_values(make_engine, clock):
+    engine = make_engine()
+    for user in ("mia_li_3668", "sophia_silva_7557", "getUserById2024", "raj_sanchez_7340"):
+        assert run(engine, clock, "get_user_details", {"user_id": user}, False, {"error": "not found"}).allowed
+
+
+def test_invisible_characters_and_case_do_not_make_a_call_new(make_engine, clock):
+    engine = make_engine()
+    for q in ("SELECT 1", "SEL\u200bECT 1", "select\u00a01", "ＳＥＬＥＣＴ 1"):
+        v = run(engine, clock, "run_sql", {"q": q}, False, None)
+    assert v.heuristic == "identical_failure", v
+
+
+@pytest.mark.parametrize("spelling", ["run_ѕql", "ｒｕｎ＿ｓｑｌ", "Run_SQL", "run\u200b_sql", "rսn_sql"])
+def test_look_alike_tool_names_are_the_same_tool(make_engine, clock, spelling):
+    engine = make_engine()
+    for _ in range(3):
+        run(engine, clock, "run_sql", {"q": 1}, False, None)
+    v = engine.check_tool_call(call(spelling, {"q": 1}))
+    assert not v.allowed and v.heuristic == "identical_failure"
+
+
+def test_loops_over_fresh_session_ids_are_caught_by_the_agent_view(make_engine, clock):
+    engine = make_engine()
+    verdicts = []
+    for i in range(12):
+        verdicts.append(run(engine, clock, "check_inbox", {"folder": "inbox"}, True, {"messages": 0}, session=f"fresh-{i}",
+                            tenant="acme", agent="mailer"))
+    heuristics = [v.heuristic for v in verdicts]
+    assert "session_churn" in heuristics and heuristics.index("session_churn") == 10, heuristics
+    # another agent of the tenant, and the same agent with another call, are not held back
+    assert run(engine, clock, "check_inbox", {"folder": "inbox"}, True, {"messages": 0}, session="x", tenant="acme", agent="other").allowed
+    assert run(engine, clock, "check_inbox", {"folder": "sent"}, True, {"messages": 2}, session="y", tenant="acme", agent="mailer").allowed
+
+
+def test_parallel_runs_that_go_on_to_other_calls_are_no_churn(make_engine, clock):
+    engine = make_engine()
+    for i in range(30):  # the same first call in every run, then real work
+        session = f"run-{i}"
+        assert run(engine, clock, "ls", {"path": "/repo"}, True, {"files": ["a.py"]}, session=session, agent="coder").allowed
+        assert run(engine, clock, "open_file", {"path": f"a{i}.py"}, True, {"text": i}, session=session, agent="coder").allowed
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "Done, reference tx-99482.",
+        "Done, reference TX–99482.",
+        "Done, reference TX-\u200b99482.",
+        "Done, reference TX 99482.",
+        "Done, reference ТХ-99482.",  # Cyrillic T and X
+    ],
+)
+def test_reference_ids_are_read_whatever_their_spelling(engine, answer):
+    v = engine.verify_final(final(answer))
+    assert not v.allowed and v.heuristic == "unverified_claim", answer
+
+
+def test_look_alike_claim_verbs_are_read(engine, clock):
+    engine.check_tool_call(call("wire_transfer", {"to": "acct", "amount": 10}))  # tried, never succeeded
+    for text in ("I have trаnsferred the money.", "I have TRANSFERRED the money.", "I have trans\u00adferred the money."):
+        v = engine.verify_final(final(text))
+        assert not v.allowed and v.heuristic == "unverified_claim", text
+
+
+def test_honest_answers_with_lower_case_numbers_are_not_taken_for_references(engine):
+    for text in ("Here are the top-100 customers.", "Use windows-1252 encoding.", "It ran on covid-19 data in 2024."):
+        assert engine.verify_final(final(text)).allowed, text
+
+
+def test_a_reference_quoted_inside_a_result_sentence_may_be_cited(engine, clock):
+    run(engine, clock, "wire_transfer", {"to": "acct", "amount": 10}, True, {"message": "Transfer booked under TX-55120."})
+    assert engine.verify_final(final("The transfer is done: TX-55120.")).allowed
+
+
+# ----------------------------------------------------------------------------- bounded sessions
+
+#: the largest encoded session the caps allow (README: "Sessions and what is kept")
+MAX_SESSION_BYTES = 640 * 1024
+
+
+def test_a_session_cannot_grow_past_its_bound(make_engine, clock):
+    engine = make_engine({"step_limit": {"max_steps": 10**6}, "budget": {"max_tokens": None, "max_cost_usd": None},
+                          "token_velocity": {"max_tokens_per_s": 1e12}, "identical_call": {"max_repeats": 1000},
+                          "stuck_polling": {"max_polls": 1000}})
+    rng = random.Random(7)
+
+    def words(n):
+        return " ".join(f"w{rng.randrange(10**9)}" for _ in range(n))
+
+    for t in range(300):  # every tool once: chains, keys, receipts, references
+        clock.advance(1)
+        v = engine.check_tool_call(call(f"create_{t}", {"q": words(300)}, thought=words(300)))
+        engine.record_tool_result(result(f"create_{t}", True, {"ids": [f"ID-{rng.randrange(10**6)}" for _ in range(40)]}, call_id=v.call_id))
+    for t in range(200):  # calls left in flight
+        clock.advance(1)
+        engine.check_tool_call(call(f"send_{t}", {"q": words(300)}, thought=words(300)))
+    for _ in range(100):
+        engine.record_assistant({"type": "assistant", "session": "s1", "text": words(400)})
+    state = engine.store.peek_session("s1")
+    size = len(codec.encode(state))
+    assert size <= MAX_SESSION_BYTES, size

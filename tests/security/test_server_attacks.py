@@ -1,0 +1,301 @@
+"""The red team's attacks on `agent-breaker serve`, replayed against the real server (a free
+loopback port, stopped by PID), on the in-memory config and on the Redis config. Each attack
+used to work; each must now fail."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("nemoguardrails")
+
+from _server import TOKEN, Server, call, child_env, free_port, result, start  # noqa: E402
+from conftest import REDIS_URL, redis_or_skip  # noqa: E402
+
+ACME = "acme-token-" + "b" * 24
+GLOBEX = "globex-token-" + "c" * 24
+CONFIGS = ["agent_breaker", "agent_breaker_redis"]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> Server:
+    redis_or_skip()
+    tokens = tmp_path_factory.mktemp("tokens") / "tokens.json"
+    tokens.write_text(json.dumps({TOKEN: "*", ACME: "acme", GLOBEX: "globex"}))
+    # the Redis config's keys go to a database of this module's own, emptied before and after
+    url = REDIS_URL.rsplit("/", 1)[0] + "/13"
+    _flush(url)
+    srv = start({"AGENT_BREAKER_API_TOKENS_FILE": str(tokens), "REDIS_URL": url}, token=TOKEN)
+    yield srv
+    srv.stop()
+    _flush(url)
+
+
+def _flush(url: str) -> None:
+    import redis
+
+    client = redis.Redis.from_url(url)
+    keys = list(client.scan_iter(match="ab:*", count=1000))
+    if keys:
+        client.delete(*keys)
+    client.close()
+
+
+def sid() -> str:
+    return f"s-{uuid.uuid4().hex[:10]}"
+
+
+def as_tenant(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def chat(server: Server, events: list[dict], *, model: str = "any", headers: dict[str, str] | None = None, config_id: str = "agent_breaker") -> list[dict]:
+    body = {"model": model, "guardrails": {"config_id": config_id}, "messages": [{"role": "context", "content": {"agent_breaker_events": events}}]}
+    r = server.post("/v1/chat/completions", body, headers=headers)
+    assert r.status_code == 200, r.text
+    return json.loads(r.json()["choices"][0]["message"]["content"])["events"]
+
+
+# ----------------------------------------------------------------------------- authentication
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("GET", "/v1/rails/configs"), ("POST", "/v1/agent-breaker/events"), ("POST", "/v1/chat/completions"),
+     ("GET", "/docs"), ("GET", "/openapi.json"), ("GET", "/")],
+)
+def test_every_route_needs_the_bearer_token(server, method, path):
+    for headers in ({}, {"Authorization": "Bearer wrong-token-000000000000"}, {"Authorization": TOKEN}):
+        r = httpx.request(method, server.base + path, headers=headers, json={} if method == "POST" else None, timeout=10)
+        assert r.status_code == 401, (headers, r.status_code)
+        assert r.headers["www-authenticate"].startswith("Bearer")
+    assert httpx.get(server.base + "/v1/rails/configs", headers=server.headers, timeout=10).status_code == 200
+
+
+def test_a_foreign_host_header_is_refused(server):
+    r = httpx.get(server.base + "/v1/rails/configs", headers={**server.headers, "Host": "evil.example:8000"}, timeout=10)
+    assert r.status_code == 400
+
+
+@pytest.mark.parametrize("config_id", CONFIGS)
+def test_a_tenant_token_cannot_halt_another_tenants_session(server, config_id):
+    session = sid()
+    # globex burns 10^12 tokens in "its" session S: its own session is halted ...
+    [turn] = server.verdicts(session, {"type": "AssistantTurn", "text": "hi", "input_tokens": 10**12}, config_id=config_id,
+                             headers=as_tenant(GLOBEX))
+    assert turn["allowed"] is False and turn["heuristic"] == "token_budget"
+    # ... and acme's session of the same id is untouched
+    [verdict] = server.verdicts(session, call(1, "search"), config_id=config_id, headers=as_tenant(ACME))
+    assert verdict["allowed"] is True, verdict
+
+
+def test_a_tenant_token_cannot_name_another_tenant(server):
+    r = server.events(sid(), {**call(1), "tenant": "acme"}, headers=as_tenant(GLOBEX))
+    assert r.status_code == 403
+    [verdict] = chat(server, [{**call(1), "session_id": sid(), "tenant": "acme"}], headers=as_tenant(GLOBEX))
+    assert verdict["allowed"] is False and verdict["heuristic"] == "invalid_event"
+
+
+# ----------------------------------------------------------------------------- the clock
+
+
+@pytest.mark.parametrize("config_id", CONFIGS)
+def test_an_event_stamped_far_in_the_future_frees_no_halted_session(server, config_id):
+    victim, attacker = sid(), sid()
+    for i in range(3):
+        server.verdicts(victim, call(i), result(i), config_id=config_id)
+    [blocked] = server.verdicts(victim, call(3), config_id=config_id)
+    assert blocked["allowed"] is False and blocked["heuristic"] == "identical_failure"
+    server.verdicts(attacker, {**call(1, "search"), "ts": 1e12}, config_id=config_id)
+    [still] = server.verdicts(victim, call(4), config_id=config_id)
+    assert still["allowed"] is False, still
+
+
+@pytest.mark.parametrize("config_id", CONFIGS)
+def test_failures_stamped_far_ahead_cannot_hold_a_breaker_open_for_ages(server, config_id):
+    tool = f"flaky_{uuid.uuid4().hex[:6]}"
+    for i in range(5):  # five real failures in a row: the breaker opens, on the server's clock
+        s = sid()
+        server.verdicts(s, {**call(i, tool, {"n": i}), "ts": 1e11}, {**result(i, tool), "ts": 1e11}, config_id=config_id)
+    [refused] = server.verdicts(sid(), {**call(9, tool), "ts": 1e11}, config_id=config_id)
+    assert refused["heuristic"] == "circuit_open"
+    assert 0 < refused["observation"]["retry_after_s"] <= 30
+
+
+@pytest.mark.parametrize("config_id", CONFIGS)
+def test_a_probe_stamped_in_the_future_cannot_close_an_open_breaker(server, config_id):
+    tool = f"flaky_{uuid.uuid4().hex[:6]}"
+    for i in range(5):
+        server.verdicts(sid(), call(i, tool, {"n": i}), result(i, tool), config_id=config_id)
+    future = time.time() + 40
+    for i in range(2):
+        [v] = server.verdicts(sid(), {**call(10 + i, tool), "ts": future}, config_id=config_id)
+        assert v["allowed"] is False and v["heuristic"] == "circuit_open", v
+
+
+# ----------------------------------------------------------------------------- results pair with calls
+
+
+@pytest.mark.parametrize("config_id", CONFIGS)
+def test_fabricated_failures_of_calls_never_made_open_no_breaker(server, config_id):
+    tool = f"victim_{uuid.uuid4().hex[:6]}"
+    for i in range(8):
+        [v] = server.verdicts(sid(), result(i, tool), config_id=config_id)
+        assert v["accepted"] is False and v["heuristic"] == "invalid_event"
+    [allowed] = server.verdicts(sid(), call(1, tool), config_id=config_id)
+    assert allowed["allowed"] is True
+
+
+@pytest.mark.parametrize("config_id", CONFIGS)
+def test_a_made_up_result_mints_no_receipt_and_the_false_answer_is_refused(server, config_id):
+    s = sid()
+    [v] = server.verdicts(s, result("never", "wire_transfer", ok=True, payload={"status": "done", "ref": "TX-99482"}), config_id=config_id)
+    assert v["accepted"] is False and v["receipt"] is None and v["heuristic"] == "invalid_event"
+    [answer] = server.verdicts(s, {"type": "FinalAnswerProposed", "text": "The transfer is done, reference TX-99482."}, config_id=config_id)
+    assert answer["accepted"] is False and answer["heuristic"] == "unverified_claim"
+
+
+# ----------------------------------------------------------------------------- bad input fails closed
+
+
+def _deep(levels: int) -> str:
+    return "[" * levels + "]" * levels
+
+
+@pytest.mark.parametrize("path", ["/v1/agent-breaker/events", "/v1/chat/completions"])
+def test_deeply_nested_input_gets_a_400_not_a_verdictless_200(server, path):
+    for levels in (100, 900, 100_000):
+        args = '{"q": ' + _deep(levels) + "}"
+        if path.endswith("events"):
+            body = '{"session_id": "deep", "events": [{"type": "ToolCallRequested", "call_id": "c1", "tool_name": "t", "tool_args": ' + args + "}]}"
+        else:
+            body = ('{"model": "m", "guardrails": {"config_id": "agent_breaker"}, "messages": [{"role": "context", "content": '
+                    '{"agent_breaker_events": [{"type": "ToolCallRequested", "session_id": "deep", "tool_name": "t", "tool_args": ' + args + "}]}}]}")
+        r = httpx.post(server.base + path, content=body, headers={**server.headers, "Content-Type": "application/json"}, timeout=30)
+        assert r.status_code == 400, (levels, r.status_code, r.text[:200])
+        assert "nested deeper" in r.text
+
+
+def test_an_oversized_request_is_refused_before_it_is_read(server):
+    big = json.dumps({"session_id": "big", "events": [call(1, args={"blob": "x" * 10_000_000})]})
+    t0 = time.monotonic()
+    r = httpx.post(server.base + "/v1/agent-breaker/events", content=big, headers={**server.headers, "Content-Type": "application/json"}, timeout=60)
+    assert r.status_code == 413
+    # the same body without a Content-Length (chunked) is cut off once it passes the limit
+    chunks = (big[i : i + 65536].encode() for i in range(0, len(big), 65536))
+    r = httpx.post(server.base + "/v1/agent-breaker/events", content=chunks, headers={**server.headers, "Content-Type": "application/json"}, timeout=60)
+    assert r.status_code == 413
+    assert time.monotonic() - t0 < 20
+
+
+def test_an_event_over_its_own_limit_is_refused(server):
+    r = server.events(sid(), call(1, args={"blob": "y" * 300_000}))
+    assert r.status_code == 413 and "events[0]" in r.text
+
+
+def test_the_events_per_request_are_capped_on_every_path(server):
+    many = [{**call(i, "search", {"i": i}), "session_id": "many"} for i in range(5000)]
+    r = server.post("/v1/chat/completions", {"model": "m", "guardrails": {"config_id": "agent_breaker"},
+                                            "messages": [{"role": "context", "content": {"agent_breaker_events": many}}]})
+    assert r.status_code == 413
+    r = server.events("many", *[call(i, "search", {"i": i}) for i in range(101)])
+    assert r.status_code == 413
+
+
+def test_lone_surrogates_are_refused_before_any_state_changes(server):
+    s = sid()
+    body = '{"session_id": "' + s + '", "events": [{"type": "ToolCallRequested", "call_id": "c1", "tool_name": "t", "tool_args": {"q": "\\ud800"}}]}'
+    r = httpx.post(server.base + "/v1/agent-breaker/events", content=body, headers={**server.headers, "Content-Type": "application/json"}, timeout=30)
+    assert r.status_code == 400 and "surrogate" in r.text
+    body = '{"session_id": "' + s + '\\udc00", "events": [{"type": "ToolCallRequested", "call_id": "c1", "tool_name": "t"}]}'
+    r = httpx.post(server.base + "/v1/agent-breaker/events", content=body, headers={**server.headers, "Content-Type": "application/json"}, timeout=30)
+    assert r.status_code == 400
+
+
+@pytest.mark.parametrize("config_id", ["", "nope", "../agent_breaker"])
+def test_an_unknown_config_id_gets_a_4xx_naming_the_served_ones_and_no_path(server, config_id):
+    r = server.events(sid(), call(1), config_id=config_id)
+    assert 400 <= r.status_code < 500, r.text
+    assert "agent_breaker" in r.text and "/" not in r.json()["error"]["message"].replace("agent_breaker", "")
+    r = server.post("/v1/chat/completions", {"model": "m", "guardrails": {"config_id": config_id},
+                                            "messages": [{"role": "user", "content": "hi"}]})
+    assert 400 <= r.status_code < 500, r.text
+    assert str(Path.cwd()) not in r.text and "site-packages" not in r.text
+
+
+def test_events_to_the_colang_1_config_get_a_4xx(server):
+    r = server.events(sid(), call(1), config_id="agent_breaker_v1")
+    assert r.status_code == 400 and "Colang 1.0" in r.text
+
+
+# ----------------------------------------------------------------------------- one engine per config
+
+
+def test_one_engine_serves_a_config_whatever_the_model_string(server):
+    tool = f"flaky_{uuid.uuid4().hex[:6]}"
+    for i in range(5):
+        server.verdicts(sid(), call(i, tool, {"n": i}), result(i, tool))
+    for model in ("gpt-4o", "another-model", ""):
+        [v] = chat(server, [{**call(1, tool), "session_id": sid()}], model=model)
+        assert v["allowed"] is False and v["heuristic"] == "circuit_open", (model, v)
+
+
+def test_new_model_strings_cost_no_thread_and_no_engine(server):
+    def threads() -> int:
+        status = Path(f"/proc/{server.proc.pid}/status").read_text()
+        return int(next(line.split()[1] for line in status.splitlines() if line.startswith("Threads:")))
+
+    chat(server, [{**call(1, "search"), "session_id": sid()}], model="warm-up")
+    before = threads()
+    for i in range(40):
+        chat(server, [{**call(1, "search", {"i": i}), "session_id": sid()}], model=f"model-{uuid.uuid4().hex}")
+    assert threads() <= before + 1
+
+
+# ----------------------------------------------------------------------------- start-up and the context path
+
+
+def test_a_non_loopback_bind_without_a_token_refuses_to_start():
+    proc = subprocess.run(
+        [sys.executable, "-m", "agent_breaker.cli", "serve", "--host", "0.0.0.0", "--port", str(free_port())],
+        env=child_env(), capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 2 and "AGENT_BREAKER_API_TOKEN" in proc.stderr
+
+
+def test_without_a_token_the_server_binds_loopback_and_says_so(tmp_path):
+    # a working directory holding an actions.py that would leave a mark if it were imported
+    mark = tmp_path / "imported"
+    (tmp_path / "actions.py").write_text(f"open({str(mark)!r}, 'w').write('x')\n")
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        srv = start()
+    finally:
+        os.chdir(cwd)
+    try:
+        assert "loopback only" in srv.log()
+        assert srv.verdicts(sid(), call(1, "search"))[0]["allowed"] is True
+        assert not mark.exists(), "serve imported code from its working directory"
+    finally:
+        srv.stop()
+
+
+def test_every_context_message_of_a_request_reaches_the_guard(server):
+    s = sid()
+    body = {"model": "m", "guardrails": {"config_id": "agent_breaker"}, "messages": [
+        {"role": "context", "content": {"agent_breaker_events": [{**call(1, "search", {"q": 1}), "session_id": s}]}},
+        {"role": "context", "content": {"agent_breaker_events": [{**call(2, "search", {"q": 2}), "session_id": s}]}},
+    ]}
+    r = server.post("/v1/chat/completions", body)
+    assert r.status_code == 200, r.text
+    verdicts = json.loads(r.json()["choices"][0]["message"]["content"])["events"]
+    assert [v["call_id"] for v in verdicts] == ["c1", "c2"]

@@ -18,7 +18,7 @@ from typing import Any, Iterable, Mapping
 from nemoguardrails.actions import action
 
 from agent_breaker.engine import Engine, log_incident
-from agent_breaker.events import InvalidEventError
+from agent_breaker.events import MAX_ID_CHARS, InvalidEventError
 from agent_breaker.heuristics import INVALID_EVENT
 from agent_breaker.verdicts import Incident, observation
 
@@ -87,6 +87,12 @@ def colang_fields(event: Any) -> Mapping[str, Any]:
     return args if ref is None else PAYLOADS.get(ref, args)  # gone: run_event refuses it
 
 
+def _valid_tool_name(fields: Mapping[str, Any]) -> str | None:
+    """The tool an invalid event names, when that name is itself valid (else it is not repeated)."""
+    name = fields.get("tool_name")
+    return name if isinstance(name, str) and 0 < len(name) <= MAX_ID_CHARS and name.isprintable() else None
+
+
 def run_event(engine: Engine, kind: str, fields: Mapping[str, Any]) -> dict[str, Any]:
     """One event of `kind` (Colang field names) through the engine: the verdict as a dict for
     the flow, with session_id, call_id, accepted and the incidents it raised. A caller whose
@@ -119,7 +125,7 @@ def run_event(engine: Engine, kind: str, fields: Mapping[str, Any]) -> dict[str,
             "severity": "block",
             "scope": "call",
             "reason": reason,
-            "observation": observation(INVALID_EVENT, fields.get("tool_name"), reason, "Send a well-formed event.", None),
+            "observation": observation(INVALID_EVENT, _valid_tool_name(fields), reason, "Send a well-formed event.", None),
         }
     finally:
         _incidents.reset(token)

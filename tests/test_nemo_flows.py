@@ -151,6 +151,19 @@ def test_every_flow_fails_closed_when_its_action_errors():
     assert (fin["accepted"], fin["heuristic"]) == (False, "guard_error")
 
 
+def test_the_context_path_fails_closed_with_a_json_reply_when_its_action_errors():
+    r = make_rails()
+    engine = r.runtime.registered_action_params[ENGINE_PARAM]
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("storage down")
+
+    engine.check_tool_call = broken
+    events = [{"type": "ToolCallRequested", "session_id": "ctx1", "call_id": "c1", "tool_name": "t", "tool_args": {}}]
+    reply = asyncio.run(r.generate_async(messages=[{"role": "context", "content": {"agent_breaker_events": events}}]))
+    assert json.loads(reply["content"]) == {"events": [], "error": "guard_error"}
+
+
 def test_the_flows_keep_a_flat_number_of_flow_instances_over_2000_events(rails):
     s = Session(rails)
     counts = []

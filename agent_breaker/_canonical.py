@@ -181,34 +181,33 @@ class Fingerprinter:
             h.update(b"\x00")
         return int.from_bytes(h.digest(), "big")
 
-    @staticmethod
-    def words(text: str) -> list[bytes]:
-        # ASCII punctuation and "_" separate words: bytes.translate + split is several times
-        # faster than a regex over str
-        words = text.lower().encode("utf-8", "surrogatepass").translate(_TO_SPACE).split()
-        return words[:MAX_FINGERPRINT_TOKENS] if len(words) > MAX_FINGERPRINT_TOKENS else words
+    def tokens(self, text: str) -> tuple[int, ...]:
+        """One keyed 32-bit hash per word of a text (lower-cased; ASCII punctuation and "_"
+        separate words; at most MAX_FINGERPRINT_TOKENS words)."""
+        return self._lookup(self._exact, _words(text.lower().encode("utf-8", "surrogatepass")))
 
-    def hashes(self, words: list[bytes]) -> tuple[int, ...]:
-        """One keyed 32-bit hash per word."""
-        return self._lookup(self._exact, words, False)
-
-    def shape_hashes(self, words: list[bytes]) -> tuple[int, ...]:
+    def shapes(self, text: str) -> tuple[int, ...]:
         """The same with digit runs folded to one symbol: ids and numbers aside."""
-        return self._lookup(self._shape, words, True)
+        return self._lookup(self._shape, _words(_DIGIT_RUNS.sub(b"0", text.lower().encode("utf-8", "surrogatepass"))))
 
-    def _lookup(self, cache: dict[int, int], words: list[bytes], fold_digits: bool) -> tuple[int, ...]:
+    def _lookup(self, cache: dict[int, int], words: list[bytes]) -> tuple[int, ...]:
         ids = tuple(map(hash, words))
         try:
-            return tuple(map(cache.__getitem__, ids))  # all in C when every token is known
+            return tuple(map(cache.__getitem__, ids))  # all in C when every word is known
         except KeyError:
             if len(cache) >= MAX_HASH_CACHE:
-                cache.clear()  # bounded; tokens repeat a lot, so it refills fast
+                cache.clear()  # bounded; words repeat a lot, so it refills fast
             key = self._key
             for word, i in zip(words, ids):
                 if i not in cache:
-                    token = _DIGIT_RUNS.sub(b"0", word) if fold_digits else word
-                    cache[i] = int.from_bytes(hashlib.blake2b(token, digest_size=4, key=key).digest(), "big")
+                    cache[i] = int.from_bytes(hashlib.blake2b(word, digest_size=4, key=key).digest(), "big")
             return tuple(map(cache.__getitem__, ids))
+
+
+def _words(data: bytes) -> list[bytes]:
+    # bytes.translate + split is several times faster than a regex over str
+    words = data.translate(_TO_SPACE).split()
+    return words[:MAX_FINGERPRINT_TOKENS] if len(words) > MAX_FINGERPRINT_TOKENS else words
 
 
 MAX_HASH_CACHE = 50_000

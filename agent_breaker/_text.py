@@ -90,7 +90,9 @@ def looks_random(value: str) -> bool:
     as often as random text does. Readable ids (`mia_li_3668`, `getUserById2024`, paths) do not
     qualify. Random base62 tokens are spotted about 70% of the time at 16 characters, 90% at 64."""
     n = len(value)
-    if n < MIN_RANDOM_CHARS or n > MAX_RANDOM_CHARS or not (_HAS_DIGIT.search(value) and _HAS_LETTER.search(value)):
+    if n < MIN_RANDOM_CHARS or n > MAX_RANDOM_CHARS or " " in value:
+        return False
+    if not (_HAS_DIGIT.search(value) and _HAS_LETTER.search(value)):
         return False
     if _HEX.fullmatch(value):
         return True

@@ -245,13 +245,12 @@ class Engine:
             raise InvalidEventError(f"args of {ev.tool}: {exc}") from None
         cfg = p.cfg
         fp = self.fingerprints
-        words = fp.words(canonical)
         return CallFacts(
             tool=ev.tool,
             key=fp.hash64(ev.tool, canonical),
-            fp_text=fp.hashes(words),
-            fp_shape=fp.shape_hashes(words),
-            fp_thought=None if not ev.thought else tuple(sorted(fp.shape_hashes(fp.words(normalize_text(ev.thought))))),
+            fp_text=fp.tokens(canonical),
+            fp_shape=fp.shapes(canonical),
+            fp_thought=None if not ev.thought else tuple(sorted(fp.shapes(normalize_text(ev.thought)))),
             tokens=ev.input_tokens + ev.output_tokens,
             cost_usd=budget.step_cost_usd(cfg, ev.input_tokens, ev.output_tokens, ev.cost_usd, ev.model),
             depth=ev.depth or 0,
@@ -512,10 +511,11 @@ class Engine:
             or (predicate is not None and bool(predicate(ev.result)))
         )
         slow = cfg.breaker.slow_call_ms is not None and ev.latency_ms is not None and ev.latency_ms > cfg.breaker.slow_call_ms
-        result_hash = self._result_hash(p, ev.result)
+        canonical = self._result_canonical(p, ev.result)
+        result_hash = self.fingerprints.hash64(canonical)
         in_progress = _in_progress(ev.result, p.in_progress)
         transient = failed and _is_transient(ev)
-        references = p.claims.result_references(ev.result) if not failed else None
+        references = p.claims.result_references(canonical) if not failed else None
 
         # a shared breaker is recorded once, after the session write: a store may run `record`
         # again on a compare-and-set conflict, and a breaker outcome must count once
@@ -588,9 +588,10 @@ class Engine:
             self._update_view(vkey, now, lambda view: churn.record_outcome(view, key, call_key, outcome, now, cfg))
         return verdict
 
-    def _result_hash(self, p: _Policy, result: Any) -> int:
+    @staticmethod
+    def _result_canonical(p: _Policy, result: Any) -> str:
         try:
-            return self.fingerprints.hash64(p.result_canon.canonical(result))
+            return p.result_canon.canonical(result)
         except CanonicalError as exc:
             raise InvalidEventError(f"result: {exc}") from None
 
@@ -605,7 +606,7 @@ class Engine:
         tokens = ev.input_tokens + ev.output_tokens
         cost = budget.step_cost_usd(cfg, ev.input_tokens, ev.output_tokens, ev.cost_usd, ev.model)
         fph = self.fingerprints
-        fp = tuple(sorted(fph.hashes(fph.words(normalize_text(ev.text)))))
+        fp = tuple(sorted(fph.tokens(normalize_text(ev.text))))
         agent = fph.hash64(ev.agent or "") & 0xFFFF_FFFF
         global_trip = self._global_spend(step, tokens, cost)
         if isinstance(global_trip, Verdict):
@@ -680,7 +681,7 @@ class Engine:
         agent of the session when overrides change how results are canonicalized."""
         if self.receipt_keys is None:
             return False, "no receipt keys configured"
-        result_hash = self._result_hash(self._policy(tenant, feature, agent), result)
+        result_hash = self.fingerprints.hash64(self._result_canonical(self._policy(tenant, feature, agent), result))
         return verify(
             self.receipt_keys, receipt, tenant=tenant, session=session, call_id=call_id, tool=normalize_text(tool), result_hash=result_hash
         )

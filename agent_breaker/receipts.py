@@ -37,9 +37,10 @@ MAX_MUTATING_TOOLS = 256
 #: a reference written in lower or mixed case (tx-99482) counts only with this many digits:
 #: with fewer it cannot be told from prose ("top-100")
 MIN_CASELESS_REFERENCE_DIGITS = 5
-_MAX_SCANNED_CHARS = 65_536  # of the text a result holds
+MAX_SCANNED_CHARS = 65_536  # of a result's canonical text
 _SPACED_ID = re.compile(r"\b([A-Z]{2,})[ _]+(\d{3,})\b")  # TX 99482 -> TX-99482
 _NOT_ALNUM = re.compile(r"[^0-9a-z]+")
+_CASELESS_CANDIDATE = re.compile(r"\b[A-Za-z]*[a-z][A-Za-z]*-\d{%d,}\b" % MIN_CASELESS_REFERENCE_DIGITS)
 _NEGATIONS = frozenset(
     {"not", "never", "no", "unable", "failed", "cannot", "can't", "couldn't", "wasn't", "weren't", "didn't",
      "hasn't", "haven't", "isn't", "won't", "nothing", "neither", "nor", "unsuccessful", "unfortunately"}
@@ -197,10 +198,6 @@ def verify(
     return True, "ok"
 
 
-def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else repr(float(value))
-
-
 def _reference_key(token: str) -> str:
     """One spelling of a reference id: case, dashes and spaces aside (TX-99482 -> tx99482)."""
     return _NOT_ALNUM.sub("", normalize_text(token))
@@ -274,36 +271,17 @@ class ClaimChecker:
         do not make another id: TX–99482, TX-\u200b99482, TX 99482 and tx-99482 are TX-99482."""
         text = _SPACED_ID.sub(r"\1-\2", fold_text(text))
         found = {_reference_key(m.group()) for p in self._patterns for m in p.finditer(text)}
-        upper = text.upper()
-        if upper != text:
-            for p in self._patterns:
-                for m in p.finditer(upper):
-                    key = _reference_key(m.group())
-                    if key not in found and sum(c.isdigit() for c in key) >= MIN_CASELESS_REFERENCE_DIGITS:
-                        found.add(key)
+        # an id written in lower or mixed case (tx-99482) is read as its upper-case self
+        for m in _CASELESS_CANDIDATE.finditer(text):
+            candidate = m.group().upper()
+            if any(p.fullmatch(candidate) for p in self._patterns):
+                found.add(_reference_key(candidate))
         return {self._fp.hash64("ref", key) for key in found}
 
-    def result_references(self, value: Any) -> set[int]:
-        """The reference ids a successful result holds, anywhere in its strings and numbers
-        (an id inside a sentence or a page snapshot counts): an answer may cite them."""
-        parts: list[str] = []
-        size = 0
-        stack = [(value, 0)]
-        while stack and size < _MAX_SCANNED_CHARS:
-            v, depth = stack.pop()
-            if isinstance(v, dict):
-                if depth < 16:
-                    stack.extend((x, depth + 1) for x in v.values())
-            elif isinstance(v, list):
-                if depth < 16:
-                    stack.extend((x, depth + 1) for x in v)
-            elif isinstance(v, str):
-                parts.append(v)
-                size += len(v)
-            elif isinstance(v, (int, float)) and not isinstance(v, bool):
-                parts.append(_number(v))
-        # one scan over all of it: a line break ends every id
-        found = self.references_in("\n".join(parts)[:_MAX_SCANNED_CHARS])
+    def result_references(self, canonical: str) -> set[int]:
+        """The reference ids a successful result holds anywhere (an id inside a sentence or a
+        page snapshot counts), read from its canonical JSON: an answer may cite them."""
+        found = self.references_in(canonical[:MAX_SCANNED_CHARS])
         return found if len(found) <= MAX_REFERENCE_HASHES else set(list(found)[:MAX_REFERENCE_HASHES])
 
     def check(self, text: str, ledger: Ledger) -> Trip | None:

@@ -413,7 +413,7 @@ def test_verify_receipt_rejects_a_tampered_field(minted, name, forged, claim):
     tampered = dict(receipt)
     if name == "result_hash":
         # the forger points the receipt at another result, and presents that result
-        other = engine._result_hash(engine._policy(None, None, None), claim["result"])
+        other = engine.fingerprints.hash64(engine._result_canonical(engine._policy(None, None, None), claim["result"]))
         tampered[name] = f"{other:016x}"
     elif name == "ts":
         tampered[name] = receipt["ts"] + 1.0

@@ -7,12 +7,35 @@ state: under a lock in memory, in one Lua script or one compare-and-set on Redis
 
 from __future__ import annotations
 
+import re
 from typing import Callable, Protocol, TypeVar
 
 from ..breaker import BreakerState, BreakerStateName, Permission, Recorded, Transition
 from ..config import BreakerConfig
 
 R = TypeVar("R")
+
+# what a caller-supplied key part may not hold as is: the escape itself, the separator, Redis
+# Cluster hash-tag braces, control characters (C0, DEL, C1) and lone surrogates
+_UNSAFE = re.compile("[%:{}\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def _percent(m: re.Match[str]) -> str:
+    return "".join(f"%{b:02X}" for b in m.group().encode("utf-8", "surrogatepass"))
+
+
+def escape_key_part(part: str) -> str:
+    """Percent-encode one caller-supplied part of a storage key. Injective: '%' is escaped
+    itself and each escaped character's UTF-8 bytes are self-delimiting, so distinct parts
+    never give the same text (urllib.parse.unquote(s, errors="surrogatepass") inverts it).
+    The result never holds ':', '{' or '}'."""
+    return _UNSAFE.sub(_percent, part)
+
+
+def key_parts(*parts: str) -> str:
+    """Join several caller-supplied parts (tenant, tool, feature) into one key, each escaped:
+    ("a:b", "c") and ("a", "b:c") give different keys."""
+    return ":".join(escape_key_part(p) for p in parts)
 
 
 class StorageError(RuntimeError):

@@ -4,6 +4,8 @@
 -- ARGV[6] so workers' near-caches learn it without a round trip per call.
 --
 -- KEYS[1]  the breaker's state key (hash-tagged by breaker)
+-- KEYS[2]  optional (an outcome replayed after an outage): a marker set with the write, so a
+--          retry whose first reply was lost can tell that the outcome was taken
 -- ARGV[1]  op: "acquire" | "record" | "force" | "get"
 -- ARGV[2]  now (seconds)
 -- ARGV[3]  config (JSON)
@@ -269,6 +271,7 @@ end
 local encoded = encode_state()
 if op ~= "get" then
   redis.call("SET", KEYS[1], encoded, "EX", ttl)
+  if KEYS[2] then redis.call("SET", KEYS[2], "1", "EX", ttl) end
 end
 if transition ~= nil then
   result.transition = transition

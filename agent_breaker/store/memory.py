@@ -70,7 +70,30 @@ class MemoryStore:
     def session_count(self) -> int:
         return len(self._sessions)
 
+    def seed_session(self, key: str, seen: float, state: object) -> None:
+        """Start a session from a state known elsewhere (last used at `seen`): a shared store's
+        fallback starts from its last view of the shared state instead of from nothing."""
+        with self._lock:
+            self._sessions[key] = (seen, state)
+            self._sessions.move_to_end(key)
+            self._evict(seen)
+
+    def forget_session(self, key: str) -> None:
+        with self._lock:
+            self._sessions.pop(key, None)
+
     # global spend
+    def seed_spend(self, key: str, index: float, tokens: float, cost_usd: float) -> None:
+        """Start `key`'s window `index` from totals known elsewhere (see seed_session)."""
+        with self._lock:
+            self._spend[key] = [index, tokens, cost_usd]
+
+    def spend_window(self, key: str) -> tuple[float, float, float] | None:
+        """(window index, tokens, cost) of `key`'s current window, if any."""
+        with self._lock:
+            entry = self._spend.get(key)
+            return None if entry is None else (entry[0], entry[1], entry[2])
+
     def add_spend(self, key: str, tokens: float, cost_usd: float, window_s: float, now: float) -> tuple[float, float]:
         """Add one step's spend to `key`'s fixed window; return the window's totals."""
         index = now // window_s
@@ -86,13 +109,23 @@ class MemoryStore:
     def _breaker(self, key: str) -> BreakerState:
         st = self._breakers.get(key)
         if st is None:
-            if len(self._breakers) >= MAX_BREAKERS:
-                # forget the oldest closed breaker: it carries no decision, only a short history
-                oldest = next((k for k, b in self._breakers.items() if b.state is BreakerStateName.CLOSED), None)
-                if oldest is not None:
-                    del self._breakers[oldest]
+            self._make_room()
             st = self._breakers[key] = BreakerState(key)
         return st
+
+    def _make_room(self) -> None:
+        if len(self._breakers) >= MAX_BREAKERS:
+            # forget the oldest closed breaker: it carries no decision, only a short history
+            oldest = next((k for k, b in self._breakers.items() if b.state is BreakerStateName.CLOSED), None)
+            if oldest is not None:
+                del self._breakers[oldest]
+
+    def seed_breaker(self, key: str, state: BreakerState) -> None:
+        """Start a breaker from a state known elsewhere (see seed_session)."""
+        with self._lock:
+            if key not in self._breakers:
+                self._make_room()
+            self._breakers[key] = state
 
     def breaker_acquire(self, key: str, cfg: BreakerConfig, now: float) -> Permission:
         with self._lock:

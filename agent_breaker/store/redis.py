@@ -7,19 +7,56 @@
 - Sessions (a run's calls may land on different workers): one compact JSON value per session
   (`codec.py`, hashes and numbers only), read, decided in Python, and written back with a
   compare-and-set on its version (`session_cas.lua`): two round trips, retried on conflict.
-- Keys are prefixed and hash-tagged (`{...}`) per session and per breaker, and expire.
+- Keys are prefixed and hash-tagged (`{...}`) per session and per breaker, and expire. The
+  caller's part of every key (session, breaker, spend key) is percent-escaped
+  (`base.escape_key_part`): distinct keys never share a Redis key, and no id can close the
+  hash tag early or open another one.
 - Redis down or slow: every command has a timeout; on an error the store either raises
   StorageError (`on_error="raise"`, the engine then fails closed or open as configured) or
   falls back to in-process state (`on_error="local"`) and retries Redis after `retry_s`.
+
+An outage without amnesia (`on_error="local"`):
+- Mirror: the store keeps the last state it read from or wrote to Redis for the most recently
+  used MIRROR_SESSIONS sessions (at most MIRROR_SESSION_BYTES of them), MIRROR_BREAKERS
+  breakers and MIRROR_SPEND_WINDOWS spend keys.
+  During an outage a key's in-process state starts from its mirror on first use, so a halted
+  session stays halted, an open breaker stays open and a spend window keeps its total. A
+  breaker another worker opened (its broadcast is in the near-cache) starts open until the
+  broadcast reopen time (forced open if it was forced), unless the mirror refuses as long.
+- Write-back: the first operation after `retry_s` (or a call to `resync()`) first writes back
+  what was done in-process, then uses Redis again:
+  - sessions touched during the outage (the first OUTAGE_SESSIONS): the local state itself if
+    the Redis copy is still the one the mirror had (compare-and-set), else the Redis copy plus
+    the steps, tokens, cost and per-tool tokens taken locally, and a halt if either side has one;
+  - breaker outcomes (the last OUTAGE_OUTCOMES), replayed in order through the breaker script
+    at their own times, without probe ids (a breaker that is half-open on Redis ignores them);
+  - global spend taken locally (in up to OUTAGE_SPEND_WINDOWS windows), added to the shared windows.
+  Each write-back also sets a marker key (same hash tag, same TTL), so a write whose reply was
+  lost is not repeated by the next attempt. If Redis fails mid-way, the write-back stops and the
+  rest waits for the next recovery; until everything is written back this worker keeps using
+  its in-process state. The write-back holds the store's lock: this worker waits for it, at
+  most three round trips per item, each bounded by the command timeout.
+- Not kept: sessions beyond the first OUTAGE_SESSIONS, outcomes before the last OUTAGE_OUTCOMES
+  and spend windows beyond OUTAGE_SPEND_WINDOWS are guarded in-process but never written back.
+  When the Redis copy of a session moved on during the outage, only spend and halts are merged
+  (not loop streaks, calls awaiting results or receipts). Operator moves (breaker_force)
+  during an outage stay in-process. Halts and breaker states that only other workers know
+  (never read by this one, never broadcast to it) are unknown here during the outage. The
+  command whose reply was lost to the timeout that started the outage may have run on Redis:
+  that one step or breaker outcome can then count once more when it is written back.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import random
+import secrets
 import threading
 import time
+from collections import OrderedDict, deque
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Callable, TypeVar
 
@@ -27,9 +64,10 @@ import redis as redis_lib
 
 from ..breaker import BreakerState, BreakerStateName, IllegalTransition, Permission, Recorded, Transition
 from ..config import BreakerConfig
+from ..session import MAX_TOOLS, SessionState, put_bounded
 from ..windows import BucketWindow
 from . import codec
-from .base import StorageError
+from .base import StorageError, escape_key_part
 from .memory import MemoryStore
 
 R = TypeVar("R")
@@ -38,7 +76,73 @@ log = logging.getLogger("agent_breaker.store")
 CHANNEL = "agent-breaker:breaker-transitions"
 MAX_CAS_ATTEMPTS = 32
 CAS_BACKOFF_S = 0.0005  # doubled per conflict, with jitter, capped at 20 ms
+NEAR_CACHE_MAX = 10_000  # breakers in the near-cache (it is cleared when full)
+# the last Redis state of this many keys (least recently used go first) seeds the in-process
+# state during an outage
+MIRROR_SESSIONS = 10_000
+MIRROR_SESSION_BYTES = 64 * 2**20  # encoded sessions (typically 0.5 to 25 KB each)
+MIRROR_BREAKERS = 10_000
+MIRROR_SPEND_WINDOWS = 10_000  # one window per spend key (tenant and feature)
+# what an outage leaves to write back: the first sessions touched, the last breaker outcomes,
+# the first spend windows
+OUTAGE_SESSIONS = 1_000
+OUTAGE_OUTCOMES = 1_000
+OUTAGE_SPEND_WINDOWS = 1_000
 _S = BreakerStateName
+
+
+#: a session's spend: steps, tokens, cost, tokens per tool
+_Spend = tuple[int, int, float, dict[str, int]]
+
+
+def _spend_of(s: SessionState | None) -> _Spend:
+    return (0, 0, 0.0, {}) if s is None else (s.steps, s.tokens, s.cost_usd, dict(s.tool_tokens))
+
+
+def _digest(raw: bytes) -> bytes:
+    return hashlib.blake2b(raw, digest_size=16).digest()
+
+
+@dataclass(slots=True)
+class _Touched:
+    """A session used in-process during an outage: the digest of the Redis value it started
+    from (None: none known) and that value's spend, when it was last used, and a write-back
+    whose reply was lost (marker, digest and spend of what it wrote)."""
+
+    base: bytes | None
+    start: _Spend
+    seen: float
+    sent: tuple[str, bytes, _Spend] | None = None
+
+
+@dataclass(slots=True)
+class _Outcome:
+    """A breaker outcome taken in-process during an outage, and its replay's marker if the
+    replay's reply was lost."""
+
+    key: str
+    cfg: BreakerConfig
+    ts: float
+    failed: bool
+    slow: bool
+    sent: str | None = None
+
+
+@dataclass(slots=True)
+class _Spent:
+    """Global spend taken in-process in one window, and a write-back whose reply was lost
+    (marker, tokens, cost)."""
+
+    tokens: float = 0.0
+    cost_usd: float = 0.0
+    sent: tuple[str, float, float] | None = None
+
+
+def _lru_put(d: OrderedDict[Any, Any], key: Any, value: Any, cap: int) -> None:
+    d[key] = value
+    d.move_to_end(key)
+    while len(d) > cap:
+        d.popitem(last=False)
 
 
 def _script(name: str) -> str:
@@ -64,9 +168,12 @@ class RedisStore:
     ) -> None:
         if on_error not in ("local", "raise"):
             raise ValueError(f"on_error must be 'local' or 'raise', but was {on_error!r}")
+        if "{" in prefix or "}" in prefix:
+            raise ValueError(f"the key prefix may not hold '{{' or '}}' (Redis Cluster hash tags), but was {prefix!r}")
         self.url = url
         self.prefix = prefix
         self.ttl_s = ttl_s
+        self.max_sessions = max_sessions
         self.on_error = on_error
         self.retry_s = retry_s
         self.near_cache_s = near_cache_s
@@ -81,6 +188,18 @@ class RedisStore:
         self._cache: dict[str, tuple[str, float, float]] = {}
         self._down_until = 0.0
         self.failures = 0
+        # an outage without amnesia (on_error="local", module docstring); self._lock guards
+        # these, self._local and the write-back, and is always taken before self._local's own
+        self._keep = on_error == "local"
+        self._lock = threading.RLock()
+        self._sessions_seen: OrderedDict[str, tuple[float, bytes]] = OrderedDict()  # key -> (last used, value)
+        self._sessions_seen_bytes = 0
+        self._breakers_seen: OrderedDict[str, dict[str, Any]] = OrderedDict()  # key -> the script's `raw`
+        self._spend_seen: OrderedDict[str, tuple[int, float, float]] = OrderedDict()  # key -> (window, tokens, cost)
+        self._touched: dict[str, _Touched] = {}
+        self._outcomes: deque[_Outcome] = deque(maxlen=OUTAGE_OUTCOMES)
+        self._spent: dict[tuple[str, float, int], _Spent] = {}  # (key, window_s, window index) -> spend
+        self._dirty = False  # in-process state holds something Redis has not got yet
         self._listener: threading.Thread | None = None
         self._stop = threading.Event()
         if listen:
@@ -89,13 +208,28 @@ class RedisStore:
 
     # ------------------------------------------------------------- keys and errors
     def session_key(self, key: str) -> str:
-        return f"{self.prefix}:{{s:{key}}}"
+        return f"{self.prefix}:{{s:{escape_key_part(key)}}}"
 
     def breaker_key(self, key: str) -> str:
-        return f"{self.prefix}:{{b:{key}}}"
+        return f"{self.prefix}:{{b:{escape_key_part(key)}}}"
+
+    def spend_key(self, key: str, index: int) -> str:
+        return f"{self.prefix}:{{g:{escape_key_part(key)}}}:{index}"
+
+    @staticmethod
+    def _marker(rkey: str) -> str:
+        """A fresh write-back marker key, in the hash slot of the key it marks."""
+        return f"{rkey}:merged:{secrets.token_hex(8)}"
 
     def _available(self) -> bool:
         return time.monotonic() >= self._down_until
+
+    def _use_local(self) -> bool:
+        """Whether an operation runs on in-process state: Redis is away, or is back but what
+        was done without it is not written back yet (this tries to write it back first)."""
+        if self._dirty:
+            return not (self._available() and self.resync())
+        return not self._available()
 
     def _failed(self, exc: Exception) -> None:
         self.failures += 1
@@ -107,8 +241,8 @@ class RedisStore:
 
     # ------------------------------------------------------------- sessions
     def update_session(self, key: str, now: float, fn: Callable[[object | None], tuple[object, R]]) -> R:
-        if not self._available():
-            return self._degraded(lambda: self._local.update_session(key, now, fn))
+        if self._use_local():
+            return self._degraded(lambda: self._local_update(key, now, fn))
         skey = self.session_key(key)
         try:
             for attempt in range(MAX_CAS_ATTEMPTS):
@@ -117,17 +251,58 @@ class RedisStore:
                     time.sleep(min(0.02, CAS_BACKOFF_S * 2**attempt) * self._rng.uniform(0.5, 1.5))
                 raw = self.redis.get(skey)
                 state = _decode_session(raw)
+                if self._keep:
+                    self._saw_session(key, now, raw if state is not None else None)
                 version = state.version if state is not None else 0
                 new_state, result = fn(state)
                 if new_state is None:
                     return result
                 new_state.version = version + 1  # type: ignore[attr-defined]
-                if self._cas_script(keys=[skey], args=[version, codec.encode(new_state), max(1, int(self.ttl_s)), codec.FORMAT]):
+                data = codec.encode(new_state)
+                if self._cas_script(keys=[skey], args=[version, data, max(1, int(self.ttl_s)), codec.FORMAT]):
+                    if self._keep:
+                        self._saw_session(key, now, data)
                     return result
             raise StorageError(f"session {key!r}: {MAX_CAS_ATTEMPTS} conflicting writers in a row")
         except redis_lib.RedisError as exc:
             self._failed(exc)
+            return self._local_update(key, now, fn)
+
+    def _saw_session(self, key: str, now: float, raw: bytes | None) -> None:
+        with self._lock:
+            seen = self._sessions_seen
+            old = seen.pop(key, None)
+            if old is not None:
+                self._sessions_seen_bytes -= len(old[1])
+            if raw is None:
+                return
+            seen[key] = (now, raw)
+            self._sessions_seen_bytes += len(raw)
+            while len(seen) > MIRROR_SESSIONS or self._sessions_seen_bytes > MIRROR_SESSION_BYTES:
+                self._sessions_seen_bytes -= len(seen.popitem(last=False)[1][1])
+
+    def _local_update(self, key: str, now: float, fn: Callable[[object | None], tuple[object, R]]) -> R:
+        with self._lock:
+            self._dirty = True
+            if self._local.peek_session(key) is None:  # first use during this outage
+                seen = self._sessions_seen.get(key)
+                state = None if seen is None else _decode_session(seen[1])
+                if key not in self._touched and len(self._touched) < OUTAGE_SESSIONS:
+                    base = None if seen is None or state is None else _digest(seen[1])
+                    self._touched[key] = _Touched(base, _spend_of(state), now)
+                if state is not None:
+                    self._local.seed_session(key, seen[0], state)  # type: ignore[index]
+            touched = self._touched.get(key)
+            if touched is not None:
+                touched.seen = now
             return self._local.update_session(key, now, fn)
+
+    def _local_peek(self, key: str) -> object | None:
+        with self._lock:
+            state = self._local.peek_session(key)
+            if state is None and (seen := self._sessions_seen.get(key)) is not None:
+                state = _decode_session(seen[1])
+            return state
 
     def _degraded(self, run: Callable[[], R]) -> R:
         if self.on_error == "raise":
@@ -135,26 +310,56 @@ class RedisStore:
         return run()
 
     def peek_session(self, key: str) -> object | None:
+        # no write-back from here: the engine peeks inside a session update
+        if self._keep and (self._dirty or not self._available()):
+            return self._local_peek(key)
         try:
             raw = self.redis.get(self.session_key(key))
         except redis_lib.RedisError as exc:
             self._failed(exc)
-            return self._local.peek_session(key)
+            return self._local_peek(key)
         return _decode_session(raw)
 
     # ------------------------------------------------------------- global spend
     def add_spend(self, key: str, tokens: float, cost_usd: float, window_s: float, now: float) -> tuple[float, float]:
-        if not self._available():
-            return self._degraded(lambda: self._local.add_spend(key, tokens, cost_usd, window_s, now))
+        if self._use_local():
+            return self._degraded(lambda: self._local_spend(key, tokens, cost_usd, window_s, now))
         index = int(now // window_s)
         try:
-            out = self._spend_script(
-                keys=[f"{self.prefix}:{{g:{key}}}:{index}"], args=[tokens, cost_usd, max(1, int(2 * window_s))]
-            )
+            out = self._spend_script(keys=[self.spend_key(key, index)], args=[tokens, cost_usd, max(1, int(2 * window_s))])
         except redis_lib.RedisError as exc:
             self._failed(exc)
-            return self._local.add_spend(key, tokens, cost_usd, window_s, now)
-        return float(out[0]), float(out[1])
+            return self._local_spend(key, tokens, cost_usd, window_s, now)
+        totals = float(out[0]), float(out[1])
+        if self._keep:
+            self._saw_spend(key, index, totals)
+        return totals
+
+    def _saw_spend(self, key: str, index: int, totals: tuple[float, float]) -> None:
+        with self._lock:
+            seen = self._spend_seen.get(key)
+            if seen is None or seen[0] <= index:
+                _lru_put(self._spend_seen, key, (index, *totals), MIRROR_SPEND_WINDOWS)
+
+    def _local_spend(
+        self, key: str, tokens: float, cost_usd: float, window_s: float, now: float
+    ) -> tuple[float, float]:
+        index = int(now // window_s)
+        with self._lock:
+            self._dirty = True
+            current = self._local.spend_window(key)
+            if current is None or current[0] != index:
+                seen = self._spend_seen.get(key)
+                if seen is not None and seen[0] == index:
+                    self._local.seed_spend(key, index, seen[1], seen[2])
+            totals = self._local.add_spend(key, tokens, cost_usd, window_s, now)
+            spent = self._spent.get((key, window_s, index))
+            if spent is None and len(self._spent) < OUTAGE_SPEND_WINDOWS:
+                spent = self._spent[(key, window_s, index)] = _Spent()
+            if spent is not None:
+                spent.tokens += tokens
+                spent.cost_usd += cost_usd
+            return totals
 
     # ------------------------------------------------------------- breakers
     def _cfg(self, cfg: BreakerConfig) -> str:
@@ -169,11 +374,13 @@ class RedisStore:
         """A breaker key outlives its longest open interval and its window, idle or not."""
         return max(1, int(max(self.ttl_s, cfg.max_open_s + cfg.window_s + cfg.probe_timeout_s)))
 
-    def _run(self, op: str, key: str, cfg: BreakerConfig, now: float, args: dict[str, Any]) -> dict[str, Any]:
+    def _run(
+        self, op: str, key: str, cfg: BreakerConfig, now: float, args: dict[str, Any], marker: str | None = None
+    ) -> dict[str, Any]:
         bkey = self.breaker_key(key)
         try:
             raw = self._breaker_script(
-                keys=[bkey],
+                keys=[bkey] if marker is None else [bkey, marker],
                 args=[op, now, self._cfg(cfg), json.dumps(args), self._ttl(cfg), CHANNEL, self._rng.uniform(-1, 1)],
             )
         except redis_lib.ResponseError as exc:
@@ -182,13 +389,17 @@ class RedisStore:
                 raise IllegalTransition(key, _S(src), _S(dst)) from None
             raise
         out = json.loads(raw)
-        self._remember(bkey, out["state"], json.loads(out["raw"]))
+        state = json.loads(out["raw"])
+        self._remember(bkey, out["state"], state)
+        if self._keep:
+            with self._lock:
+                _lru_put(self._breakers_seen, key, state, MIRROR_BREAKERS)
         return out
 
     def _remember(self, bkey: str, state: str, raw: dict[str, Any] | None = None, until_s: float | None = None) -> None:
         if until_s is None and raw is not None and state == "open":
             until_s = raw["opened_at"] + raw["open_interval_s"]
-        if len(self._cache) > 10_000:
+        if len(self._cache) > NEAR_CACHE_MAX:
             self._cache.clear()
         self._cache[bkey] = (state, until_s or 0.0, time.monotonic() + self.near_cache_s)
 
@@ -204,13 +415,14 @@ class RedisStore:
         cached = self._cache.get(bkey)
         if cached is not None and cached[0] == "closed" and time.monotonic() < cached[2]:
             return Permission(True, _S.CLOSED)  # known closed: no round trip
-        if not self._available():
-            return self._degraded(lambda: self._local.breaker_acquire(key, cfg, now))
+        # no write-back from here: the engine acquires inside a session update
+        if self._dirty or not self._available():
+            return self._degraded(lambda: self._local_breaker(key, lambda: self._local.breaker_acquire(key, cfg, now)))
         try:
             out = self._run("acquire", key, cfg, now, {})
         except redis_lib.RedisError as exc:
             self._failed(exc)
-            return self._local.breaker_acquire(key, cfg, now)
+            return self._local_breaker(key, lambda: self._local.breaker_acquire(key, cfg, now))
         return Permission(
             bool(out.get("allowed")),
             _S(out["state"]),
@@ -223,36 +435,172 @@ class RedisStore:
     def breaker_record(
         self, key: str, cfg: BreakerConfig, now: float, *, failed: bool, slow: bool, probe: int | None
     ) -> Recorded:
-        if not self._available():
-            return self._degraded(lambda: self._local.breaker_record(key, cfg, now, failed=failed, slow=slow, probe=probe))
+        if self._use_local():
+            return self._degraded(lambda: self._local_record(key, cfg, now, failed, slow, probe))
         try:
             out = self._run("record", key, cfg, now, {"failed": failed, "slow": slow, "probe": probe})
         except redis_lib.RedisError as exc:
             self._failed(exc)
-            return self._local.breaker_record(key, cfg, now, failed=failed, slow=slow, probe=probe)
+            return self._local_record(key, cfg, now, failed, slow, probe)
         return Recorded(_S(out["state"]), self._transition(key, out))
+
+    def _local_record(
+        self, key: str, cfg: BreakerConfig, now: float, failed: bool, slow: bool, probe: int | None
+    ) -> Recorded:
+        with self._lock:
+            self._outcomes.append(_Outcome(key, cfg, now, failed, slow))
+            return self._local_breaker(
+                key, lambda: self._local.breaker_record(key, cfg, now, failed=failed, slow=slow, probe=probe)
+            )
 
     def breaker_force(self, key: str, cfg: BreakerConfig, now: float, state: BreakerStateName) -> Transition | None:
         from ..breaker.core import OPERATOR_STATES
 
         if state not in OPERATOR_STATES:
             raise ValueError(f"breaker {key!r}: an operator may set {sorted(s.value for s in OPERATOR_STATES)}, not {state.value}")
+        if self._use_local():
+            return self._degraded(lambda: self._local_breaker(key, lambda: self._local.breaker_force(key, cfg, now, state)))
         try:
             out = self._run("force", key, cfg, now, {"state": state.value})
         except redis_lib.RedisError as exc:
             self._failed(exc)
-            return self._local.breaker_force(key, cfg, now, state)
+            return self._local_breaker(key, lambda: self._local.breaker_force(key, cfg, now, state))
         return self._transition(key, out)
 
     def breaker_state(self, key: str) -> BreakerState | None:
-        if not self._available():
-            return self._degraded(lambda: self._local.breaker_state(key))
+        if self._use_local():
+            return self._degraded(lambda: self._local_breaker(key, lambda: self._local.breaker_state(key)))
         try:
             raw = self.redis.get(self.breaker_key(key))
         except redis_lib.RedisError as exc:
             self._failed(exc)
-            return self._local.breaker_state(key)
-        return None if raw is None else _decode_breaker(key, json.loads(raw))
+            return self._local_breaker(key, lambda: self._local.breaker_state(key))
+        state = None if raw is None else json.loads(raw)
+        if self._keep:
+            with self._lock:
+                if state is None:
+                    self._breakers_seen.pop(key, None)
+                else:
+                    _lru_put(self._breakers_seen, key, state, MIRROR_BREAKERS)
+        return None if state is None else _decode_breaker(key, state)
+
+    def _local_breaker(self, key: str, run: Callable[[], R]) -> R:
+        """Run `run` on the in-process breaker; on its first use during an outage it starts
+        from the last state seen on Redis, or from a broadcast that it opened (near-cache),
+        whichever refuses calls longer."""
+        with self._lock:
+            self._dirty = True
+            if self._local.breaker_state(key) is None:
+                seen = self._breakers_seen.get(key)
+                st = None if seen is None else _decode_breaker(key, seen)
+                cached = self._cache.get(self.breaker_key(key))
+                told = None if cached is None else cached[0]
+                if told == "forced_open" and (st is None or st.state is not _S.FORCED_OPEN):
+                    st = st or BreakerState(key)
+                    st.state = _S.FORCED_OPEN
+                elif told == "open" and not _refuses_until(st, cached[1]):  # type: ignore[index]
+                    st = st or BreakerState(key)
+                    # only the reopen time opened_at + open_interval_s is known; an interval of
+                    # 0 lets a failed probe back off from open_s
+                    st.state, st.opened_at, st.open_interval_s = _S.OPEN, cached[1], 0.0
+                    st.probes, st.probe_successes = [], 0
+                if st is not None:
+                    self._local.seed_breaker(key, st)
+            return run()
+
+    # ------------------------------------------------------------- write-back after an outage
+    def resync(self) -> bool:
+        """Write back what this worker did on in-process state while Redis was away (module
+        docstring), then use Redis again. The store calls it on its first operation after
+        `retry_s`; call it to recover at once. True when nothing is left to write back; False
+        when Redis failed again (the rest waits for the next attempt; nothing is written twice)."""
+        with self._lock:
+            if not self._dirty:
+                return True
+            try:
+                self.redis.ping()
+                outcomes = self._replay_outcomes()
+                sessions = self._write_back_sessions()
+                windows = self._write_back_spend()
+            except (redis_lib.RedisError, StorageError) as exc:
+                self._failed(exc)
+                return False
+            self._local = MemoryStore(ttl_s=self.ttl_s, max_sessions=self.max_sessions)
+            self._dirty = False
+            self._down_until = 0.0
+        log.info("agent-breaker: Redis at %s is back; wrote back %d sessions, %d breaker outcomes, %d spend windows",
+                 self.url, sessions, outcomes, windows)
+        return True
+
+    def _replay_outcomes(self) -> int:
+        done = 0
+        while self._outcomes:
+            o = self._outcomes[0]
+            if o.sent is None or not self.redis.exists(o.sent):
+                o.sent = self._marker(self.breaker_key(o.key))
+                self._run("record", o.key, o.cfg, o.ts, {"failed": o.failed, "slow": o.slow, "probe": None}, o.sent)
+                done += 1
+            self._outcomes.popleft()
+        return done
+
+    def _write_back_sessions(self) -> int:
+        done = 0
+        for key in list(self._touched):
+            if self._write_back_session(key, self._touched[key]):
+                done += 1
+            del self._touched[key]
+            self._local.forget_session(key)
+        return done
+
+    def _write_back_session(self, key: str, t: _Touched) -> bool:
+        skey = self.session_key(key)
+        if t.sent is not None:
+            marker, written, spend = t.sent
+            t.sent = None
+            if self.redis.exists(marker):
+                # the write whose reply was lost happened: Redis has everything up to it
+                t.base, t.start = written, spend
+        local = self._local.peek_session(key)
+        if not isinstance(local, SessionState):
+            return False  # nothing in-process any more (evicted)
+        for _ in range(MAX_CAS_ATTEMPTS):
+            raw = self.redis.get(skey)
+            current = _decode_session(raw)
+            version = 0 if current is None else current.version
+            if current is None or _digest(raw) == t.base:
+                new = local  # nobody else wrote it meanwhile: the local state is the session
+            else:
+                new = _with_outage_spend(current, local, t.start)
+            new.version = version + 1
+            data = codec.encode(new)
+            t.sent = (self._marker(skey), _digest(data), _spend_of(new))
+            if self._cas_script(keys=[skey, t.sent[0]], args=[version, data, max(1, int(self.ttl_s)), codec.FORMAT]):
+                self._saw_session(key, t.seen, data)
+                return True
+            t.sent = None  # refused: nothing was written
+        raise StorageError(f"session {key!r}: {MAX_CAS_ATTEMPTS} conflicting writers in a row")
+
+    def _write_back_spend(self) -> int:
+        done = 0
+        for wkey in list(self._spent):
+            key, window_s, index = wkey
+            spent = self._spent[wkey]
+            gkey = self.spend_key(key, index)
+            if spent.sent is not None:
+                marker, tokens, cost = spent.sent
+                spent.sent = None
+                if self.redis.exists(marker):
+                    spent.tokens -= tokens
+                    spent.cost_usd -= cost
+            if spent.tokens > 0 or spent.cost_usd > 0:
+                spent.sent = (self._marker(gkey), spent.tokens, spent.cost_usd)
+                out = self._spend_script(
+                    keys=[gkey, spent.sent[0]], args=[spent.tokens, spent.cost_usd, max(1, int(2 * window_s))]
+                )
+                self._saw_spend(key, index, (float(out[0]), float(out[1])))
+                done += 1
+            del self._spent[wkey]
+        return done
 
     # ------------------------------------------------------------- broadcast
     def _listen(self) -> None:
@@ -265,12 +613,16 @@ class RedisStore:
                 while not self._stop.is_set():
                     msg = pubsub.get_message(timeout=0.5)
                     if msg and msg.get("type") == "message":
-                        data = json.loads(msg["data"])
-                        self._remember(data["key"], data["state"], until_s=data.get("until_s"))
+                        self.on_broadcast(msg["data"])
                 pubsub.close()
                 client.close()
             except (redis_lib.RedisError, OSError, ValueError):
                 self._stop.wait(self.retry_s)  # Redis is down: try again later
+
+    def on_broadcast(self, payload: bytes | str) -> None:
+        """Take one transition published on CHANNEL by any worker (the listener calls this)."""
+        data = json.loads(payload)
+        self._remember(data["key"], data["state"], until_s=data.get("until_s"))
 
     def close(self) -> None:
         self._stop.set()
@@ -294,6 +646,29 @@ def _decode_session(raw: bytes | None) -> Any:
     except (ValueError, TypeError, KeyError, IndexError):
         log.warning("agent-breaker: an unreadable session value is replaced")
         return None
+
+
+def _with_outage_spend(current: SessionState, local: SessionState, start: _Spend) -> SessionState:
+    """A session's Redis copy that moved on during an outage, plus what this worker took on it
+    meanwhile: its spend (local minus where the local copy started) and its halt, if any."""
+    steps, tokens_before, cost, tool_tokens = start
+    current.steps += max(0, local.steps - steps)
+    current.tokens += max(0, local.tokens - tokens_before)
+    current.cost_usd += max(0.0, local.cost_usd - cost)
+    for tool, tokens in local.tool_tokens.items():
+        extra = tokens - tool_tokens.get(tool, 0)
+        if extra > 0:
+            put_bounded(current.tool_tokens, tool, current.tool_tokens.get(tool, 0) + extra, MAX_TOOLS)
+    if current.halted is None:
+        current.halted = local.halted
+    return current
+
+
+def _refuses_until(st: BreakerState | None, until: float) -> bool:
+    """Whether a breaker refuses calls at least until `until`."""
+    if st is None:
+        return False
+    return st.state is _S.FORCED_OPEN or (st.state is _S.OPEN and st.opened_at + st.open_interval_s >= until)
 
 
 def _decode_breaker(key: str, d: dict[str, Any]) -> BreakerState:

@@ -30,6 +30,7 @@ from .governor import budget
 from .receipts import ClaimChecker, ReceiptKeys, empty_mutation_trip, is_empty_result, mint, verify
 from .session import FAILED, MAX_PENDING, MIXED, CallFacts, ChurnView, Pending, SessionState
 from .store import MemoryStore, StorageError, Store, store_from_uri
+from .store.base import key_parts
 from .verdicts import ALLOW, Incident, ResultVerdict, Verdict, observation
 
 log = logging.getLogger("agent_breaker")
@@ -260,7 +261,7 @@ class Engine:
     def _breaker_key(self, cfg: AgentBreakerConfig, tenant: str | None, tool: str) -> str:
         if not self.share_breakers:
             return tool
-        return f"{tenant or ''}:{tool}" if cfg.breaker.key_by_tenant else tool
+        return key_parts(tenant or "", tool) if cfg.breaker.key_by_tenant else key_parts(tool)
 
     def _emit(self, s: SessionState, ev: Any, trip: Trip, severity: str, now: float, tool: str | None) -> None:
         with self._metrics_lock:
@@ -389,7 +390,7 @@ class Engine:
         if (g.max_tokens is None and g.max_cost_usd is None) or cfg.mode_of(H.GLOBAL_BUDGET) == "off":
             return None
         try:
-            spent = self.store.add_spend(f"{step.ev.tenant or ''}:{step.ev.feature or ''}", tokens, cost_usd, g.window_s, step.now)
+            spent = self.store.add_spend(key_parts(step.ev.tenant or "", step.ev.feature or ""), tokens, cost_usd, g.window_s, step.now)
         except StorageError as exc:
             return self._storage_unavailable(step, exc, getattr(step.ev, "tool", None))
         return budget.check_global_budget(spent, cfg, step.now)

@@ -122,7 +122,6 @@ def test_ids_full_of_key_syntax_round_trip_on_redis(redis_store):
 # The engine joins tenant and feature (spend) and tenant and tool (breakers) with ':' before the
 # store sees them; until engine.py builds those keys with store.base.key_parts, tenants whose
 # names join alike share them. strict: these start passing (and must lose the mark) with that edit.
-@pytest.mark.xfail(strict=True, reason="engine.py joins tenant and feature with an unescaped ':'")
 def test_engine_keeps_the_spend_of_tenants_that_join_alike_apart(make_engine, clock):
     engine = make_engine({"global_budget": {"max_tokens": 15_000, "window_s": 3600}, "budget": {"max_tokens": None}})
     clock.advance(1)
@@ -134,7 +133,6 @@ def test_engine_keeps_the_spend_of_tenants_that_join_alike_apart(make_engine, cl
     assert v.allowed, v.heuristic
 
 
-@pytest.mark.xfail(strict=True, reason="engine.py joins tenant and tool with an unescaped ':'")
 def test_engine_keeps_the_breakers_of_tenants_that_join_alike_apart(make_engine):
     engine = make_engine({"breaker": {"key_by_tenant": True}})
     engine.force_breaker("c", "forced_open", tenant="a:b")

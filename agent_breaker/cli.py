@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import os
 import sys
 from pathlib import Path
@@ -14,10 +13,7 @@ from .config import AgentBreakerConfig, ConfigError, load_config
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from .engine import Engine
-    from .replay import replay_lines
-    from .receipts import ReceiptKeys
-    from .store import MemoryStore
+    from .replay import replay_engine, replay_lines
 
     config = load_config(args.config) if args.config else AgentBreakerConfig()
     if args.incidents:
@@ -27,23 +23,7 @@ def _replay(args: argparse.Namespace) -> int:
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
         logger.propagate = False
-        listeners = None
-    else:
-        listeners = []
-    # sessions of a trace may each run on their own clock: idle eviction by another session's
-    # time would drop live sessions, so replay evicts by count only
-    store = MemoryStore(ttl_s=math.inf, max_sessions=config.sessions.max_sessions)
-    engine = Engine(
-        config,
-        store=store,
-        listeners=listeners,
-        share_breakers=args.shared_breakers,
-        observe=args.observe,
-        # replay's receipts never leave the process: a per-run key is all it needs
-        receipt_keys=ReceiptKeys.ephemeral(),
-        # a recorded run is decided on its own clock
-        trust_event_time=True,
-    )
+    engine = replay_engine(config, observe=args.observe, shared_breakers=args.shared_breakers, incidents=bool(args.incidents))
     path = Path(args.trace)
     try:
         # bytes: a line that is not UTF-8 is reported with its number, not fatal

@@ -8,13 +8,17 @@ assumed to go on as recorded.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections import deque
 from dataclasses import dataclass, field
 from typing import IO, Any, Iterable, Iterator
 
 from . import heuristics as H
+from .config import AgentBreakerConfig
 from .engine import Engine
+from .receipts import ReceiptKeys
+from .store import MemoryStore
 from .events import InvalidEventError, ToolCall, ToolResult, parse_event
 
 
@@ -150,6 +154,25 @@ class Replayer:
     def results(self) -> Iterator[dict[str, Any]]:
         for r in self.sessions.values():
             yield r.output()
+
+
+def replay_engine(
+    config: AgentBreakerConfig, *, observe: bool = False, shared_breakers: bool = False, incidents: bool = False
+) -> Engine:
+    """The engine `agent-breaker replay` runs: the trace's own clock, count-only eviction,
+    per-session breakers unless `shared_breakers`, and a per-run receipt key."""
+    return Engine(
+        config,
+        # sessions of a trace may each run on their own clock: idle eviction by another
+        # session's time would drop live sessions, so replay evicts by count only
+        store=MemoryStore(ttl_s=math.inf, max_sessions=config.sessions.max_sessions),
+        listeners=None if incidents else [],
+        share_breakers=shared_breakers,
+        observe=observe,
+        # replay's receipts never leave the process: a per-run key is all it needs
+        receipt_keys=ReceiptKeys.ephemeral(),
+        trust_event_time=True,
+    )
 
 
 def replay_lines(lines: Iterable[str | bytes], engine: Engine, *, errors: IO[str] | None = None) -> tuple[list[dict[str, Any]], int]:

@@ -1,0 +1,39 @@
+"""Golden files: `agent-breaker replay` on every trace of shared/traces/, with the shipped
+defaults, must print exactly what tests/golden/<trace>.out holds. A change of behaviour updates
+a golden file in a commit that says which behaviour changed and why."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from agent_breaker import AgentBreakerConfig
+from agent_breaker.replay import replay_engine, replay_lines
+
+TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+GOLDEN = Path(__file__).resolve().parent / "golden"
+
+
+def _traces() -> list[Path]:
+    return sorted(p for p in TRACES.glob("*.jsonl") if not p.name.endswith(".labels.jsonl")) if TRACES.is_dir() else []
+
+
+@pytest.mark.skipif(not _traces(), reason="shared/traces is not beside the checkout")
+@pytest.mark.parametrize("trace", _traces(), ids=lambda p: p.stem)
+def test_replay_output_is_byte_identical_to_its_golden_file(trace):
+    golden = GOLDEN / f"{trace.stem}.out"
+    with trace.open("rb") as lines:
+        results, invalid = replay_lines(lines, replay_engine(AgentBreakerConfig()), errors=io.StringIO())
+    out = "".join(json.dumps(r) + "\n" for r in results)
+    assert invalid == 0
+    assert golden.is_file(), f"no golden file for {trace.name}: write {golden}"
+    assert out == golden.read_text(), f"replay of {trace.name} differs from {golden.name}"
+
+
+def test_every_golden_file_has_its_trace():
+    if not _traces():
+        pytest.skip("shared/traces is not beside the checkout")
+    assert {p.stem for p in GOLDEN.glob("*.out")} == {p.stem for p in _traces()}

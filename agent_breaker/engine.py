@@ -7,6 +7,8 @@ detectors and governor on the session's state inside one atomic store update.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import logging
 import os
@@ -185,7 +187,6 @@ class Engine:
         ignored, so no input can move another session's or a shared breaker's time."""
         self.config = config if isinstance(config, AgentBreakerConfig) else parse_config(config)
         self.store: Store = store or _store_for(self.config)
-        self.fingerprints = fingerprinter or fingerprinter_for(self.config, shared=not isinstance(self.store, MemoryStore))
         self.clock = clock or SystemClock()
         self.trust_event_time = trust_event_time
         self.listeners: list[Listener] = [log_incident] if listeners is None else list(listeners)
@@ -194,6 +195,9 @@ class Engine:
         self.failure_predicates: dict[str, FailurePredicate] = dict(failure_predicates or {})
         self.receipt_keys = receipt_keys or ReceiptKeys.from_config(
             self.config.receipts, required=self.config.mode_of(H.UNVERIFIED_CLAIM) == "enforce" and not observe
+        )
+        self.fingerprints = fingerprinter or fingerprinter_for(
+            self.config, shared=not isinstance(self.store, MemoryStore), receipt_keys=self.receipt_keys
         )
         self._policies: dict[tuple[str | None, str | None, str | None], _Policy] = {}
         self._metrics: Counter[tuple[str, str]] = Counter()
@@ -715,19 +719,26 @@ class Engine:
         self.store.breaker_force(self._breaker_key(cfg, tenant, tool), cfg.breaker, self.clock.now(), BreakerStateName(state))
 
 
-def fingerprinter_for(config: AgentBreakerConfig, *, shared: bool) -> Fingerprinter:
+def fingerprinter_for(config: AgentBreakerConfig, *, shared: bool, receipt_keys: ReceiptKeys | None = None) -> Fingerprinter:
     """The deployment's fingerprint key: `fingerprint_secret`, else $AGENT_BREAKER_FINGERPRINT_SECRET,
-    else (state in this process only) a random key. A shared store needs one secret for the
-    whole fleet, or workers' fingerprints would not compare: it is refused without one."""
+    else one derived from the current receipt key (a fleet shares those already), else (state
+    in this process only) a random key. A shared store needs one key for the whole fleet, or
+    workers' fingerprints would not compare: without any of these it is refused."""
     secret = config.fingerprint_secret or os.environ.get(FINGERPRINT_SECRET_ENV, "")
     if secret:
         return Fingerprinter(secret.encode("utf-8"))
+    if receipt_keys is not None:
+        return Fingerprinter(hmac.new(receipt_keys.keys[receipt_keys.current_id], _FINGERPRINT_LABEL, hashlib.sha256).digest())
     if shared:
         raise ConfigError(
-            f"shared storage needs one fingerprint secret for the whole fleet: set ${FINGERPRINT_SECRET_ENV} (e.g. to the output of "
-            "`python3 -c 'import secrets; print(secrets.token_hex(32))'`) or fingerprint_secret"
+            f"shared storage needs one fingerprint secret for the whole fleet: set ${FINGERPRINT_SECRET_ENV} (e.g. to the "
+            "output of `python3 -c 'import secrets; print(secrets.token_hex(32))'`), fingerprint_secret, or receipt keys"
         )
     return Fingerprinter.ephemeral()
+
+
+#: separates the fingerprint key derived from a receipt key from the receipt key's own use
+_FINGERPRINT_LABEL = b"agent-breaker fingerprint key v1"
 
 
 def _store_for(config: AgentBreakerConfig) -> Store:

@@ -10,9 +10,9 @@ What it adds to the stock server (see README, "Security"):
 - an ASGI guard in front of every route: the Host header, a bearer token (tokens may be bound
   to a tenant), a request size limit, and a JSON check (nesting depth, valid Unicode, events per
   request) before anything recursive runs, NeMo included: bad input gets a 4xx, never a 500;
-- the events endpoint keeps one live Colang state per (tenant, config, session), and that state
-  holds no payload: the Colang runtime sees ids and a reference, the action reads the event from
-  a table that lives for the request only.
+- the events endpoint runs events through a small pool of live Colang states per config, and
+  they hold no payload: the Colang runtime sees ids and a reference, the action reads the event
+  from a table that lives for the request only.
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ import asyncio
 import contextlib
 import hashlib
 import hmac
+import itertools
 import json
 import logging
 import os
+import re
 import secrets
 import tempfile
-import time
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterator, Mapping
@@ -63,8 +63,7 @@ DEFAULT_MAX_REQUEST_BYTES = 1_048_576
 DEFAULT_MAX_EVENT_BYTES = 262_144
 DEFAULT_MAX_EVENTS = MAX_CONTEXT_EVENTS
 DEFAULT_MAX_JSON_DEPTH = 64
-SESSION_IDLE_S = 900.0
-MAX_SESSIONS = 10_000
+POOL_SIZE = 4  # live Colang states per config (NeMo runs one event at a time per process anyway)
 
 EVENTS_PATH = "/v1/agent-breaker/events"
 CHAT_PATH = "/v1/chat/completions"
@@ -224,10 +223,13 @@ class RequestGuard:
                 if not message.get("more_body"):
                     break
             body = b"".join(chunks)
-            problem = self.check_json(scope.get("path", ""), body) if body else None
-            if problem is not None:
-                await _reply(send, *problem)
-                return
+            if body:
+                problem, data = self.check_json(scope.get("path", ""), body)
+                if problem is not None:
+                    await _reply(send, *problem)
+                    return
+                # the endpoint reads the body parsed once, here
+                scope.setdefault("state", {})[PARSED_BODY] = data
         replayed = False
 
         async def replay() -> dict[str, Any]:
@@ -243,48 +245,67 @@ class RequestGuard:
         finally:
             CALLER_TENANT.reset(token)
 
-    def check_json(self, path: str, body: bytes) -> tuple[int, str] | None:
-        """(status, reason) when a body may not reach the routes: not JSON, nested too deep,
-        invalid Unicode, or more agent-breaker events than a request may carry."""
+    def check_json(self, path: str, body: bytes) -> tuple[tuple[int, str] | None, Any]:
+        """(status, reason) when a body may not reach the routes: nested too deep, not JSON,
+        invalid Unicode, or more agent-breaker events (or bigger ones) than a request may
+        carry; else (None, the parsed body). Each check runs before the costlier ones after it,
+        and none recurses: a hostile body must cost little to turn away."""
+        limits = self.limits
+        if _max_depth(body) > limits.max_depth:
+            return (400, f"the request body is nested deeper than {limits.max_depth} levels"), None
         try:
             data = json.loads(body)
-        except RecursionError:
-            return 400, f"the request body is nested deeper than {self.limits.max_depth} levels"
         except ValueError:
-            return 400, "the request body is not valid JSON (UTF-8)"
-        problem = _walk(data, self.limits.max_depth)
-        if problem is not None:
-            return 400, problem
-        if path == CHAT_PATH and isinstance(data, dict):
-            events = context_events(_context_messages(data))
-            if len(events) > self.limits.max_events:
-                return 413, f"{len(events)} agent-breaker events in one request; the limit is {self.limits.max_events}"
+            return (400, "the request body is not valid JSON (UTF-8)"), None
+        if _SURROGATE_ESCAPE.search(body) and _has_lone_surrogate(data):
+            return (400, "the request holds a lone surrogate (not valid Unicode text)"), None
+        if isinstance(data, dict):
+            if path == EVENTS_PATH:
+                events = data.get("events")
+                events = events if isinstance(events, list) else []
+                where = "events"
+            elif path == CHAT_PATH:
+                events = context_events(_context_messages(data))
+                where = "agent_breaker_events"
+            else:
+                events = []
+                where = ""
+            if len(events) > limits.max_events:
+                return (413, f"{len(events)} agent-breaker events in one request; the limit is {limits.max_events}"), None
             for i, event in enumerate(events):
-                if _size(event) > self.limits.max_event_bytes:
-                    return 413, f"agent_breaker_events[{i}] is over the limit of {self.limits.max_event_bytes} bytes"
-        return None
+                if _size(event) > limits.max_event_bytes:
+                    return (413, f"{where}[{i}] is over the limit of {limits.max_event_bytes} bytes"), None
+        return None, data
 
 
-def _walk(data: Any, max_depth: int) -> str | None:
-    """Depth and Unicode check without recursion (a hostile body must not reach a recursive
-    parser, a deep copy or a logger)."""
-    stack = [(data, 1)]
+#: where the request guard leaves the parsed body for the endpoint (ASGI scope state)
+PARSED_BODY = "agent_breaker_body"
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string, its loop unrolled (fast in `re`)
+_NOT_BRACKET = bytes(sorted(set(range(256)) - set(b"[]{}")))
+_DEPTH_STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _max_depth(body: bytes) -> int:
+    """How deep a JSON body nests, from its brackets outside strings (all in C but the max)."""
+    brackets = _STRING.sub(b"", body).translate(None, _NOT_BRACKET)
+    return max(itertools.accumulate(map(_DEPTH_STEP.__getitem__, brackets)), default=0)
+
+
+def _has_lone_surrogate(data: Any) -> bool:
+    """Only for bodies that escape a surrogate at all: a walk without recursion."""
+    stack = [data]
     while stack:
-        value, depth = stack.pop()
+        value = stack.pop()
         if isinstance(value, str):
             if has_invalid_chars(value):
-                return "the request holds a lone surrogate (not valid Unicode text)"
-        elif isinstance(value, (dict, list)):
-            if depth > max_depth:
-                return f"the request body is nested deeper than {max_depth} levels"
-            if isinstance(value, dict):
-                for k, v in value.items():
-                    if has_invalid_chars(k):
-                        return "the request holds a lone surrogate (not valid Unicode text)"
-                    stack.append((v, depth + 1))
-            else:
-                stack.extend((v, depth + 1) for v in value)
-    return None
+                return True
+        elif isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return False
 
 
 def _context_messages(body: Mapping[str, Any]) -> list[Any]:
@@ -349,9 +370,10 @@ class ServedConfigs:
             try:
                 config = RailsConfig.from_path(str(folder))
                 self.rails[name] = ServedRails(config, verbose=False)
-            except ConfigError as exc:
-                raise ServeError(f"config {name}: {exc}") from None
-            except Exception as exc:  # NeMo's own config errors come in many types
+            except Exception as exc:  # NeMo wraps ours, and its own come in many types
+                cause = _our_cause(exc)
+                if cause is not None:
+                    raise ServeError(f"config {name}: {cause}") from None
                 raise ServeError(f"config {name} does not load: {type(exc).__name__}: {_first_line(exc)}") from None
             self.takes_events[name] = config.colang_version != "1.0"
 
@@ -370,6 +392,16 @@ def _is_config(folder: Path) -> bool:
     return (folder / "config.yml").is_file() or (folder / "config.yaml").is_file()
 
 
+def _our_cause(exc: BaseException) -> ConfigError | None:
+    """Our own config error, if NeMo wrapped one (it reports `init(app)` failing, not why)."""
+    seen: BaseException | None = exc
+    for _ in range(16):
+        if seen is None or isinstance(seen, ConfigError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [""])[0][:300]
 
@@ -384,38 +416,30 @@ class EventsRequest(BaseModel):
     events: list[dict[str, Any]] = Field(min_length=1)
 
 
-class ColangSessions:
-    """One live Colang state per (tenant, config, session); idle ones are evicted, and each
-    session's events are processed one request at a time."""
+class ColangPool:
+    """A few live Colang states per config, shared by every session. The guard flows keep no
+    per-session state (the engine does), so any free state serves any event: memory stays
+    at POOL_SIZE states per config however many sessions there are, and each state holds
+    ids only (the payload stays in PAYLOADS for the request)."""
 
-    def __init__(self, *, idle_s: float = SESSION_IDLE_S, max_sessions: int = MAX_SESSIONS) -> None:
-        self.idle_s = idle_s
-        self.max_sessions = max_sessions
-        self._sessions: OrderedDict[tuple[str, str, str], list[Any]] = OrderedDict()  # -> [last used, state, lock]
+    def __init__(self, size: int = POOL_SIZE) -> None:
+        self.size = size
+        self._free: dict[str, asyncio.Queue[Any]] = {}
 
-    def _entry(self, key: tuple[str, str, str], now: float) -> list[Any]:
-        entry = self._sessions.pop(key, None)
-        if entry is None or now - entry[0] > self.idle_s:
-            entry = [now, None, asyncio.Lock()]
-        entry[0] = now
-        self._sessions[key] = entry
-        # evict the least recently used sessions past the cap, and idle ones; never one whose
-        # request is running (its lock is held), or a second request could start it afresh
-        excess = len(self._sessions) - self.max_sessions
-        for old_key, old in list(self._sessions.items()):
-            idle = now - old[0] > self.idle_s
-            if not (excess > 0 or idle):
-                break
-            if old_key != key and not old[2].locked():
-                del self._sessions[old_key]
-                excess -= 1
-        return entry
+    def _queue(self, config_id: str) -> asyncio.Queue[Any]:
+        queue = self._free.get(config_id)
+        if queue is None:
+            queue = self._free[config_id] = asyncio.Queue()
+            for _ in range(self.size):
+                queue.put_nowait(None)  # NeMo starts a state on its first event
+        return queue
 
-    async def process(self, rails: Any, key: tuple[str, str, str], events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    async def process(self, rails: Any, config_id: str, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         verdict_types = {verdict for _, verdict in EVENT_KINDS.values()}
-        entry = self._entry(key, time.monotonic())
+        queue = self._queue(config_id)
+        state = await queue.get()
         verdicts = []
-        async with entry[2]:
+        try:
             # one event per call: a guard loop awaiting its action would miss the next event
             # of a batch (Colang 2.x flows have no inbox)
             for event in events:
@@ -424,29 +448,36 @@ class ColangSessions:
                 try:
                     colang_event = {k: event[k] for k in _COLANG_FIELDS if event.get(k) is not None}
                     colang_event[PAYLOAD_REF] = ref
-                    out, entry[1] = await rails.process_events_async([colang_event], entry[1])
+                    out, state = await rails.process_events_async([colang_event], state)
                 finally:
                     PAYLOADS.pop(ref, None)
                 verdicts.extend({k: v for k, v in e.items() if k not in _NOISE} for e in out if e.get("type") in verdict_types)
+        except BaseException:
+            state = None  # a state an event broke is not reused
+            raise
+        finally:
+            queue.put_nowait(state)
         return verdicts
 
-    def __len__(self) -> int:
-        return len(self._sessions)
+    def states(self) -> list[Any]:
+        """The live states (tests: they must hold no payload)."""
+        return [s for q in self._free.values() for s in list(q._queue) if s is not None]  # type: ignore[attr-defined]
 
 
-def install_events_endpoint(app: Any, configs: ServedConfigs, limits: Limits) -> ColangSessions:
+def install_events_endpoint(app: Any, configs: ServedConfigs, limits: Limits) -> ColangPool:
     """Add POST /v1/agent-breaker/events to the FastAPI app."""
-    sessions = ColangSessions()
-    app.state.agent_breaker_sessions = sessions
+    pool = ColangPool()
+    app.state.agent_breaker_colang = pool
 
     def error(status: int, message: str) -> JSONResponse:
         return JSONResponse(status_code=status, content={"error": {"message": message, "type": "invalid_request_error", "code": status}})
 
     @app.post(EVENTS_PATH, tags=["agent-breaker"])
     async def agent_breaker_events(request: Request) -> Any:
-        """Run agent-breaker events through one live Colang session; answer the verdicts."""
+        """Run agent-breaker events through the config's Colang flows; answer the verdicts."""
+        data = request.scope.get("state", {}).get(PARSED_BODY)
         try:
-            body = EventsRequest.model_validate_json(await request.body())
+            body = EventsRequest.model_validate(data) if data is not None else EventsRequest.model_validate_json(await request.body())
         except ValidationError as exc:
             return error(422, "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()))
         if len(body.events) > limits.max_events:
@@ -472,11 +503,10 @@ def install_events_endpoint(app: Any, configs: ServedConfigs, limits: Limits) ->
                     return error(403, f"events[{i}].tenant: this token acts for one tenant only, and it is not that one")
                 tenant = bound
             events.append({**event, "session_id": body.session_id, **({"tenant": tenant} if tenant is not None else {})})
-        tenant_key = bound if bound is not None else str(events[0].get("tenant") or "")
-        verdicts = await sessions.process(rails, (tenant_key, body.config_id, body.session_id), events)
+        verdicts = await pool.process(rails, body.config_id, events)
         return {"session_id": body.session_id, "events": verdicts}
 
-    return sessions
+    return pool
 
 
 # ----------------------------------------------------------------------------- start-up

@@ -252,3 +252,29 @@ def test_a_session_cannot_grow_past_its_bound(make_engine, clock):
     state = engine.store.peek_session("s1")
     size = len(codec.encode(state))
     assert size <= MAX_SESSION_BYTES, size
+
+
+# ----------------------------------------------------------------------------- the fingerprint key
+
+
+def test_a_fleet_shares_one_fingerprint_key_or_the_engine_refuses_to_start(monkeypatch, keys, shared_store, store_kind):
+    from agent_breaker import ConfigError, Engine
+
+    monkeypatch.delenv("AGENT_BREAKER_FINGERPRINT_SECRET", raising=False)
+    monkeypatch.delenv("AGENT_BREAKER_RECEIPT_KEYS", raising=False)
+    if shared_store is None:
+        pytest.skip("an in-process store needs no fleet-wide key")
+    # receipt keys are shared by the fleet: the fingerprint key is derived from the current one
+    a = Engine(store=shared_store, receipt_keys=keys, listeners=[])
+    b = Engine(store=shared_store, receipt_keys=keys, listeners=[])
+    assert a.fingerprints.hash64("x") == b.fingerprints.hash64("x")
+    with pytest.raises(ConfigError, match="AGENT_BREAKER_FINGERPRINT_SECRET"):
+        Engine({"mode": "observe"}, store=shared_store, listeners=[])
+
+
+def test_the_fingerprint_key_is_not_the_receipt_key(keys):
+    from agent_breaker import Engine
+    from agent_breaker._canonical import Fingerprinter
+
+    engine = Engine(receipt_keys=keys, listeners=[])
+    assert engine.fingerprints.hash64("x") != Fingerprinter(keys.keys[keys.current_id]).hash64("x")

@@ -219,7 +219,7 @@ def test_live_colang_state_between_requests_holds_no_payload(tmp_path, monkeypat
             assert r.status_code == 200
 
     asyncio.run(send(marker))
-    assert len(guard.app.state.agent_breaker_sessions) >= 1  # a live Colang state was kept
+    assert guard.app.state.agent_breaker_colang.states()  # live Colang states were kept
     for line in all_logs:
         assert not _found_in(line, marker), line
     assert _heap_holders(marker, keep=set()) == []

@@ -184,6 +184,14 @@ def test_deeply_nested_input_gets_a_400_not_a_verdictless_200(server, path):
         assert "nested deeper" in r.text
 
 
+def test_brackets_inside_strings_neither_hide_nor_fake_depth(server):
+    hide = '{"session_id": "d", "events": [{"type": "ToolCallRequested", "call_id": "c1", "tool_name": "t", "tool_args": {"a": "' + "]" * 500 + '", "b": ' + _deep(200) + "}}]}"
+    r = httpx.post(server.base + "/v1/agent-breaker/events", content=hide, headers={**server.headers, "Content-Type": "application/json"}, timeout=30)
+    assert r.status_code == 400 and "nested deeper" in r.text
+    fake = {"session_id": sid(), "events": [call(1, "search", {"q": "[" * 500 + '\\"[[[' })]}
+    assert server.events(fake["session_id"], *fake["events"]).status_code == 200
+
+
 def test_an_oversized_request_is_refused_before_it_is_read(server):
     big = json.dumps({"session_id": "big", "events": [call(1, args={"blob": "x" * 10_000_000})]})
     t0 = time.monotonic()
@@ -269,6 +277,13 @@ def test_a_non_loopback_bind_without_a_token_refuses_to_start():
         env=child_env(), capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 2 and "AGENT_BREAKER_API_TOKEN" in proc.stderr
+
+
+def test_serve_without_a_receipt_key_exits_naming_the_variable():
+    env = {k: v for k, v in child_env().items() if k != "AGENT_BREAKER_RECEIPT_KEYS"}
+    proc = subprocess.run([sys.executable, "-m", "agent_breaker.cli", "serve", "--port", str(free_port())],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "AGENT_BREAKER_RECEIPT_KEYS" in proc.stderr, proc.stderr[-2000:]
 
 
 def test_without_a_token_the_server_binds_loopback_and_says_so(tmp_path):

@@ -28,6 +28,7 @@ import os
 import re
 import secrets
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterator, Mapping
@@ -161,8 +162,8 @@ def allowed_hosts(host: str, environ: Mapping[str, str] = os.environ) -> frozens
     raw = environ.get(ALLOWED_HOSTS_ENV, "")
     if raw:
         return frozenset(h.strip().lower() for h in raw.split(",") if h.strip())
-    if host in LOOPBACK:
-        return LOOPBACK
+    if is_loopback(host):
+        return LOOPBACK | {host}
     return None
 
 
@@ -341,13 +342,45 @@ async def _reply(send: Send, status: int, message: str, headers: Mapping[str, st
 
 # ----------------------------------------------------------------------------- configs
 
+class ColangThread:
+    """One thread with its own event loop runs every Colang step of the server.
+
+    NeMo's runtime awaits a 1 ms sleep after each internal step and holds a process-wide
+    semaphore across them: on the HTTP loop, every request that arrives meanwhile (a flood of
+    refused ones included) ran between those steps, and each event took as many turns of
+    other work as it has steps. On a loop of its own the guard's steps wait for nothing but the
+    interpreter lock, while the HTTP loop parses, checks and refuses requests."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="agent-breaker-colang", daemon=True)
+        self._thread.start()
+
+    async def run(self, step: Callable[[], Awaitable[Any]]) -> Any:
+        """Await `step()` on the Colang loop, for the caller's tenant (context variables do
+        not cross threads by themselves)."""
+        tenant = CALLER_TENANT.get()
+
+        async def as_caller() -> Any:
+            CALLER_TENANT.set(tenant)  # this task's own context
+            return await step()
+
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(as_caller(), self.loop))
+
+
 class ServedRails(LLMRails):
-    """A config's rails as the server runs them: every context message's agent-breaker events
-    reach the guard (NeMo turns each context message into its own event, and a guard loop busy
-    with the first would miss the others)."""
+    """A config's rails as the server runs them: on the Colang thread, and with every context
+    message's agent-breaker events read (NeMo turns each context message into its own event,
+    and a guard loop busy with the first would miss the others)."""
+
+    colang: ColangThread | None = None
 
     async def generate_async(self, *args: Any, messages: list[dict[str, Any]] | None = None, **kwargs: Any) -> Any:
-        return await super().generate_async(*args, messages=merge_context_messages(messages), **kwargs)
+        merged = merge_context_messages(messages)
+        generate = super().generate_async
+        if self.colang is None:
+            return await generate(*args, messages=merged, **kwargs)
+        return await self.colang.run(lambda: generate(*args, messages=merged, **kwargs))
 
 
 class ServedConfigs:
@@ -464,7 +497,7 @@ class ColangPool:
         return [s for q in self._free.values() for s in list(q._queue) if s is not None]  # type: ignore[attr-defined]
 
 
-def install_events_endpoint(app: Any, configs: ServedConfigs, limits: Limits) -> ColangPool:
+def install_events_endpoint(app: Any, configs: ServedConfigs, limits: Limits, colang: ColangThread) -> ColangPool:
     """Add POST /v1/agent-breaker/events to the FastAPI app."""
     pool = ColangPool()
     app.state.agent_breaker_colang = pool
@@ -503,7 +536,7 @@ def install_events_endpoint(app: Any, configs: ServedConfigs, limits: Limits) ->
                     return error(403, f"events[{i}].tenant: this token acts for one tenant only, and it is not that one")
                 tenant = bound
             events.append({**event, "session_id": body.session_id, **({"tenant": tenant} if tenant is not None else {})})
-        verdicts = await pool.process(rails, body.config_id, events)
+        verdicts = await colang.run(lambda: pool.process(rails, body.config_id, events))
         return {"session_id": body.session_id, "events": verdicts}
 
     return pool
@@ -567,6 +600,9 @@ def build_app(root: Path, *, host: str, environ: Mapping[str, str] = os.environ)
     api.app.single_config_mode = False
     if len(configs.ids) == 1:
         api.app.default_config_id = configs.ids[0]
-    install_events_endpoint(api.app, configs, limits)
+    colang = ColangThread()
+    for rails in configs.rails.values():
+        rails.colang = colang
+    install_events_endpoint(api.app, configs, limits, colang)
     api.app.state.agent_breaker_configs = configs
     return RequestGuard(api.app, tokens=tokens, hosts=allowed_hosts(host, environ), limits=limits)

@@ -14,7 +14,7 @@ new args, then its ToolResultReceived, in one session per client (a new one ever
 CALLS_PER_SESSION calls, under the default step limit). Its verdicts are checked: a refused
 call or result counts as `refused` (there should be none).
 
-An attacker cycles through requests the server must turn away, each with the status it must
+An attacker (back to back, or --attack-interval-ms apart) cycles through requests the server must turn away, each with the status it must
 get: a body over the request limit with a correct Content-Length (413), the same body chunked
 with no Content-Length (413), a body nested DEEP_LEVELS deep (400), MANY_EVENTS events in one
 request (413), one event of about 1 MB, under the request limit but over the per-event one
@@ -419,22 +419,27 @@ async def small_client(base: str, token: str, name: str, deadline: float, phase:
             return why is None
 
         n = 0
+        await pause(rng, think_s)  # the clients start spread out, not in one burst
         while time.monotonic() < deadline:
             n += 1
             session = f"{name}-s{n // CALLS_PER_SESSION}"
             allowed = await send(session, tool_call(n, args_for(rng, n)), "ToolCallVerdict", "allowed")
-            if think_s:
-                await asyncio.sleep(think_s)
+            await pause(rng, think_s)
             if allowed and time.monotonic() < deadline:
                 # a refused call gets no result (the guard records results only for calls it allowed)
                 await send(session, tool_result(n, result_for(rng, n)), "ToolResultVerdict", "accepted")
-                if think_s:
-                    await asyncio.sleep(think_s)
+                await pause(rng, think_s)
+
+
+async def pause(rng: random.Random, mean_s: float) -> None:
+    """A pause of 0.5-1.5 times the mean, so clients do not fall into step."""
+    if mean_s:
+        await asyncio.sleep(mean_s * rng.uniform(0.5, 1.5))
 
 
 async def attacker(base: str, token: str, name: str, start: int, deadline: float, phase: Phase, bodies: HostileBodies,
-                   kinds: list[str]) -> None:
-    """Cycles through `kinds` from `start`, back to back."""
+                   kinds: list[str], interval_s: float) -> None:
+    """Cycles through `kinds` from `start`, back to back (or `interval_s` apart on average)."""
     rng = random.Random(name)
     async with httpx.AsyncClient(base_url=base, headers={"authorization": f"Bearer {token}"},
                                  timeout=REQUEST_TIMEOUT_S) as client:
@@ -451,6 +456,7 @@ async def attacker(base: str, token: str, name: str, start: int, deadline: float
                 exc = e
             phase.attack_latencies[kind].append(time.perf_counter() - t)
             phase.attack_status[kind][outcome(response, exc)] += 1
+            await pause(rng, interval_s)
             if kind == "chat_random_model" and response is not None and response.status_code == 200:
                 try:
                     verdicts = json.loads(response.json()["choices"][0]["message"]["content"])["events"]
@@ -488,12 +494,13 @@ async def attack(client: httpx.AsyncClient, kind: str, n: int, session: str, bod
 
 
 async def run_phase(phase: Phase, seconds: float, base: str, token: str, small: int, hostile: int,
-                    bodies: HostileBodies, kinds: list[str], think_s: float, pid: int) -> None:
+                    bodies: HostileBodies, kinds: list[str], think_s: float, interval_s: float, pid: int) -> None:
     deadline = time.monotonic() + seconds
     cpu0, bench0 = cpu_s(pid), sum(os.times()[:2])
     t0 = time.monotonic()
     tasks = [small_client(base, token, f"{phase.name}-small-{i}", deadline, phase, think_s) for i in range(small)]
-    tasks += [attacker(base, token, f"{phase.name}-hostile-{i}", i, deadline, phase, bodies, kinds) for i in range(hostile)]
+    tasks += [attacker(base, token, f"{phase.name}-hostile-{i}", i, deadline, phase, bodies, kinds, interval_s)
+              for i in range(hostile)]
     await asyncio.gather(*tasks)
     phase.elapsed = time.monotonic() - t0
     phase.server_cpu_s = cpu_s(pid) - cpu0
@@ -509,7 +516,7 @@ def fmt(value: Any) -> str:
 def print_table(result: dict[str, Any]) -> None:
     cfg = result["setup"]
     print(f"\nLoad: {cfg['clients']} clients ({cfg['small_clients']} small, {cfg['hostile_clients']} hostile), "
-          f"baseline {cfg['baseline_s']:g}s + mixed {cfg['duration_s']:g}s, think {cfg['think_ms']:g} ms, "
+          f"baseline {cfg['baseline_s']:g}s + mixed {cfg['duration_s']:g}s, think {cfg['think_ms']:g} ms, attack interval {cfg['attack_interval_ms']:g} ms, "
           f"{len(cfg['attacks'])} attack kinds | "
           f"python {cfg['python']} | cpus {cfg['cpus']} | load avg {cfg['loadavg_1min_before']} before, "
           f"{cfg['loadavg_1min_after']} after | {cfg['date']}")
@@ -590,7 +597,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 start = time.monotonic() - sampler.t0
                 print(f"bench_load: {name}: {small} small + {attackers} hostile clients for {seconds:g}s ...",
                       file=sys.stderr, flush=True)
-                await run_phase(phase, seconds, base, token, small, attackers, bodies, args.attacks, args.think_ms / 1000, proc.pid)
+                await run_phase(phase, seconds, base, token, small, attackers, bodies, args.attacks, args.think_ms / 1000,
+                                args.attack_interval_ms / 1000, proc.pid)
                 windows.append((name, start, time.monotonic() - sampler.t0))
                 phases.append(phase.summary())
             sampler.stop()
@@ -603,7 +611,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "setup": {
             "clients": args.clients, "small_clients": small, "hostile_clients": hostile,
             "hostile_share": args.hostile_share, "baseline_s": args.baseline_s, "duration_s": args.duration_s,
-            "think_ms": args.think_ms, "attacks": args.attacks, "python": platform.python_version(), "cpus": os.cpu_count(),
+            "think_ms": args.think_ms, "attack_interval_ms": args.attack_interval_ms, "attacks": args.attacks, "python": platform.python_version(), "cpus": os.cpu_count(),
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "loadavg_1min_before": round(load_before, 2), "loadavg_1min_after": round(os.getloadavg()[0], 2),
             "limits": {"max_request_bytes": MAX_REQUEST_BYTES, "max_event_bytes": MAX_EVENT_BYTES,
@@ -621,7 +629,10 @@ def main() -> None:
     ap.add_argument("--duration-s", type=float, default=120.0, help="length of the mixed phase (default 120)")
     ap.add_argument("--baseline-s", type=float, default=20.0, help="length of the small-only phase first (default 20; 0: none)")
     ap.add_argument("--hostile-share", type=float, default=0.1, help="share of the clients that attack (default 0.1)")
-    ap.add_argument("--think-ms", type=float, default=0.0, help="pause of a small client after each request (default 0)")
+    ap.add_argument("--think-ms", type=float, default=0.0,
+                    help="mean pause of a small client after each request, 0.5-1.5x at random (default 0)")
+    ap.add_argument("--attack-interval-ms", type=float, default=0.0,
+                    help="mean pause of an attacker between requests, 0.5-1.5x at random (default 0: back to back)")
     ap.add_argument("--attacks", default=",".join(ATTACKS),
                     help=f"comma-separated attack kinds the attackers cycle through (default all: {','.join(ATTACKS)})")
     ap.add_argument("--json-out", metavar="FILE", help="also write the JSON figures to FILE")

@@ -76,7 +76,8 @@ DEFAULT_MAX_DEPTH = 4
 DEFAULT_RECEIPT_KEY_ENV = "AGENT_BREAKER_RECEIPT_KEYS"
 # an uppercase prefix, a dash and digits (TX-99482), but not the names of standards an honest
 # answer may mention (ISO-8601, SHA-256, RFC-7231, ...)
-DEFAULT_REFERENCE_PATTERNS = (r"\b(?!(?:ISO|RFC|SHA|AES|UTF|CVE|PEP|GPT|COVID|IEEE|ANSI|ECMA|HTTP)-)[A-Z]{2,}-\d{3,}\b",)
+# (the lookahead and back-reference make the letter run atomic: no backtracking into it)
+DEFAULT_REFERENCE_PATTERNS = (r"\b(?!(?:ISO|RFC|SHA|AES|UTF|CVE|PEP|GPT|COVID|IEEE|ANSI|ECMA|HTTP)-)(?=([A-Z]{2,}))\1-\d{3,}\b",)
 DEFAULT_CLAIM_VERBS = {
     "transferred": "transfer",
     "sent": "send",

@@ -38,9 +38,13 @@ MAX_MUTATING_TOOLS = 256
 #: with fewer it cannot be told from prose ("top-100")
 MIN_CASELESS_REFERENCE_DIGITS = 5
 MAX_SCANNED_CHARS = 65_536  # of a result's canonical text
-_SPACED_ID = re.compile(r"\b([A-Z]{2,})[ _]+(\d{3,})\b")  # TX 99482 -> TX-99482
+# each rewrite runs only where a cheap search (a literal prefix, or a short class) finds a place
+# for it: most texts have none
+_SPACED_ID = re.compile(r"\b(?=([A-Z]{2,}))\1[ _]+(\d{3,})\b")  # TX 99482 -> TX-99482
+_SPACED_GATE = re.compile(r"[A-Z][ _]+\d{3}")
 _NOT_ALNUM = re.compile(r"[^0-9a-z]+")
-_CASELESS_CANDIDATE = re.compile(r"\b[A-Za-z]*[a-z][A-Za-z]*-\d{%d,}\b" % MIN_CASELESS_REFERENCE_DIGITS)
+_CASELESS_CANDIDATE = re.compile(r"\b(?=([A-Za-z]+))\1-\d{%d,}\b" % MIN_CASELESS_REFERENCE_DIGITS)
+_CASELESS_GATE = re.compile(r"-\d{%d}" % MIN_CASELESS_REFERENCE_DIGITS)
 _NEGATIONS = frozenset(
     {"not", "never", "no", "unable", "failed", "cannot", "can't", "couldn't", "wasn't", "weren't", "didn't",
      "hasn't", "haven't", "isn't", "won't", "nothing", "neither", "nor", "unsuccessful", "unfortunately"}
@@ -269,13 +273,16 @@ class ClaimChecker:
         """Keyed hashes of the reference ids a text cites. Look-alike letters, invisible
         characters, dash variants, a space for the dash and (with enough digits) lower case
         do not make another id: TX–99482, TX-\u200b99482, TX 99482 and tx-99482 are TX-99482."""
-        text = _SPACED_ID.sub(r"\1-\2", fold_text(text))
+        text = fold_text(text)
+        if _SPACED_GATE.search(text):
+            text = _SPACED_ID.sub(r"\1-\2", text)
         found = {_reference_key(m.group()) for p in self._patterns for m in p.finditer(text)}
-        # an id written in lower or mixed case (tx-99482) is read as its upper-case self
-        for m in _CASELESS_CANDIDATE.finditer(text):
-            candidate = m.group().upper()
-            if any(p.fullmatch(candidate) for p in self._patterns):
-                found.add(_reference_key(candidate))
+        if _CASELESS_GATE.search(text):
+            # an id written in lower or mixed case (tx-99482) is read as its upper-case self
+            for m in _CASELESS_CANDIDATE.finditer(text):
+                candidate = m.group().upper()
+                if candidate != m.group() and any(p.fullmatch(candidate) for p in self._patterns):
+                    found.add(_reference_key(candidate))
         return {self._fp.hash64("ref", key) for key in found}
 
     def result_references(self, canonical: str) -> set[int]:

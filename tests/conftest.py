@@ -54,6 +54,20 @@ def shared_store(store_kind):
 
 
 @pytest.fixture
+def redis_store():
+    """A bare RedisStore under its own key prefix (no listener, no near-cache), cleaned up after."""
+    redis_or_skip()
+    from agent_breaker.store.redis import RedisStore
+
+    store = RedisStore(REDIS_URL, prefix=f"abunit-{uuid.uuid4().hex[:12]}", listen=False, near_cache_s=0.0)
+    try:
+        yield store
+    finally:
+        store.delete_all()
+        store.close()
+
+
+@pytest.fixture
 def clock() -> FakeClock:
     return FakeClock(1_000_000.0)
 

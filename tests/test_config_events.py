@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from agent_breaker import AgentBreakerConfig, Engine, ConfigError, InvalidEventError, load_config, parse_config, parse_event
+from agent_breaker import AgentBreakerConfig, ConfigError, InvalidEventError, load_config, parse_config, parse_event
 
 from conftest import call
 

@@ -2,25 +2,12 @@
 
 from __future__ import annotations
 
-import uuid
 
-import pytest
 
 from agent_breaker import Engine, FakeClock, MemoryStore, ReceiptKeys
 from agent_breaker.breaker import BreakerStateName as S
 from agent_breaker.config import BreakerConfig
-from conftest import REDIS_URL, redis_or_skip
-
-
-@pytest.fixture
-def redis_store():
-    redis_or_skip()
-    from agent_breaker.store.redis import RedisStore
-
-    store = RedisStore(REDIS_URL, prefix=f"abunit-{uuid.uuid4().hex[:12]}", listen=False, near_cache_s=0.0)
-    yield store
-    store.delete_all()
-    store.close()
+from conftest import redis_or_skip
 
 
 def test_each_new_breaker_config_is_honoured_by_a_long_lived_store(redis_store):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import signal
 import socket
 import subprocess
@@ -16,6 +15,8 @@ import pytest
 
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("nemoguardrails")
+
+from _chat_cli import ChatCLI  # noqa: E402
 
 from agent_breaker.configs import config_path  # noqa: E402
 
@@ -130,43 +131,12 @@ def test_stock_chat_completions_checks_tool_calls_passed_as_context(server):
 
 
 def test_nemoguardrails_chat_shows_blocked_for_a_runaway_typed_by_hand():
-    pty = pytest.importorskip("pty")
-    pid, fd = pty.fork()
-    if pid == 0:  # the child: the real chat CLI on the shipped config
-        env = child_env()
-        # the interpreter running the tests, so the chat is the one installed beside them
-        os.execve(sys.executable, [sys.executable, "-m", "nemoguardrails", "chat", "--config", str(config_path())], env)
-    screen = b""
-
-    def read_until(marker: bytes, timeout_s: float, start: int = 0) -> bool:
-        """Read the screen until `marker` shows up after position `start`."""
-        nonlocal screen
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([fd], [], [], 0.2)
-            if ready:
-                try:
-                    chunk = os.read(fd, 4096)
-                except OSError:
-                    return False
-                if not chunk:
-                    return False
-                screen += chunk
-                if marker in screen[start:]:
-                    return True
-        return False
-
+    chat = ChatCLI(str(config_path()), child_env())
     try:
-        assert read_until(b"> ", 90), screen.decode(errors="replace")[-1000:]
+        assert chat.read_until(b"> ", 90), chat.tail(1000)
         for line in ['tool run_sql {"q": 1}', "result run_sql error HTTP 500"] * 3:
-            seen = len(screen)
-            os.write(fd, (line + "\n").encode())
-            assert read_until(b"ALLOWED", 30, seen), screen.decode(errors="replace")[-1500:]
-        seen = len(screen)
-        os.write(fd, b'tool run_sql {"q": 1}\n')
-        assert read_until(b"BLOCKED", 30, seen), screen.decode(errors="replace")[-1500:]
-        assert b"identical_failure" in screen[screen.rindex(b"BLOCKED"):]
+            chat.say(line, b"ALLOWED")
+        chat.say('tool run_sql {"q": 1}', b"BLOCKED")
+        assert b"identical_failure" in chat.screen[chat.screen.rindex(b"BLOCKED"):]
     finally:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        os.close(fd)
+        chat.close()

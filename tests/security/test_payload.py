@@ -9,9 +9,6 @@ import asyncio
 import gc
 import json
 import logging
-import os
-import select
-import signal
 import subprocess
 import sys
 import time
@@ -23,6 +20,7 @@ import pytest
 pytest.importorskip("nemoguardrails")
 httpx = pytest.importorskip("httpx")
 
+from _chat_cli import ChatCLI  # noqa: E402
 from _server import TOKEN, call, child_env, result, start  # noqa: E402
 from conftest import REDIS_URL, redis_or_skip  # noqa: E402
 
@@ -226,45 +224,18 @@ def test_live_colang_state_between_requests_holds_no_payload(tmp_path, monkeypat
 
 
 def test_the_chat_cli_shows_no_payload_in_its_verdicts():
-    pty = pytest.importorskip("pty")
     marker = _marker()
-    pid, fd = pty.fork()
-    if pid == 0:
-        env = child_env()
-        os.execve(sys.executable, [sys.executable, "-m", "nemoguardrails", "chat", "--config", str(config_path())], env)
-    screen = b""
-
-    def read_until(marker_bytes: bytes, timeout_s: float, start: int = 0) -> bool:
-        nonlocal screen
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([fd], [], [], 0.2)
-            if ready:
-                try:
-                    chunk = os.read(fd, 4096)
-                except OSError:
-                    return False
-                if not chunk:
-                    return False
-                screen += chunk
-                if marker_bytes in screen[start:]:
-                    return True
-        return False
-
+    chat = ChatCLI(str(config_path()), child_env())
     try:
-        assert read_until(b"> ", 90), screen.decode(errors="replace")[-1000:]
+        assert chat.read_until(b"> ", 90), chat.tail(1000)
         lines = [f'tool run_sql {{"q": "{marker}"}}', f"result run_sql error {marker}"] * 3 + [
             f'tool run_sql {{"q": "{marker}"}}', f"tool bad {{not json {marker}", f"final Transferred to {marker}"]
         for line in lines:
-            seen = len(screen)
-            os.write(fd, (line + "\n").encode())
-            assert read_until(b"ED", 30, seen), screen.decode(errors="replace")[-1500:]  # ALLOWED / BLOCKED
-        text = screen.decode(errors="replace")
+            chat.say(line, b"ED")  # ALLOWED / BLOCKED
+        text = chat.screen.decode(errors="replace")
         verdict_lines = [ln for ln in text.splitlines() if "ALLOWED" in ln or "BLOCKED" in ln]
         assert any("identical_failure" in ln for ln in verdict_lines)
         for ln in verdict_lines:
             assert not _found_in(ln, marker), ln
     finally:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        os.close(fd)
+        chat.close()

@@ -3,7 +3,6 @@ feature can reach another key or move the Redis Cluster hash tag."""
 
 from __future__ import annotations
 
-import uuid
 from urllib.parse import unquote
 
 import pytest
@@ -13,7 +12,6 @@ from hypothesis import strategies as st
 from agent_breaker import Engine, FakeClock, ReceiptKeys
 from agent_breaker.breaker import BreakerStateName as S
 from agent_breaker.store.base import escape_key_part, key_parts
-from conftest import REDIS_URL, redis_or_skip
 
 # the characters that matter, often, and any others
 TRICKY = st.sampled_from(list("%:{}\x1f\x00\x7f\x85\ud800\udfffaA0é ")) | st.characters(exclude_categories=())
@@ -92,17 +90,6 @@ def test_two_tenants_and_features_that_join_alike_get_different_spend_keys():
 def test_a_key_prefix_with_braces_is_refused():
     with pytest.raises(ValueError, match="hash tags"):
         store("a{b}")
-
-
-@pytest.fixture
-def redis_store():
-    redis_or_skip()
-    from agent_breaker.store.redis import RedisStore
-
-    s = RedisStore(REDIS_URL, prefix=f"abkeys-{uuid.uuid4().hex[:12]}", listen=False, near_cache_s=0.0)
-    yield s
-    s.delete_all()
-    s.close()
 
 
 def test_spend_of_tenants_that_join_alike_stays_apart_on_redis(redis_store):

@@ -1,0 +1,54 @@
+"""The real `nemoguardrails chat` on a shipped config, under a pseudo-terminal, for tests."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import sys
+import time
+from typing import Mapping
+
+import pytest
+
+
+class ChatCLI:
+    """Types lines into the chat CLI and reads its screen; stopped by PID."""
+
+    def __init__(self, config: str, env: Mapping[str, str]) -> None:
+        pty = pytest.importorskip("pty")
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:  # the child: the interpreter running the tests, so the chat is the one installed beside them
+            os.execve(sys.executable, [sys.executable, "-m", "nemoguardrails", "chat", "--config", config], dict(env))
+        self.screen = b""
+
+    def read_until(self, marker: bytes, timeout_s: float, start: int = 0) -> bool:
+        """Read the screen until `marker` shows up after position `start`."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self.fd], [], [], 0.2)
+            if ready:
+                try:
+                    chunk = os.read(self.fd, 4096)
+                except OSError:
+                    return False
+                if not chunk:
+                    return False
+                self.screen += chunk
+                if marker in self.screen[start:]:
+                    return True
+        return False
+
+    def say(self, line: str, expect: bytes, timeout_s: float = 30) -> None:
+        """Type a line; fail unless `expect` shows up after it."""
+        seen = len(self.screen)
+        os.write(self.fd, (line + "\n").encode())
+        assert self.read_until(expect, timeout_s, seen), self.tail()
+
+    def tail(self, n: int = 1500) -> str:
+        return self.screen.decode(errors="replace")[-n:]
+
+    def close(self) -> None:
+        os.kill(self.pid, signal.SIGKILL)
+        os.waitpid(self.pid, 0)
+        os.close(self.fd)

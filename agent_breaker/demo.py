@@ -162,6 +162,12 @@ def run_demo() -> list[dict[str, Any]]:
             out["kind"] = kind
             out["steps"] = len(calls)
             out["cost_without_usd"] = round(sum(e["cost_usd"] for e in calls), 6)
+            # what the model spent until the guard stopped it: the refused step's tokens were
+            # spent too (the incident's cost_usd_so_far counts the same)
+            trip = out["trip_event"]
+            out["cost_with_usd"] = round(
+                sum(e["cost_usd"] for i, e in enumerate(events, 1) if e["type"] == "tool_call" and (trip is None or i <= trip)), 6
+            )
             out["cut_at"] = _describe(events, out["trip_event"])
             rows.append(out)
     finally:
@@ -183,9 +189,9 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         lines.append(
             f"{r['session']:18} {r['kind']:7} {r['steps']:>5} {r['allowed_calls']:>4} {r['blocked_calls']:>4}  {r['cut_at']:26} "
-            f"{(r['heuristic'] or 'not cut'):18} {'$%.4f' % r['cost_allowed_usd']:>11} {'$%.4f' % r['cost_without_usd']:>9}"
+            f"{(r['heuristic'] or 'not cut'):18} {'$%.4f' % r['cost_with_usd']:>11} {'$%.4f' % r['cost_without_usd']:>9}"
         )
-    saved = sum(r["cost_without_usd"] - r["cost_allowed_usd"] for r in rows)
+    saved = sum(r["cost_without_usd"] - r["cost_with_usd"] for r in rows)
     lines.append("")
     cut_legit = sum(1 for r in rows if r["kind"] == "legit" and r["tripped"])
     lines.append(f"spend refused by the breaker: ${saved:.4f}; legitimate agents cut: {cut_legit}")

@@ -513,7 +513,7 @@ def test_verify_receipt_rejects_malformed_receipts(minted, mangle):
 
 
 def test_verify_receipt_rejects_non_ascii_signature_without_raising(minted):
-    """BUG: hmac.compare_digest raises TypeError on non-ASCII str, outside the try block."""
+    """A non-ASCII signature is a forgery, not a TypeError (hmac.compare_digest refuses non-ASCII str)."""
     engine, call_id, receipt = minted
     forged = {**receipt, "sig": "\u00fc" * 64}
 
@@ -625,8 +625,7 @@ def test_from_file_refuses_malformed_files(tmp_path, content):
     ids=["keys-is-a-list", "key-is-a-number"],
 )
 def test_from_file_refuses_wrongly_typed_keys_with_config_error(tmp_path, data):
-    """BUG: from_file's `raw.items()` and `_decode_key`'s `raw.strip()` run outside its try
-    block, so these raise AttributeError instead of ConfigError."""
+    """Keys of the wrong JSON type are a ConfigError naming the file, not an AttributeError."""
     path = tmp_path / "keys.json"
     path.write_text(json.dumps(data))
 
@@ -814,26 +813,24 @@ def test_replay_trips_the_reward_hacking_session_at_its_final_and_not_the_legit_
     assert rows["legit"]["allowed_calls"] == 1
 
 
-# ----------------------------------------------------------------- known weaknesses (bugs)
+# ----------------------------------------------------------------- claims read as a person would
 def test_typographic_apostrophe_negation_is_an_honest_report(engine, clock, incidents):
-    """BUG: _WORD ([A-Za-z']+) splits "haven’t" (U+2019) into "haven", "t", so the negation
-    is missed and an honest failure report is rejected."""
+    """"haven’t" with a typographic apostrophe negates the claim like "haven't" does."""
     failed_transfer(engine, clock)
 
     assert_passes(engine.verify_final(final("I haven\u2019t transferred the money: the bank declined it.")))
 
 
 def test_unrelated_no_before_a_claim_does_not_negate_it(engine, clock):
-    """BUG: any negation word among the 4 words before the verb cancels the claim, so
-    "No problem, I have transferred ..." after a failed transfer is let through."""
+    """A negation in another clause ("No problem, I have transferred ...") does not cancel the claim."""
     failed_transfer(engine, clock)
 
     assert_rejected(engine.verify_final(final("No problem, I have transferred $5,000 to your landlord.")))
 
 
 def test_generic_claim_in_a_session_with_no_mutating_attempt_passes(make_engine, clock):
-    """BUG: a configured mutating tool with claim_phrases is a candidate for every generic
-    verb, even when the session never attempted it; read-only sessions get blocked."""
+    """A generic verb is about the tools the session tried: a configured tool it never called is not
+    claimed, so a read-only session's answer passes."""
     engine = make_engine(LEDGER_CONFIG)
     run(engine, clock, "get_profile", {"user": "u1"}, True, {"address": "1 Main St"})
 

@@ -14,7 +14,7 @@ import asyncio
 import os
 import secrets
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from .clock import FakeClock
 from .replay import Replayer
@@ -145,11 +145,14 @@ class NemoRuntime:
         self._loop.close()
 
 
-def run_demo() -> list[dict[str, Any]]:
+def run_demo(listener: Callable[[Any], None] | None = None) -> list[dict[str, Any]]:
+    """Run every scripted agent; one row per agent. `listener` also receives the incidents."""
     # receipts need a signing key; the demo's never leave this process, so a random one will do
     os.environ.setdefault("AGENT_BREAKER_RECEIPT_KEYS", "demo:" + secrets.token_hex(32))
     os.environ.setdefault("NEMO_GUARDRAILS_NO_USAGE_STATS", "1")
     runtime = NemoRuntime()
+    if listener is not None:
+        runtime.engine.listeners.append(listener)
     rows = []
     try:
         for agent, kind in AGENTS:

@@ -10,6 +10,7 @@ import is absolute.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import json
 import logging
@@ -20,6 +21,7 @@ from nemoguardrails.actions import action
 from agent_breaker.engine import Engine, log_incident
 from agent_breaker.events import MAX_ID_CHARS, InvalidEventError
 from agent_breaker.heuristics import INVALID_EVENT
+from agent_breaker.protocol import BY_COLANG, BY_NAME, BY_VERB, KINDS, EventKind, missing_fields, to_engine_event
 from agent_breaker.verdicts import Incident, observation
 
 log = logging.getLogger("agent_breaker.nemo")
@@ -32,21 +34,6 @@ CALLER_TENANT: contextvars.ContextVar[str | None] = contextvars.ContextVar("agen
 PAYLOADS: dict[str, Mapping[str, Any]] = {}
 PAYLOAD_REF = "agent_breaker_ref"
 
-# Colang event field -> engine trace field, per event kind
-_COMMON = {"session_id": "session", "tenant": "tenant", "feature": "feature", "agent": "agent", "depth": "depth", "ts": "ts",
-           "conversation": "conversation"}
-_FIELDS = {
-    "tool_call": {**_COMMON, "call_id": "call_id", "tool_name": "tool", "tool_args": "args", "thought": "thought",
-                  "input_tokens": "input_tokens", "output_tokens": "output_tokens", "cost_usd": "cost_usd",
-                  "model": "model", "mutating": "mutating"},
-    "tool_result": {**_COMMON, "call_id": "call_id", "tool_name": "tool", "ok": "ok", "result": "result",
-                    "error": "error", "latency_ms": "latency_ms", "mutating": "mutating"},
-    "assistant": {**_COMMON, "text": "text", "input_tokens": "input_tokens", "output_tokens": "output_tokens",
-                  "cost_usd": "cost_usd", "model": "model"},
-    "user": {**_COMMON, "text": "text"},
-    "final": {**_COMMON, "text": "text"},
-}
-
 
 def collect_incident(incident: Incident) -> None:
     """Engine listener: keep the incident for the action that caused it to hand to its flow."""
@@ -55,26 +42,14 @@ def collect_incident(incident: Incident) -> None:
         bucket.append(incident)
 
 
-def to_engine_event(kind: str, fields: Mapping[str, Any]) -> dict[str, Any]:
-    """A Colang event's arguments as an engine event of `kind` (absent and null fields dropped)."""
-    names = _FIELDS[kind]
-    event: dict[str, Any] = {"type": kind}
-    for src, dst in names.items():
-        value = fields.get(src)
-        if value is not None:
-            event[dst] = value
-    return event
-
-
-def to_colang_event(event: Mapping[str, Any]) -> dict[str, Any]:
-    """An engine (trace-format) event as the Colang event the flows match (the inverse)."""
-    kind = event["type"]
-    colang_type = next(t for t, (k, _) in EVENT_KINDS.items() if k == kind)
-    out: dict[str, Any] = {"type": colang_type}
-    for src, dst in _FIELDS[kind].items():
-        if event.get(dst) is not None:
-            out[src] = event[dst]
-    return out
+def deliver_incidents(incidents: Iterable[Mapping[str, Any]]) -> int:
+    """The one way incidents leave the NeMo glue: a JSON line each on the
+    `agent_breaker.incidents` logger. Returns how many."""
+    n = 0
+    for data in incidents:
+        log_incident(Incident(**data))
+        n += 1
+    return n
 
 
 def colang_fields(event: Any) -> Mapping[str, Any]:
@@ -93,10 +68,11 @@ def _valid_tool_name(fields: Mapping[str, Any]) -> str | None:
     return name if isinstance(name, str) and 0 < len(name) <= MAX_ID_CHARS and name.isprintable() else None
 
 
-def run_event(engine: Engine, kind: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+def run_event(engine: Engine, kind: EventKind | str, fields: Mapping[str, Any]) -> dict[str, Any]:
     """One event of `kind` (Colang field names) through the engine: the verdict as a dict for
     the flow, with session_id, call_id, accepted and the incidents it raised. A caller whose
-    token is bound to a tenant acts for that tenant only."""
+    token is bound to a tenant acts for that tenant only. Errors name the protocol's fields."""
+    kind = BY_NAME[kind] if isinstance(kind, str) else kind
     bound = CALLER_TENANT.get()
     if bound is not None:
         fields = {**fields, "tenant": bound} if fields.get("tenant") in (None, bound) else {**fields, "tenant": None}
@@ -104,20 +80,15 @@ def run_event(engine: Engine, kind: str, fields: Mapping[str, Any]) -> dict[str,
     token = _incidents.set(bucket)
     try:
         if bound is not None and fields.get("tenant") != bound:
-            raise InvalidEventError("tenant: this API token acts for one tenant only, and it is not this one")
+            raise InvalidEventError.of([("tenant", "this API token acts for one tenant only, and it is not this one")])
         if PAYLOAD_REF in fields:
-            raise InvalidEventError(f"{PAYLOAD_REF} is reserved for the server's own events (or the request ended)")
-        ev = to_engine_event(kind, fields)
-        handler = {
-            "tool_call": engine.check_tool_call,
-            "tool_result": engine.record_tool_result,
-            "assistant": engine.record_assistant,
-            "user": engine.record_user,
-            "final": engine.verify_final,
-        }[kind]
-        out = handler(ev).to_dict()
+            raise InvalidEventError.of([(PAYLOAD_REF, "reserved for the server's own events (or the request ended)")])
+        missing = missing_fields(kind, fields)
+        if missing:
+            raise InvalidEventError.of([(name, "Field required") for name in missing])
+        out = getattr(engine, kind.handler)(to_engine_event(kind, fields)).to_dict()
     except InvalidEventError as exc:
-        reason = f"invalid {kind} event: {exc}"
+        reason = f"invalid {kind.colang} event: {exc.renamed(kind.colang_name)}"
         out = {
             "allowed": False,
             "accepted": False,
@@ -136,43 +107,31 @@ def run_event(engine: Engine, kind: str, fields: Mapping[str, Any]) -> dict[str,
     return out
 
 
-@action(name="check_tool_call")
-async def check_tool_call(event: Any, agent_breaker_engine: Engine) -> dict[str, Any]:
-    """ToolCallRequested -> may the call run?"""
-    return run_event(agent_breaker_engine, "tool_call", colang_fields(event))
+async def decide(engine: Engine, kind: EventKind | str, fields: Mapping[str, Any]) -> dict[str, Any]:
+    """`run_event` without blocking the event loop: a store that talks to a server (Redis)
+    is awaited from a worker thread; the in-process store decides in microseconds, inline."""
+    if engine.store.remote:
+        return await asyncio.to_thread(run_event, engine, kind, fields)
+    return run_event(engine, kind, fields)
 
 
-@action(name="record_tool_result")
-async def record_tool_result(event: Any, agent_breaker_engine: Engine) -> dict[str, Any]:
-    """ToolResultReceived -> recorded; anomalies; a receipt for a mutating tool's success."""
-    return run_event(agent_breaker_engine, "tool_result", colang_fields(event))
+def _guard_action(kind: EventKind) -> Any:
+    async def guard(event: Any, agent_breaker_engine: Engine) -> dict[str, Any]:
+        return await decide(agent_breaker_engine, kind, colang_fields(event))
+
+    guard.__name__ = kind.action
+    guard.__doc__ = f"{kind.colang} -> the verdict dict its flow sends as {kind.verdict}."
+    return action(name=kind.action)(guard)
 
 
-@action(name="record_assistant_turn")
-async def record_assistant_turn(event: Any, agent_breaker_engine: Engine) -> dict[str, Any]:
-    """AssistantTurn -> spend, echo and deadlock checks."""
-    return run_event(agent_breaker_engine, "assistant", colang_fields(event))
-
-
-@action(name="record_user_turn")
-async def record_user_turn(event: Any, agent_breaker_engine: Engine) -> dict[str, Any]:
-    """UserTurn -> new information: loop streaks start over."""
-    return run_event(agent_breaker_engine, "user", colang_fields(event))
-
-
-@action(name="verify_final_answer")
-async def verify_final_answer(event: Any, agent_breaker_engine: Engine) -> dict[str, Any]:
-    """FinalAnswerProposed -> are its references and claimed actions backed by receipts?"""
-    return run_event(agent_breaker_engine, "final", colang_fields(event))
+#: one action per event kind, as the protocol table names them
+GUARD_ACTIONS = tuple(_guard_action(kind) for kind in KINDS)
 
 
 @action(name="report_incidents")
 async def report_incidents(incidents: list[dict[str, Any]]) -> int:
-    """A trip: hand each incident to the alerting sink (one JSON line each on the
-    `agent_breaker.incidents` logger). Returns how many were reported."""
-    for data in incidents:
-        log_incident(Incident(**data))
-    return len(incidents)
+    """A trip: hand each incident to the alerting sink. Returns how many were reported."""
+    return deliver_incidents(incidents)
 
 
 # ----------------------------------------------------------------- the chat CLI
@@ -183,18 +142,20 @@ _CHAT_HELP = (
 )
 
 
-def parse_chat_line(text: str) -> tuple[str, dict[str, Any]]:
+def parse_chat_line(text: str) -> tuple[EventKind, dict[str, Any]]:
     """A typed chat line as (event kind, Colang-style fields) for session "chat"."""
     words = text.strip().split(None, 1)
     if not words:
         raise InvalidEventError("empty line; " + _CHAT_HELP)
     verb, rest = words[0].lower(), (words[1] if len(words) > 1 else "")
+    kind = BY_VERB.get(verb)
+    if kind is None:
+        raise InvalidEventError(f"unknown command {verb!r}; " + _CHAT_HELP)
     fields: dict[str, Any] = {"session_id": "chat"}
-    if verb == "tool":
+    if kind.name == "tool_call":
         name, _, raw = rest.partition(" ")
         fields.update(tool_name=name, tool_args=_json(raw.strip() or "{}", "tool args"))
-        return "tool_call", fields
-    if verb == "result":
+    elif kind.name == "tool_result":
         parts = rest.split(None, 2)
         if len(parts) < 2 or parts[1] not in ("ok", "error"):
             raise InvalidEventError("expected 'result NAME ok {json}' or 'result NAME error TEXT'")
@@ -204,11 +165,9 @@ def parse_chat_line(text: str) -> tuple[str, dict[str, Any]]:
             fields["result"] = _json(payload or "null", "result")
         else:
             fields["error"] = payload
-        return "tool_result", fields
-    if verb in ("say", "user", "final"):
+    else:
         fields["text"] = rest
-        return {"say": "assistant", "user": "user", "final": "final"}[verb], fields
-    raise InvalidEventError(f"unknown command {verb!r}; " + _CHAT_HELP)
+    return kind, fields
 
 
 def _json(raw: str, what: str) -> Any:
@@ -218,13 +177,14 @@ def _json(raw: str, what: str) -> Any:
         raise InvalidEventError(f"{what} are not JSON: {exc.msg}") from None
 
 
-def verdict_line(kind: str, out: Mapping[str, Any]) -> str:
+def verdict_line(kind: EventKind, out: Mapping[str, Any]) -> str:
     """One line a person reads: ALLOWED or BLOCKED, then the heuristic and the reason."""
-    ok = out.get("accepted", out.get("allowed", False)) if kind == "tool_result" else out.get("allowed", False)
+    result = kind.name == "tool_result"
+    ok = out.get("accepted", out.get("allowed", False)) if result else out.get("allowed", False)
     head = "ALLOWED" if ok else "BLOCKED"
     heuristic = out.get("heuristic")
     if not heuristic:
-        extra = f" receipt {out['receipt']['sig'][:12]}" if kind == "tool_result" and out.get("receipt") else ""
+        extra = f" receipt {out['receipt']['sig'][:12]}" if result and out.get("receipt") else ""
         return f"{head}{extra}"
     severity = " (observe)" if ok and out.get("severity") == "warn" else ""
     line = f"{head} {heuristic}{severity}: {out.get('reason', '')}"
@@ -242,39 +202,23 @@ async def agent_breaker_chat_line(text: str, agent_breaker_engine: Engine) -> st
     except InvalidEventError as exc:
         return f"BLOCKED {INVALID_EVENT}: {exc}"
     # the verdict line says what tripped; incidents are for the flows' alerting, not this screen
-    return verdict_line(kind, run_event(agent_breaker_engine, kind, fields))
+    return verdict_line(kind, await decide(agent_breaker_engine, kind, fields))
 
 
 # ----------------------------------------------------------------- the chat-completions path
-
-#: Colang event type -> (engine kind, verdict event type)
-EVENT_KINDS = {
-    "ToolCallRequested": ("tool_call", "ToolCallVerdict"),
-    "ToolResultReceived": ("tool_result", "ToolResultVerdict"),
-    "AssistantTurn": ("assistant", "TurnVerdict"),
-    "UserTurn": ("user", "TurnVerdict"),
-    "FinalAnswerProposed": ("final", "FinalAnswerVerdict"),
-}
-_VERDICT_FIELDS = {
-    "ToolCallVerdict": ("session_id", "call_id", "allowed", "heuristic", "severity", "reason", "observation"),
-    "ToolResultVerdict": ("session_id", "call_id", "accepted", "heuristic", "reason", "receipt"),
-    "TurnVerdict": ("session_id", "allowed", "heuristic", "severity", "reason", "observation"),
-    "FinalAnswerVerdict": ("session_id", "accepted", "heuristic", "reason"),
-}
 
 
 def verdict_event(event: Mapping[str, Any], engine: Engine) -> dict[str, Any]:
     """One agent-breaker Colang event (a dict with "type") through the engine, answered with
     the verdict event the flows would send."""
-    kind, verdict_type = EVENT_KINDS.get(event.get("type", ""), (None, None))
-    if kind is None or verdict_type is None:
-        reason = f"unknown agent-breaker event type; expected one of {sorted(EVENT_KINDS)}"
+    kind = BY_COLANG.get(event.get("type", ""))
+    if kind is None:
+        reason = f"unknown agent-breaker event type; expected one of {sorted(BY_COLANG)}"
         return {"type": "ToolCallVerdict", "session_id": event.get("session_id"), "call_id": event.get("call_id"),
                 "allowed": False, "heuristic": INVALID_EVENT, "severity": "block", "reason": reason, "observation": None}
     out = run_event(engine, kind, event)
-    for data in out["incidents"]:
-        log_incident(Incident(**data))
-    return {"type": verdict_type, **{name: out.get(name) for name in _VERDICT_FIELDS[verdict_type]}}
+    deliver_incidents(out["incidents"])
+    return {"type": kind.verdict, **{name: out.get(name) for name in kind.verdict_fields}}
 
 
 #: the context key that carries agent-breaker events, and how many one request may carry
@@ -319,16 +263,17 @@ async def agent_breaker_context_events(data: Any, agent_breaker_engine: Engine) 
     events = context_events([data])
     if len(events) > MAX_CONTEXT_EVENTS:
         return json.dumps({"events": [], "error": f"{len(events)} events in one request; the limit is {MAX_CONTEXT_EVENTS}"})
-    verdicts = [verdict_event(e if isinstance(e, Mapping) else {}, agent_breaker_engine) for e in events]
+    engine = agent_breaker_engine
+
+    def answer() -> list[dict[str, Any]]:
+        return [verdict_event(e if isinstance(e, Mapping) else {}, engine) for e in events]
+
+    verdicts = await asyncio.to_thread(answer) if engine.store.remote else answer()
     return json.dumps({"events": verdicts})
 
 
 ACTIONS = (
-    check_tool_call,
-    record_tool_result,
-    record_assistant_turn,
-    record_user_turn,
-    verify_final_answer,
+    *GUARD_ACTIONS,
     report_incidents,
     agent_breaker_chat_line,
     agent_breaker_context_events,

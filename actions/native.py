@@ -14,11 +14,12 @@ from typing import Any, Mapping
 
 from nemoguardrails.actions import action
 
-from agent_breaker.actions.guards import run_event, verdict_line
-from agent_breaker.engine import Engine, log_incident
-from agent_breaker.verdicts import Incident
+from agent_breaker.actions.guards import decide, deliver_incidents, verdict_line
+from agent_breaker.engine import Engine
+from agent_breaker.protocol import BY_NAME
 
 _CONTEXT_FIELDS = ("session_id", "tenant", "feature", "agent", "depth")
+TOOL_CALL, TOOL_RESULT = BY_NAME["tool_call"], BY_NAME["tool_result"]
 
 
 def parse_tool_call(tool_call: Mapping[str, Any]) -> tuple[str | None, Any, str | None]:
@@ -42,11 +43,6 @@ def _from_context(context: Mapping[str, Any] | None) -> dict[str, Any]:
     return {k: context[k] for k in _CONTEXT_FIELDS if context.get(k) is not None}
 
 
-def _report(out: Mapping[str, Any]) -> None:
-    for data in out.get("incidents", ()):
-        log_incident(Incident(**data))
-
-
 @action(name="check_native_tool_calls")
 async def check_native_tool_calls(
     tool_calls: list[Mapping[str, Any]] | None, agent_breaker_engine: Engine, context: Mapping[str, Any] | None = None
@@ -56,13 +52,13 @@ async def check_native_tool_calls(
     for tool_call in tool_calls or []:
         name, args, call_id = parse_tool_call(tool_call)
         fields = {**_from_context(context), "tool_name": name, "tool_args": args, "call_id": call_id}
-        out = run_event(agent_breaker_engine, "tool_call", fields)
-        _report(out)
+        out = await decide(agent_breaker_engine, TOOL_CALL, fields)
+        deliver_incidents(out["incidents"])
         verdicts.append(out)
     blocked = [v for v in verdicts if not v.get("allowed")]
     return {
         "allowed": not blocked,
-        "message": "\n".join(verdict_line("tool_call", v) for v in blocked),
+        "message": "\n".join(verdict_line(TOOL_CALL, v) for v in blocked),
         "verdicts": verdicts,
     }
 
@@ -85,8 +81,8 @@ async def record_native_tool_message(
             pass
     ok = not (isinstance(result, str) and result.lstrip().lower().startswith("error"))
     fields = {**_from_context(context), "tool_name": tool_name, "call_id": tool_call_id or None, "ok": ok, "result": result}
-    out = run_event(agent_breaker_engine, "tool_result", fields)
-    _report(out)
+    out = await decide(agent_breaker_engine, TOOL_RESULT, fields)
+    deliver_incidents(out["incidents"])
     return out
 
 

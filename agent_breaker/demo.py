@@ -11,6 +11,7 @@ and the model spend with and without the breaker.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
 from dataclasses import dataclass
@@ -119,7 +120,7 @@ class NemoRuntime:
         self._loop = asyncio.new_event_loop()
 
     def _send(self, event: Any) -> dict[str, Any]:
-        from .actions.guards import to_colang_event
+        from .protocol import to_colang_event
 
         data = event.model_dump(exclude_none=True)
         session = data["session"]
@@ -147,10 +148,11 @@ class NemoRuntime:
 
 def run_demo(listener: Callable[[Any], None] | None = None) -> list[dict[str, Any]]:
     """Run every scripted agent; one row per agent. `listener` also receives the incidents."""
-    # receipts need a signing key; the demo's never leave this process, so a random one will do
-    os.environ.setdefault("AGENT_BREAKER_RECEIPT_KEYS", "demo:" + secrets.token_hex(32))
+    # receipts need a signing key; the demo's never leave this process, so a random one will
+    # do (set only while the config is built: the caller's environment is left as it was)
     os.environ.setdefault("NEMO_GUARDRAILS_NO_USAGE_STATS", "1")
-    runtime = NemoRuntime()
+    with _environ_default(AGENT_BREAKER_RECEIPT_KEYS="demo:" + secrets.token_hex(32)):
+        runtime = NemoRuntime()
     if listener is not None:
         runtime.engine.listeners.append(listener)
     rows = []
@@ -176,6 +178,18 @@ def run_demo(listener: Callable[[Any], None] | None = None) -> list[dict[str, An
     finally:
         runtime.close()
     return rows
+
+
+@contextlib.contextmanager
+def _environ_default(**values: str) -> Iterator[None]:
+    """Set the variables that are not set, for the duration of the block."""
+    added = [name for name in values if name not in os.environ]
+    os.environ.update({name: values[name] for name in added})
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
 
 
 def _describe(events: list[dict[str, Any]], index: int | None) -> str:

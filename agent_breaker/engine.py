@@ -235,7 +235,7 @@ class Engine:
         elif ev.conversation is not None:
             sid = f"conv:{self.fingerprints.hash64(ev.conversation):016x}"
         else:
-            raise InvalidEventError("event has neither a session id nor a conversation to fingerprint")
+            raise InvalidEventError.of([("session", "an event needs a session id, or a conversation to fingerprint")])
         return sid if ev.tenant is None else f"{ev.tenant}{TENANT_SEPARATOR}{sid}"
 
     def _now(self, ev: Any) -> float:
@@ -247,7 +247,7 @@ class Engine:
         try:
             canonical = p.canon.canonical(ev.args)
         except CanonicalError as exc:
-            raise InvalidEventError(f"args of {ev.tool}: {exc}") from None
+            raise InvalidEventError.of([("args", str(exc))]) from None
         cfg = p.cfg
         fp = self.fingerprints
         return CallFacts(
@@ -598,7 +598,7 @@ class Engine:
         try:
             return p.result_canon.canonical(result)
         except CanonicalError as exc:
-            raise InvalidEventError(f"result: {exc}") from None
+            raise InvalidEventError.of([("result", str(exc))]) from None
 
     # ----------------------------------------------------------------- turns
     def record_assistant(self, event: Assistant | Mapping[str, Any]) -> Verdict:

@@ -6,7 +6,7 @@ Unknown keys are ignored, as the trace format says.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Callable, Literal, Sequence, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -26,7 +26,27 @@ _Text = Annotated[str, Field(max_length=MAX_TEXT_CHARS)]
 
 
 class InvalidEventError(ValueError):
-    """An event the engine refuses to decide on; the message says why."""
+    """An event the engine refuses to decide on; the message says why, naming fields, never
+    repeating their values. `problems` holds (field, problem) pairs, so an adapter can say
+    them in its own protocol's field names (`renamed`)."""
+
+    def __init__(self, message: str, problems: Sequence[tuple[str, str]] = ()) -> None:
+        super().__init__(message)
+        self.problems = tuple(problems)
+
+    @classmethod
+    def of(cls, problems: Sequence[tuple[str, str]]) -> InvalidEventError:
+        return cls("; ".join(f"{where}: {what}" if where else what for where, what in problems), problems)
+
+    def renamed(self, name: Callable[[str], str]) -> str:
+        """The message with each field's first part named by `name` (tool -> tool_name)."""
+        if not self.problems:
+            return str(self)
+        parts = []
+        for where, what in self.problems:
+            head, dot, rest = where.partition(".")
+            parts.append(f"{name(head)}{dot}{rest}: {what}" if where else what)
+        return "; ".join(parts)
 
 
 class _Event(BaseModel):
@@ -90,18 +110,18 @@ EVENT_TYPES = ("tool_call", "tool_result", "assistant", "user", "final")
 _ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
 
 
-def _describe(exc: ValidationError, *, tagged: bool = True) -> str:
-    parts = []
+def _describe(exc: ValidationError, *, tagged: bool = True) -> InvalidEventError:
+    problems = []
     for err in exc.errors(include_url=False):
-        where = ".".join(str(p) for p in err["loc"][1 if tagged else 0 :]) or "event"
+        where = ".".join(str(p) for p in err["loc"][1 if tagged else 0 :])
         if err["type"] == "union_tag_invalid":
-            parts.append(f"unknown event type; expected one of {', '.join(EVENT_TYPES)}")
+            problems.append(("", f"unknown event type; expected one of {', '.join(EVENT_TYPES)}"))
         elif err["type"] == "union_tag_not_found":
-            parts.append(f"event has no 'type'; expected one of {', '.join(EVENT_TYPES)}")
+            problems.append(("", f"event has no 'type'; expected one of {', '.join(EVENT_TYPES)}"))
         else:
             # the value itself is never repeated: it may be payload
-            parts.append(f"{where}: {err['msg']}")
-    return "; ".join(parts)
+            problems.append((where or "event", err["msg"]))
+    return InvalidEventError.of(problems)
 
 
 def parse_event(data: Any) -> ToolCall | ToolResult | Assistant | User | Final:
@@ -111,7 +131,7 @@ def parse_event(data: Any) -> ToolCall | ToolResult | Assistant | User | Final:
     try:
         return _ADAPTER.validate_python(data)
     except ValidationError as exc:
-        raise InvalidEventError(_describe(exc)) from None
+        raise _describe(exc) from None
 
 
 def parse_typed(cls: type[_Event], data: dict[str, Any]) -> Any:
@@ -124,4 +144,4 @@ def parse_typed(cls: type[_Event], data: dict[str, Any]) -> Any:
     try:
         return cls.model_validate(data)
     except ValidationError as exc:
-        raise InvalidEventError(_describe(exc, tagged=False)) from None
+        raise _describe(exc, tagged=False) from None

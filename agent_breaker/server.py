@@ -42,7 +42,6 @@ from nemoguardrails import LLMRails, RailsConfig
 
 from .actions.guards import (
     CALLER_TENANT,
-    EVENT_KINDS,
     MAX_CONTEXT_EVENTS,
     PAYLOAD_REF,
     PAYLOADS,
@@ -50,6 +49,7 @@ from .actions.guards import (
     merge_context_messages,
 )
 from .config import ConfigError
+from .protocol import BY_COLANG, VERDICT_TYPES
 
 log = logging.getLogger("agent_breaker.server")
 
@@ -468,7 +468,6 @@ class ColangPool:
         return queue
 
     async def process(self, rails: Any, config_id: str, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        verdict_types = {verdict for _, verdict in EVENT_KINDS.values()}
         queue = self._queue(config_id)
         state = await queue.get()
         verdicts = []
@@ -484,7 +483,7 @@ class ColangPool:
                     out, state = await rails.process_events_async([colang_event], state)
                 finally:
                     PAYLOADS.pop(ref, None)
-                verdicts.extend({k: v for k, v in e.items() if k not in _NOISE} for e in out if e.get("type") in verdict_types)
+                verdicts.extend({k: v for k, v in e.items() if k not in _NOISE} for e in out if e.get("type") in VERDICT_TYPES)
         except BaseException:
             state = None  # a state an event broke is not reused
             raise
@@ -526,8 +525,8 @@ def install_events_endpoint(app: Any, configs: ServedConfigs, limits: Limits, co
         events = []
         for i, event in enumerate(body.events):
             kind = event.get("type")
-            if kind not in EVENT_KINDS:
-                return error(422, f"events[{i}].type must be one of {sorted(EVENT_KINDS)}")
+            if kind not in BY_COLANG:
+                return error(422, f"events[{i}].type must be one of {sorted(BY_COLANG)}")
             if _size(event) > limits.max_event_bytes:
                 return error(413, f"events[{i}] is over the limit of {limits.max_event_bytes} bytes")
             tenant = event.get("tenant")

@@ -129,7 +129,7 @@ def test_an_event_without_session_uses_the_tenant_and_conversation_fingerprint(e
     assert "first user message" not in state.key
     other = engine.session_key(parse_event({**ev, "tenant": "globex"}))
     assert other != state.key  # another tenant's same conversation is another session
-    with pytest.raises(InvalidEventError, match="neither a session id nor a conversation"):
+    with pytest.raises(InvalidEventError, match="session: an event needs a session id, or a conversation"):
         engine.check_tool_call({"type": "tool_call", "tool": "t", "args": {}})
 
 

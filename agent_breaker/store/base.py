@@ -46,6 +46,8 @@ class Store(Protocol):
     #: whether update_session may run its function more than once (compare-and-set retries):
     #: side effects outside the session state must then happen after it returns
     retries_updates: bool
+    #: whether a call waits on another process (a server): async callers then call it from a thread
+    remote: bool
 
     def update_session(self, key: str, now: float, fn: Callable[[object | None], tuple[object, R]]) -> R:
         """Run fn(state or None) atomically for one session; fn returns (new state, result).

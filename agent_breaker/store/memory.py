@@ -21,6 +21,7 @@ class MemoryStore:
     guards the maps, so every decision is atomic; a decision takes microseconds."""
 
     retries_updates = False
+    remote = False  # decisions take microseconds: callers need not leave their event loop
 
     def __init__(
         self,

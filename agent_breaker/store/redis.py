@@ -151,6 +151,7 @@ def _script(name: str) -> str:
 
 class RedisStore:
     retries_updates = True
+    remote = True  # every decision waits on the network: async callers run it in a thread
 
     def __init__(
         self,

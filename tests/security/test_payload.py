@@ -118,13 +118,12 @@ def all_logs():
 
 def test_the_engine_keeps_and_logs_no_payload(make_engine, clock, all_logs, store_kind, shared_store):
     marker = _marker()
-    from agent_breaker.actions.guards import to_engine_event
-    from agent_breaker.actions.guards import EVENT_KINDS
+    from agent_breaker.protocol import BY_COLANG, to_engine_event
 
     engine = make_engine(listeners=None)  # the default listener: incident JSON lines on the log
     for event in _payload_events(marker):
         clock.advance(1)
-        kind = EVENT_KINDS[event["type"]][0]
+        kind = BY_COLANG[event["type"]]
         try:
             engine.process({**to_engine_event(kind, event), "session": "s1"})
         except Exception as exc:  # invalid events raise; their message is checked below

@@ -30,6 +30,8 @@ GLOBAL_BUDGET = "global_budget"
 
 INVALID_EVENT = "invalid_event"
 STORAGE_UNAVAILABLE = "storage_unavailable"
+#: a guard flow's action failed (NeMo handed it None): the flow refuses, fail closed
+GUARD_ERROR = "guard_error"
 
 #: every heuristic whose mode can be set in config (`modes:`)
 CONFIGURABLE: tuple[str, ...] = (

@@ -164,6 +164,23 @@ def test_the_context_path_fails_closed_with_a_json_reply_when_its_action_errors(
     assert json.loads(reply["content"]) == {"events": [], "error": "guard_error"}
 
 
+def test_an_event_batched_behind_another_of_its_kind_is_refused_not_dropped(rails):
+    batch = [tool_call(1, session_id="batch"), tool_call(2, "other", session_id="batch")]
+    out, _ = asyncio.run(rails.process_events_async(batch, None))
+    verdicts = {v["call_id"]: v for v in out if v["type"] == "ToolCallVerdict"}
+    assert set(verdicts) == {"c1", "c2"}
+    assert verdicts["c1"]["allowed"] is True
+    assert (verdicts["c2"]["allowed"], verdicts["c2"]["heuristic"]) == (False, "invalid_event")
+    assert "one event per process_events_async call" in verdicts["c2"]["reason"]
+
+
+def test_a_misspelled_event_type_is_logged_with_the_type_it_looks_like(rails, caplog):
+    with caplog.at_level(logging.WARNING, logger="agent_breaker.nemo"):
+        asyncio.run(rails.process_events_async([{**tool_call(1), "type": "ToolCallRequest"}], None))
+        asyncio.run(asyncio.sleep(0.05))
+    assert "did you mean 'ToolCallRequested'" in caplog.text
+
+
 def test_the_flows_keep_a_flat_number_of_flow_instances_over_2000_events(rails):
     s = Session(rails)
     counts = []

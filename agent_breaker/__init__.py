@@ -10,7 +10,8 @@
 from .breaker import BreakerStateName, IllegalTransition
 from .clock import Clock, FakeClock, SystemClock
 from .config import AgentBreakerConfig, ConfigError, load_config, parse_config
-from .engine import Engine, is_semantic_failure, log_incident
+from .engine import Engine, log_incident
+from .outcomes import is_semantic_failure
 from .events import Assistant, Final, InvalidEventError, ToolCall, ToolResult, User, parse_event
 from .receipts import ReceiptKeys
 from .store import MemoryStore, StorageError, Store, store_from_uri

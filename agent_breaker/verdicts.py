@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from .detectors.base import Trip
 
 Severity = Literal["warn", "block"]
 Scope = Literal["call", "tool", "session"]
@@ -42,6 +45,20 @@ class Verdict:
 
 
 ALLOW = Verdict(True)
+
+
+def verdict_for(trip: Trip, severity: Severity, tool: str | None, call_id: str | None = None) -> Verdict:
+    """The verdict of a trip: blocking or a warning, with its synthetic observation."""
+    return Verdict(
+        allowed=severity != "block",
+        heuristic=trip.heuristic,
+        severity=severity,
+        scope=trip.scope,
+        reason=trip.reason,
+        counters=trip.counters,
+        observation=observation(trip.heuristic, tool, trip.reason, trip.instruction, trip.retry_after_s),
+        call_id=call_id,
+    )
 
 
 @dataclass(frozen=True, slots=True)

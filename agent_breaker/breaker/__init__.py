@@ -1,6 +1,6 @@
 """Tool circuit breakers: states, the transition table, and the pure decision core."""
 
-from .core import BreakerState, Permission, Recorded, Transition, acquire, force, record
+from .core import BreakerState, Permission, Recorded, Transition, acquire, force, record, release
 from .states import TRANSITIONS, BreakerStateName, IllegalTransition, check_transition
 
 __all__ = [
@@ -15,4 +15,5 @@ __all__ = [
     "check_transition",
     "force",
     "record",
+    "release",
 ]

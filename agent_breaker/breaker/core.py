@@ -165,6 +165,12 @@ def record(
     return None
 
 
+def release(st: BreakerState, probe: int) -> None:
+    """A half-open probe admitted for a call that was then refused for another reason: its slot
+    is free again (no outcome is recorded)."""
+    st.probes = [p for p in st.probes if p[0] != probe]
+
+
 OPERATOR_STATES = frozenset({S.CLOSED, S.FORCED_OPEN, S.DISABLED, S.METRICS_ONLY})
 
 

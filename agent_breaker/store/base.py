@@ -65,6 +65,9 @@ class Store(Protocol):
         self, key: str, cfg: BreakerConfig, now: float, *, failed: bool, slow: bool, probe: int | None
     ) -> Recorded: ...
 
+    def breaker_release(self, key: str, cfg: BreakerConfig, probe: int) -> None:
+        """Free a half-open probe slot whose call was refused for another reason."""
+
     def breaker_force(self, key: str, cfg: BreakerConfig, now: float, state: BreakerStateName) -> Transition | None: ...
 
     def breaker_state(self, key: str) -> BreakerState | None: ...

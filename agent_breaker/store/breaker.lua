@@ -6,10 +6,10 @@
 -- KEYS[1]  the breaker's state key (hash-tagged by breaker)
 -- KEYS[2]  optional (an outcome replayed after an outage): a marker set with the write, so a
 --          retry whose first reply was lost can tell that the outcome was taken
--- ARGV[1]  op: "acquire" | "record" | "force" | "get"
+-- ARGV[1]  op: "acquire" | "record" | "release" | "force" | "get"
 -- ARGV[2]  now (seconds)
 -- ARGV[3]  config (JSON)
--- ARGV[4]  op arguments (JSON): record {failed, slow, probe}; force {state}
+-- ARGV[4]  op arguments (JSON): record {failed, slow, probe}; release {probe}; force {state}
 -- ARGV[5]  key TTL in seconds
 -- ARGV[6]  pub/sub channel for transitions
 -- ARGV[7]  jitter draw in [-1, 1] (the script stays deterministic)
@@ -22,16 +22,8 @@ local ttl = tonumber(ARGV[5])
 local channel = ARGV[6]
 local jitter_draw = tonumber(ARGV[7])
 
-local LEGAL = {
-  ["closed>open"] = true, ["open>half_open"] = true, ["half_open>closed"] = true,
-  ["half_open>open"] = true, ["open>closed"] = true,
-}
-for _, src in ipairs({"closed", "open", "half_open", "forced_open", "disabled", "metrics_only"}) do
-  for _, dst in ipairs({"forced_open", "disabled", "metrics_only"}) do
-    if src ~= dst then LEGAL[src .. ">" .. dst] = true end
-  end
-end
-for _, src in ipairs({"forced_open", "disabled", "metrics_only"}) do LEGAL[src .. ">closed"] = true end
+-- the legal moves: written in when the script is registered, from breaker/states.py TRANSITIONS
+local LEGAL = __TRANSITIONS__
 
 local raw = redis.call("GET", KEYS[1])
 local st
@@ -252,6 +244,12 @@ elseif op == "record" then
         if err then return err end
       end
     end
+  end
+  result = {state = st.state}
+elseif op == "release" then
+  -- a probe admitted for a call that was refused for another reason: its slot is free again
+  for i, p in ipairs(st.probes) do
+    if p[1] == args.probe then table.remove(st.probes, i) break end
   end
   result = {state = st.state}
 elseif op == "force" then

@@ -140,6 +140,12 @@ class MemoryStore:
             t = breaker_core.record(st, cfg, now, failed=failed, slow=slow, probe=probe, rng=self._rng)
             return Recorded(st.state, t)
 
+    def breaker_release(self, key: str, cfg: BreakerConfig, probe: int) -> None:
+        with self._lock:
+            st = self._breakers.get(key)
+            if st is not None:
+                breaker_core.release(st, probe)
+
     def breaker_force(self, key: str, cfg: BreakerConfig, now: float, state: BreakerStateName) -> Transition | None:
         with self._lock:
             return breaker_core.force(self._breaker(key), state, now, cfg)

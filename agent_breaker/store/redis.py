@@ -62,7 +62,7 @@ from typing import Any, Callable, TypeVar
 
 import redis as redis_lib
 
-from ..breaker import BreakerState, BreakerStateName, IllegalTransition, Permission, Recorded, Transition
+from ..breaker import TRANSITIONS, BreakerState, BreakerStateName, IllegalTransition, Permission, Recorded, Transition
 from ..config import BreakerConfig
 from ..session import MAX_TOOLS, SessionState, put_bounded
 from ..windows import BucketWindow
@@ -149,6 +149,13 @@ def _script(name: str) -> str:
     return resources.files("agent_breaker.store").joinpath(name).read_text(encoding="utf-8")
 
 
+def breaker_script() -> str:
+    """breaker.lua with its table of legal moves written in from breaker/states.py: the one
+    transition table, not a copy kept by hand."""
+    legal = ", ".join(f'["{src.value}>{dst.value}"] = true' for src, dst in sorted(TRANSITIONS, key=lambda t: (t[0].value, t[1].value)))
+    return _script("breaker.lua").replace("__TRANSITIONS__", "{" + legal + "}")
+
+
 class RedisStore:
     retries_updates = True
     remote = True  # every decision waits on the network: async callers run it in a thread
@@ -179,7 +186,7 @@ class RedisStore:
         self.retry_s = retry_s
         self.near_cache_s = near_cache_s
         self.redis = redis_lib.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
-        self._breaker_script = self.redis.register_script(_script("breaker.lua"))
+        self._breaker_script = self.redis.register_script(breaker_script())
         self._cas_script = self.redis.register_script(_script("session_cas.lua"))
         self._spend_script = self.redis.register_script(_script("spend.lua"))
         self._local = MemoryStore(ttl_s=ttl_s, max_sessions=max_sessions)
@@ -453,6 +460,16 @@ class RedisStore:
             return self._local_breaker(
                 key, lambda: self._local.breaker_record(key, cfg, now, failed=failed, slow=slow, probe=probe)
             )
+
+    def breaker_release(self, key: str, cfg: BreakerConfig, probe: int) -> None:
+        if self._use_local():
+            self._degraded(lambda: self._local.breaker_release(key, cfg, probe))
+            return
+        try:
+            self._run("release", key, cfg, 0.0, {"probe": probe})
+        except redis_lib.RedisError as exc:
+            self._failed(exc)
+            self._local.breaker_release(key, cfg, probe)
 
     def breaker_force(self, key: str, cfg: BreakerConfig, now: float, state: BreakerStateName) -> Transition | None:
         from ..breaker.core import OPERATOR_STATES

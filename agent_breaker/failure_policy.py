@@ -1,0 +1,32 @@
+"""What a decision answers when the shared store fails: the `storage.on_error` policy.
+
+`local` never gets here (the Redis store keeps guarding with in-process state); `fail_closed`
+refuses the call (enforce mode) and `fail_open` lets it through, both with heuristic
+`storage_unavailable`, a warning in the log, and a metric.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from . import heuristics as H
+from .config import StorageConfig
+from .detectors.base import Trip
+from .store import StorageError
+from .verdicts import ResultVerdict, Severity, Verdict, verdict_for
+
+log = logging.getLogger("agent_breaker")
+
+
+def storage_unavailable(
+    exc: StorageError, storage: StorageConfig, *, enforcing: bool, result: bool, tool: str | None
+) -> tuple[Verdict | ResultVerdict, str]:
+    """The verdict, and its severity ("block" or "warn"), for a decision the store could not take."""
+    closed = storage.on_error == "fail_closed" and enforcing
+    severity: Severity = "block" if closed else "warn"
+    reason = f"guard state is unavailable ({exc}); policy {storage.on_error}"
+    log.warning("agent-breaker: %s", reason)
+    if result:
+        return ResultVerdict(not closed, H.STORAGE_UNAVAILABLE, reason), severity
+    trip = Trip(H.STORAGE_UNAVAILABLE, "call", reason, "The guard is unavailable; try again shortly.", {}, storage.retry_s)
+    return verdict_for(trip, severity, tool), severity

@@ -1,0 +1,181 @@
+"""Policy resolution: the config in force for one tenant / feature / agent, and what is derived
+from it once (canonicalizers, the claim checker, the ordered tables of enabled checks)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from . import heuristics as H
+from ._canonical import Canonicalizer, Fingerprinter
+from .config import AgentBreakerConfig, Mode
+from .detectors import loops
+from .detectors.base import Trip
+from .governor import budget
+from .receipts import ClaimChecker
+from .session import CallFacts, SessionState
+
+RESULT_MAX_BYTES = 16 * 1024 * 1024
+RESULT_MAX_DEPTH = 64
+MAX_CACHED = 10_000  # policies, and per-tool answers within one
+_NAME_TOKENS = re.compile(r"[a-z]+")
+
+
+@dataclass(slots=True)
+class CheckContext:
+    """What the checks of one decision read (built once per decision)."""
+
+    s: SessionState
+    f: CallFacts | None
+    cfg: AgentBreakerConfig
+    now: float
+    polling: bool
+    similar: tuple[bool, bool]
+
+
+Check = Callable[[CheckContext], "Trip | None"]
+EnabledCheck = tuple[str, Mode, Check]
+
+
+def _facts(c: CheckContext) -> CallFacts:
+    assert c.f is not None  # call checks run on tool calls only
+    return c.f
+
+
+#: spend ceilings, checked on every step (tool calls and assistant turns), in this order
+SESSION_LIMITS: tuple[tuple[str, Check], ...] = (
+    (H.STEP_LIMIT, lambda c: budget.check_step_limit(c.s, c.cfg)),
+    (H.TOKEN_BUDGET, lambda c: budget.check_token_budget(c.s, c.cfg)),
+    (H.COST_BUDGET, lambda c: budget.check_cost_budget(c.s, c.cfg)),
+    (H.TOKEN_VELOCITY, lambda c: budget.check_velocity(c.s, c.cfg, c.now)),
+)
+#: the checks of a tool call, in this order; the breaker comes after them
+CALL_CHECKS: tuple[tuple[str, Check], ...] = SESSION_LIMITS + (
+    (H.DEPTH_LIMIT, lambda c: budget.check_depth_limit(_facts(c).depth, c.cfg)),
+    (H.BUDGET_SOFT_LIMIT, lambda c: budget.check_soft_limit(c.s, c.cfg, _facts(c).tool)),
+    (H.TOOL_TOKEN_BUDGET, lambda c: budget.check_tool_token_budget(c.s, c.cfg, _facts(c).tool)),
+    (H.IDENTICAL_FAILURE, lambda c: loops.check_identical_failure(c.s, _facts(c), c.cfg, c.now)),
+    (H.IDENTICAL_CALL, lambda c: loops.check_identical_call(c.s, _facts(c), c.cfg, c.now, c.polling)),
+    (H.STUCK_POLLING, lambda c: loops.check_stuck_polling(c.s, _facts(c), c.cfg, c.now, c.polling)),
+    (H.NEAR_DUPLICATE, lambda c: loops.check_near_duplicate(c.s, _facts(c), c.cfg, c.similar, c.polling)),
+    (H.OSCILLATION, lambda c: loops.check_oscillation(c.s, _facts(c), c.cfg)),
+)
+
+
+def enabled(cfg: AgentBreakerConfig, checks: tuple[tuple[str, Check], ...]) -> tuple[EnabledCheck, ...]:
+    """The checks a config has on, each with its mode (worked out once per config)."""
+    return tuple((name, cfg.mode_of(name), check) for name, check in checks if cfg.mode_of(name) != "off")
+
+
+def run_checks(checks: tuple[EnabledCheck, ...], ctx: CheckContext) -> tuple[Trip | None, Trip | None]:
+    """Run (name, mode, check) in order; return (first blocking trip, first observed trip)."""
+    warn = None
+    for _name, mode, check in checks:
+        trip = check(ctx)
+        if trip is None:
+            continue
+        if mode == "enforce":
+            return trip, warn
+        warn = warn or trip
+    return None, warn
+
+
+def judge(cfg: AgentBreakerConfig, trips: list[Trip | None]) -> tuple[Trip | None, Trip | None]:
+    """The same for trips found outside the check tables, by their heuristics' modes."""
+    warn = None
+    for trip in trips:
+        if trip is None:
+            continue
+        mode = cfg.mode_of(trip.heuristic)
+        if mode == "enforce":
+            return trip, warn
+        if mode == "observe":
+            warn = warn or trip
+    return None, warn
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """A resolved config plus what is derived from it once."""
+
+    cfg: AgentBreakerConfig
+    canon: Canonicalizer
+    result_canon: Canonicalizer
+    in_progress: frozenset[str]
+    claims: ClaimChecker
+    call_checks: tuple[EnabledCheck, ...]
+    session_limits: tuple[EnabledCheck, ...]
+    _mutating: dict[str, bool]
+    _polling: dict[str, bool]
+
+    @classmethod
+    def build(cls, cfg: AgentBreakerConfig, fingerprints: Fingerprinter) -> Policy:
+        return cls(
+            cfg,
+            Canonicalizer(cfg.volatile_fields, max_bytes=cfg.max_args_bytes, fold=True),
+            Canonicalizer(cfg.volatile_fields, max_bytes=RESULT_MAX_BYTES, max_depth=RESULT_MAX_DEPTH),
+            frozenset(cfg.stuck_polling.in_progress_values),
+            ClaimChecker(cfg, fingerprints),
+            enabled(cfg, CALL_CHECKS),
+            enabled(cfg, SESSION_LIMITS),
+            {},
+            {},
+        )
+
+    def mode(self, heuristic: str) -> Mode:
+        return self.cfg.mode_of(heuristic)
+
+    def polling(self, tool: str) -> bool:
+        """Marked `polling` under tools:, or named like a status tool (stuck_polling.polling_tools)."""
+        v = self._polling.get(tool)
+        if v is None:
+            if len(self._polling) > MAX_CACHED:
+                self._polling.clear()
+            v = self._polling[tool] = self.cfg.tool(tool).polling or self.cfg.stuck_polling.is_polling_tool(tool)
+        return v
+
+    def mutating(self, tool: str) -> bool:
+        """Configured as mutating, or named after an action (wire_transfer, send_email)."""
+        v = self._mutating.get(tool)
+        if v is None:
+            if len(self._mutating) > MAX_CACHED:
+                self._mutating.clear()
+            policy = self.cfg.tools.get(tool)
+            if policy is not None and policy.mutating:
+                v = True
+            else:
+                v = self.cfg.receipts.infer_mutating and bool(self.claims.action_stems & set(_NAME_TOKENS.findall(tool.lower())))
+            self._mutating[tool] = v
+        return v
+
+
+class Policies:
+    """The policy of each (tenant, feature, agent), resolved on first use (overrides applied;
+    in observe mode, every enforcing heuristic reports instead)."""
+
+    def __init__(self, config: AgentBreakerConfig, fingerprints: Fingerprinter, *, observe: bool) -> None:
+        self.config = config
+        self.fingerprints = fingerprints
+        self.observe = observe
+        self._cache: dict[tuple[Any, ...], Policy] = {}
+
+    def get(self, tenant: str | None, feature: str | None, agent: str | None) -> Policy:
+        k = (tenant, feature, agent)
+        p = self._cache.get(k)
+        if p is None:
+            cfg = self.config.resolve(tenant, feature, agent)
+            if self.observe:
+                cfg = observe_only(cfg)
+            if len(self._cache) > MAX_CACHED:
+                self._cache.clear()
+            p = self._cache[k] = Policy.build(cfg, self.fingerprints)
+        return p
+
+
+def observe_only(cfg: AgentBreakerConfig) -> AgentBreakerConfig:
+    """The same config with every enforcing heuristic reporting instead."""
+    if cfg.mode == "off":
+        return cfg
+    modes = {h: ("off" if cfg.mode_of(h) == "off" else "observe") for h in H.CONFIGURABLE}
+    return cfg.model_copy(update={"mode": "observe", "modes": modes})

@@ -20,7 +20,7 @@ from typing import Any, Iterable, Mapping
 from nemoguardrails.actions import action
 
 from agent_breaker.engine import Engine, log_incident
-from agent_breaker.events import MAX_ID_CHARS, InvalidEventError
+from agent_breaker.events import InvalidEventError, is_id
 from agent_breaker.heuristics import INVALID_EVENT
 from agent_breaker.protocol import BY_COLANG, BY_NAME, BY_VERB, KINDS, EventKind, missing_fields, to_engine_event
 from agent_breaker.verdicts import Incident, observation
@@ -63,10 +63,11 @@ def colang_fields(event: Any) -> Mapping[str, Any]:
     return args if ref is None else PAYLOADS.get(ref, args)  # gone: run_event refuses it
 
 
-def _valid_tool_name(fields: Mapping[str, Any]) -> str | None:
-    """The tool an invalid event names, when that name is itself valid (else it is not repeated)."""
-    name = fields.get("tool_name")
-    return name if isinstance(name, str) and 0 < len(name) <= MAX_ID_CHARS and name.isprintable() else None
+def _echo(fields: Mapping[str, Any], name: str) -> str | None:
+    """An id of the event, repeated in its verdict only when it is a valid id (a megabyte of
+    text, or a lone surrogate, is not repeated)."""
+    value = fields.get(name)
+    return value if is_id(value) else None
 
 
 def run_event(engine: Engine, kind: EventKind | str, fields: Mapping[str, Any]) -> dict[str, Any]:
@@ -97,13 +98,13 @@ def run_event(engine: Engine, kind: EventKind | str, fields: Mapping[str, Any]) 
             "severity": "block",
             "scope": "call",
             "reason": reason,
-            "observation": observation(INVALID_EVENT, _valid_tool_name(fields), reason, "Send a well-formed event.", None),
+            "observation": observation(INVALID_EVENT, _echo(fields, "tool_name"), reason, "Send a well-formed event.", None),
         }
     finally:
         _incidents.reset(token)
     out["incidents"] = [i.to_dict() for i in bucket]
-    out["session_id"] = fields.get("session_id")
-    out["call_id"] = fields.get("call_id") or out.get("call_id")
+    out["session_id"] = _echo(fields, "session_id")
+    out["call_id"] = _echo(fields, "call_id") or out.get("call_id")
     out.setdefault("accepted", out.get("allowed", False))
     return out
 
@@ -237,6 +238,13 @@ def verdict_event(event: Mapping[str, Any], engine: Engine) -> dict[str, Any]:
 #: the context key that carries agent-breaker events, and how many one request may carry
 CONTEXT_KEY = "agent_breaker_events"
 MAX_CONTEXT_EVENTS = 100
+_max_context_events = MAX_CONTEXT_EVENTS
+
+
+def set_max_context_events(n: int) -> None:
+    """The server's limit of events per request holds on the context path too."""
+    global _max_context_events
+    _max_context_events = n
 
 
 def context_events(contents: Iterable[Any]) -> list[Any]:
@@ -274,8 +282,8 @@ async def agent_breaker_context_events(data: Any, agent_breaker_engine: Engine) 
     if not isinstance(data, Mapping) or CONTEXT_KEY not in data:
         return ""
     events = context_events([data])
-    if len(events) > MAX_CONTEXT_EVENTS:
-        return json.dumps({"events": [], "error": f"{len(events)} events in one request; the limit is {MAX_CONTEXT_EVENTS}"})
+    if len(events) > _max_context_events:
+        return json.dumps({"events": [], "error": f"{len(events)} events in one request; the limit is {_max_context_events}"})
     engine = agent_breaker_engine
 
     def answer() -> list[dict[str, Any]]:

@@ -63,23 +63,30 @@ def normalize_key(key: str) -> str:
 RANDOM = "<random>"
 
 
+#: keys whose values name something (an id, a digest, a path): a random-looking value there is
+#: a different thing each time, never a nonce, so it is not masked
+_NAMING_KEY_SUFFIXES = ("id", "ids", "uuid", "guid", "sha", "hash", "digest", "ref", "refs", "reference", "key", "keys",
+                        "name", "path", "url", "uri", "number", "code")
+
+
 class Canonicalizer:
     """Turns JSON-like values into one canonical string.
 
     Sorted keys, whitespace runs in strings collapsed, integral floats as ints, volatile keys
-    (timestamps, request ids, nonces) dropped at any depth, random-looking strings masked
-    (`_text.looks_random`). With `fold`, keys and strings are also normalized
-    (`_text.normalize_text`: look-alikes, invisible characters, case) and random-looking
-    floats masked: tool arguments, which the agent writes.
+    (timestamps, request ids, nonces) dropped at any depth. With `fold` (tool arguments,
+    which the agent writes): keys and strings normalized (`_text.normalize_text`: look-alikes,
+    invisible characters, case), random-looking keys dropped, and random-looking values
+    (`_text.looks_random`: a nonce, a random salt) masked unless their key names something
+    (`order_id`, `sha`, `path`: a different id is a different call).
     """
 
-    __slots__ = ("_volatile", "_is_volatile", "max_bytes", "max_depth", "fold")
+    __slots__ = ("_volatile", "_keys", "max_bytes", "max_depth", "fold")
 
     def __init__(self, volatile_fields: Iterable[str], *, max_bytes: int, max_depth: int = 32, fold: bool = False) -> None:
         self._volatile = frozenset(normalize_key(f) for f in volatile_fields)
-        # keys repeat a lot: whether one is volatile is decided once, and remembered by the
-        # key's Python hash (keyed per process), so the cache holds no key text
-        self._is_volatile: dict[int, bool] = {}
+        # keys repeat a lot: what a key is (volatile, naming) is decided once and remembered
+        # by the key's Python hash (keyed per process), so the cache holds no key text
+        self._keys: dict[int, tuple[bool, bool]] = {}
         self.max_bytes = max_bytes
         self.max_depth = max_depth
         self.fold = fold
@@ -87,7 +94,7 @@ class Canonicalizer:
     def canonical(self, value: Any) -> str:
         try:
             text = json.dumps(
-                self._clean(value, 0), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+                self._clean(value, 0, self.fold), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
             )
         except (TypeError, ValueError) as exc:
             if isinstance(exc, CanonicalError):
@@ -99,28 +106,28 @@ class Canonicalizer:
             raise CanonicalError("payload holds a lone surrogate (not valid Unicode text)")
         return text
 
-    def _key(self, key: str) -> str | None:
-        """The key's canonical spelling; None when it is volatile."""
+    def _key(self, key: str) -> tuple[bool, bool]:
+        """(volatile, naming) of a key."""
         h = hash(key)
-        volatile = self._is_volatile.get(h)
-        if volatile is None:
-            if len(self._is_volatile) > 10_000:
-                self._is_volatile.clear()
-            volatile = self._is_volatile[h] = normalize_key(key) in self._volatile
-        if volatile:
-            return None
-        return normalize_text(key) if self.fold else key
+        info = self._keys.get(h)
+        if info is None:
+            if len(self._keys) > 10_000:
+                self._keys.clear()
+            norm = normalize_key(key)
+            volatile = norm in self._volatile or (self.fold and looks_random(key))
+            info = self._keys[h] = (volatile, norm.endswith(_NAMING_KEY_SUFFIXES))
+        return info
 
-    def _string(self, value: str) -> str:
+    def _string(self, value: str, mask: bool) -> str:
         if self.fold:
             value = normalize_text(value)
         value = " ".join(value.split())
-        return RANDOM if len(value) >= MIN_RANDOM_CHARS and looks_random(value) else value
+        return RANDOM if mask and len(value) >= MIN_RANDOM_CHARS and looks_random(value) else value
 
-    def _clean(self, value: Any, depth: int) -> Any:
+    def _clean(self, value: Any, depth: int, mask: bool) -> Any:
         t = type(value)
         if t is str:
-            return self._string(value)
+            return self._string(value, mask)
         if t is int or t is bool or value is None:
             return value
         if depth >= self.max_depth:
@@ -128,20 +135,21 @@ class Canonicalizer:
         if t is dict:
             out = {}
             for k, v in value.items():
-                ck = self._key(k if type(k) is str else str(k))
-                if ck is not None:
-                    out[ck] = self._clean(v, depth + 1)
+                k = k if type(k) is str else str(k)
+                volatile, naming = self._key(k)
+                if not volatile:
+                    out[normalize_text(k) if self.fold else k] = self._clean(v, depth + 1, self.fold and not naming)
             return out
         if t is list or t is tuple:
-            return [self._clean(v, depth + 1) for v in value]
+            return [self._clean(v, depth + 1, mask) for v in value]
         if t is float:
             if math.isnan(value) or math.isinf(value):
                 raise CanonicalError("payload holds NaN or infinity")
             if value.is_integer() and abs(value) < 2**53:
                 return int(value)
-            return RANDOM if self.fold and looks_random_float(value) else value
+            return RANDOM if mask and looks_random_float(value) else value
         if isinstance(value, str):
-            return self._string(str(value))
+            return self._string(str(value), mask)
         if isinstance(value, (bool, int)):
             return value
         raise CanonicalError(f"unsupported type {type(value).__name__} in payload")

@@ -14,11 +14,15 @@ import re
 import unicodedata
 from collections import Counter
 
-# format and invisible characters (zero-width spaces and joiners, bidi controls, variation
-# selectors, the soft hyphen, Hangul fillers, tag characters): removed
+# invisible characters, removed: every format character (Unicode category Cf: zero-width spaces
+# and joiners, bidi controls, the soft hyphen, tag characters, ...; a test checks this list
+# against the running Python's Unicode data) and the invisible ones of other categories
+# (combining grapheme joiner, Hangul fillers, variation selectors, Khmer and Mongolian marks)
 _INVISIBLE = re.compile(
-    "[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u206f"
-    "\u3164\ufe00-\ufe0f\ufeff\uffa0\U000e0000-\U000e0fff]"
+    "[\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u180e\u200b-\u200f\u202a-\u202e"
+    "\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f"
+    "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f"
+    "\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u3164\ufe00-\ufe0f\uffa0\U000e0100-\U000e01ef]"
 )
 
 # look-alikes NFKC leaves alone: Cyrillic and Greek letters that render as Latin ones, then
@@ -38,7 +42,8 @@ _UPPER_LOOKALIKES = {
 }
 _PUNCTUATION = {
     "\u2010": "-", "\u2011": "-", "\u2012": "-", "\u2013": "-", "\u2014": "-", "\u2015": "-", "\u2212": "-",
-    "\u2043": "-", "\ufe58": "-", "\ufe63": "-",
+    "\u2043": "-", "\ufe58": "-", "\ufe63": "-", "\u02d7": "-", "\u2796": "-", "\u2e3a": "-", "\u2e3b": "-",
+    "\u2053": "-", "\u058a": "-", "\u05be": "-", "\u1400": "-", "\u1806": "-", "\u2e17": "-",
     "\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "'", "\u02bc": "'", "\u2032": "'",
     "\u201c": '"', "\u201d": '"', "\u201e": '"', "\u2033": '"',
 }
@@ -59,6 +64,11 @@ def normalize_text(text: str) -> str:
     if text.isascii():
         return text.lower()
     return unicodedata.normalize("NFKC", _INVISIBLE.sub("", text)).casefold().translate(_FOLD_LOWER)
+
+
+def normalize_name(name: str) -> str:
+    """A name (a tool's) as compared: `normalize_text`, whitespace trimmed and runs of it one space."""
+    return " ".join(normalize_text(name).split())
 
 
 def has_invalid_chars(text: str) -> bool:

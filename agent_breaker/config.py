@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from . import heuristics as H
 from ._canonical import DEFAULT_VOLATILE_FIELDS
-from ._text import normalize_text
+from ._text import normalize_name
 
 Mode = Literal["enforce", "observe", "off"]
 
@@ -110,7 +110,11 @@ class _Frozen(BaseModel):
 
 
 class BreakerConfig(_Frozen):
-    key_by_tenant: bool = Field(False, description="One breaker per (tenant, tool) instead of per tool.")
+    key_by_tenant: bool = Field(
+        True,
+        description="One breaker per (tenant, tool): one tenant's failures cannot open a tool for the others "
+        "(false: one breaker per tool for every tenant).",
+    )
     window_s: float = Field(DEFAULT_BREAKER_WINDOW_S, gt=0, description="Sliding time window of call outcomes.")
     bucket_s: float = Field(1.0, gt=0, description="Granularity of the sliding window.")
     consecutive_failures: int | None = Field(
@@ -193,9 +197,14 @@ class StuckPollingConfig(_Frozen):
         description="A result whose status/state field holds one of these marks its call as a poll.",
     )
 
+    @field_validator("polling_tools")
+    @classmethod
+    def _patterns_normalized(cls, patterns: tuple[str, ...]) -> tuple[str, ...]:
+        # tool names are compared normalized (case and look-alikes aside): so are the patterns
+        return tuple(normalize_name(p) for p in patterns)
+
     def is_polling_tool(self, tool: str) -> bool:
-        name = tool.lower()
-        return any(fnmatch.fnmatchcase(name, p) for p in self.polling_tools)
+        return any(fnmatch.fnmatchcase(tool, p) for p in self.polling_tools)
 
 
 class NearDuplicateConfig(_Frozen):
@@ -384,7 +393,7 @@ class AgentBreakerConfig(_Frozen):
         # events name tools by their normalized spelling (look-alikes, invisible characters, case)
         out: dict[str, ToolPolicy] = {}
         for name, policy in tools.items():
-            key = normalize_text(name)
+            key = normalize_name(name)
             if key in out:
                 raise ValueError(f"tools names {key!r} twice (tool names compare normalized: case and look-alikes aside)")
             out[key] = policy
@@ -425,7 +434,10 @@ class AgentBreakerConfig(_Frozen):
 
     def resolve(self, tenant: str | None, feature: str | None, agent: str | None) -> AgentBreakerConfig:
         """The config in force for one tenant / feature / agent (overrides applied)."""
-        matching = [o for o in self.overrides if o.matches(tenant, feature, agent)]
+        return self.resolve_overrides([o for o in self.overrides if o.matches(tenant, feature, agent)])
+
+    def resolve_overrides(self, matching: list[Override]) -> AgentBreakerConfig:
+        """This config with these of its overrides applied, the more specific last."""
         if not matching:
             return self
         merged = self.model_dump(exclude={"overrides"})

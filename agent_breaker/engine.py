@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from . import heuristics as H
 from ._canonical import CanonicalError, Fingerprinter
-from ._text import normalize_text
+from ._text import normalize_name, normalize_text
 from .breaker import BreakerStateName, Permission
 from .breaker import core as breaker_core
 from .clock import Clock, SystemClock
@@ -115,7 +115,7 @@ class Engine:
         self.share_breakers = share_breakers
         self.observe = observe
         self.failure_predicates: dict[str, FailurePredicate] = {
-            normalize_text(tool): fn for tool, fn in (failure_predicates or {}).items()
+            normalize_name(tool): fn for tool, fn in (failure_predicates or {}).items()
         }
         self.receipt_keys = receipt_keys or ReceiptKeys.from_config(
             self.config.receipts, required=self.config.mode_of(H.UNVERIFIED_CLAIM) == "enforce" and not observe
@@ -523,7 +523,7 @@ class Engine:
             return False, "no receipt keys configured"
         result_hash = self.fingerprints.hash64(self._result_canonical(self._policy(tenant, feature, agent), result))
         return verify(
-            self.receipt_keys, receipt, tenant=tenant, session=session, call_id=call_id, tool=normalize_text(tool),
+            self.receipt_keys, receipt, tenant=tenant, session=session, call_id=call_id, tool=normalize_name(tool),
             result_hash=result_hash,
         )
 
@@ -548,17 +548,18 @@ class Engine:
         raise InvalidEventError(f"not an agent event: {type(ev).__name__}")
 
     # ----------------------------------------------------------------- operators
+    def breaker_key(self, tool: str, *, tenant: str | None = None) -> str:
+        """The store key of a tool's shared breaker (per tenant when `breaker.key_by_tenant`)."""
+        return self._breaker_key(self._policy(tenant, None, None).cfg, tenant, normalize_name(tool))
+
     def breaker_state(self, tool: str, *, tenant: str | None = None) -> BreakerStateName:
-        cfg = self._policy(tenant, None, None).cfg
-        st = self.store.breaker_state(self._breaker_key(cfg, tenant, normalize_text(tool)))
+        st = self.store.breaker_state(self.breaker_key(tool, tenant=tenant))
         return BreakerStateName.CLOSED if st is None else st.state
 
     def force_breaker(self, tool: str, state: BreakerStateName | str, *, tenant: str | None = None) -> None:
         """Operator control: force open, disable, metrics-only, or reset a tool's breaker."""
         cfg = self._policy(tenant, None, None).cfg
-        self.store.breaker_force(
-            self._breaker_key(cfg, tenant, normalize_text(tool)), cfg.breaker, self.clock.now(), BreakerStateName(state)
-        )
+        self.store.breaker_force(self.breaker_key(tool, tenant=tenant), cfg.breaker, self.clock.now(), BreakerStateName(state))
 
     # ----------------------------------------------------------------- incidents and metrics
     def _emit(self, s: SessionState, ev: Any, trip: Trip, severity: str, now: float, tool: str | None) -> None:

@@ -10,16 +10,21 @@ from typing import Annotated, Any, Callable, Literal, Sequence, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from ._text import normalize_text
+from ._text import has_invalid_chars, normalize_name
 
 MAX_ID_CHARS = 256
 MAX_TEXT_CHARS = 1_000_000
 
 # ids are printable: no control characters (lone surrogates pydantic refuses itself)
 _Id = Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS, pattern=r"^[^\x00-\x1f\x7f]+$")]
+
+
+def is_id(value: Any) -> bool:
+    """An id as events carry them: 1 to MAX_ID_CHARS characters, printable, valid Unicode."""
+    return isinstance(value, str) and 0 < len(value) <= MAX_ID_CHARS and value.isprintable() and not has_invalid_chars(value)
 # a tool is known by its normalized name: look-alike letters, invisible characters and case
 # do not make another tool
-_ToolName = Annotated[_Id, AfterValidator(normalize_text)]
+_ToolName = Annotated[_Id, AfterValidator(normalize_name), Field(min_length=1)]
 _Tokens = Annotated[int, Field(ge=0, le=10**12)]
 _Money = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 _Text = Annotated[str, Field(max_length=MAX_TEXT_CHARS)]

@@ -161,10 +161,12 @@ class Policies:
         self._cache: dict[tuple[Any, ...], Policy] = {}
 
     def get(self, tenant: str | None, feature: str | None, agent: str | None) -> Policy:
-        k = (tenant, feature, agent)
+        # keyed by the overrides that apply, not by the names: a caller who makes up tenants,
+        # features or agents gets the policies that exist, not a new one each
+        k = tuple(i for i, o in enumerate(self.config.overrides) if o.matches(tenant, feature, agent))
         p = self._cache.get(k)
         if p is None:
-            cfg = self.config.resolve(tenant, feature, agent)
+            cfg = self.config.resolve_overrides([self.config.overrides[i] for i in k])
             if self.observe:
                 cfg = observe_only(cfg)
             if len(self._cache) > MAX_CACHED:

@@ -32,6 +32,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterator, Mapping
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -47,8 +48,10 @@ from .actions.guards import (
     PAYLOADS,
     context_events,
     merge_context_messages,
+    set_max_context_events,
 )
 from .config import ConfigError
+from .events import MAX_ID_CHARS, is_id
 from .protocol import BY_COLANG, VERDICT_TYPES
 
 log = logging.getLogger("agent_breaker.server")
@@ -180,19 +183,46 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 class RequestGuard:
     """Outermost ASGI middleware: Host, token, size and JSON checks before any route runs."""
 
-    def __init__(self, app: Any, *, tokens: Tokens | None, hosts: frozenset[str] | None, limits: Limits) -> None:
+    def __init__(self, app: Any, *, tokens: Tokens | None, hosts: frozenset[str] | None, limits: Limits,
+                 configs: ServedConfigs | None = None) -> None:
         self.app = app
         self.tokens = tokens
         self.hosts = hosts
         self.limits = limits
+        self.configs = configs
+
+    def chat_problem(self, body: Mapping[str, Any]) -> str | None:
+        """Chat-completions requests these configs cannot answer (NeMo would stream no verdict,
+        or fail with a 500): a 400 that says why, before NeMo sees them."""
+        if body.get("stream"):
+            return "streaming answers carry no agent-breaker verdict: send the request with stream false"
+        guardrails = body.get("guardrails")
+        config_id = guardrails.get("config_id") if isinstance(guardrails, dict) else None
+        if self.configs is None or not isinstance(config_id, str) or config_id not in self.configs.rails:
+            return None  # NeMo answers an unknown config with a 4xx of its own
+        roles = {m.get("role") for m in body.get("messages") or [] if isinstance(m, dict)}
+        if self.configs.takes_events[config_id] and "assistant" in roles:
+            return f"config {config_id} (Colang 2.x) takes no assistant messages as input"
+        if not self.configs.has_model[config_id] and roles & {"user", "assistant", "tool"} and not self.configs.takes_events[config_id]:
+            return f"config {config_id} has no model to answer messages: send its tool calls as agent-breaker events"
+        return None
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            # no route of this server takes a WebSocket (NeMo's chat UI is off): none passes unchecked
+            await send({"type": "websocket.close", "code": 1008})
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
         if self.hosts is not None and _host_name(headers.get("host", "")) not in self.hosts:
             await _reply(send, 400, "the Host header names no host this server answers for")
+            return
+        origin = headers.get("origin")
+        if origin is not None and (self.hosts is None or _host_name(urlsplit(origin).netloc) not in self.hosts):
+            # a browser page of another site (a bare loopback server has no token to stop it)
+            await _reply(send, 403, "requests from web pages of other origins are refused")
             return
         tenant = ALL_TENANTS
         if self.tokens is not None:
@@ -205,6 +235,9 @@ class RequestGuard:
             tenant = found
         body = b""
         if scope.get("method") in ("POST", "PUT", "PATCH"):
+            if headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
+                await _reply(send, 415, "the request body must be JSON, sent as Content-Type: application/json")
+                return
             declared = headers.get("content-length")
             if declared is not None and (not declared.isdigit() or int(declared) > self.limits.max_request_bytes):
                 await _reply(send, 413, f"the request is over the limit of {self.limits.max_request_bytes} bytes")
@@ -252,13 +285,18 @@ class RequestGuard:
         carry; else (None, the parsed body). Each check runs before the costlier ones after it,
         and none recurses: a hostile body must cost little to turn away."""
         limits = self.limits
-        if _max_depth(body) > limits.max_depth:
+        try:
+            # strict UTF-8: a surrogate written as raw bytes, or another encoding, is refused here
+            text = body.decode("utf-8")
+        except UnicodeDecodeError:
+            return (400, "the request body is not valid UTF-8"), None
+        if _max_depth(text) > limits.max_depth:
             return (400, f"the request body is nested deeper than {limits.max_depth} levels"), None
         try:
-            data = json.loads(body)
+            data = json.loads(text)
         except ValueError:
-            return (400, "the request body is not valid JSON (UTF-8)"), None
-        if _SURROGATE_ESCAPE.search(body) and _has_lone_surrogate(data):
+            return (400, "the request body is not valid JSON"), None
+        if _SURROGATE_ESCAPE.search(text) and _has_lone_surrogate(data):
             return (400, "the request holds a lone surrogate (not valid Unicode text)"), None
         if isinstance(data, dict):
             if path == EVENTS_PATH:
@@ -266,6 +304,9 @@ class RequestGuard:
                 events = events if isinstance(events, list) else []
                 where = "events"
             elif path == CHAT_PATH:
+                problem = self.chat_problem(data)
+                if problem is not None:
+                    return (400, problem), None
                 events = context_events(_context_messages(data))
                 where = "agent_breaker_events"
             else:
@@ -281,15 +322,17 @@ class RequestGuard:
 
 #: where the request guard leaves the parsed body for the endpoint (ASGI scope state)
 PARSED_BODY = "agent_breaker_body"
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string, its loop unrolled (fast in `re`)
-_NOT_BRACKET = bytes(sorted(set(range(256)) - set(b"[]{}")))
-_DEPTH_STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+# a JSON string, its loop unrolled (fast in `re`); the closing quote is optional, so an
+# unterminated string is consumed once instead of rescanned from each of its quotes
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_DEPTH_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
-def _max_depth(body: bytes) -> int:
+def _max_depth(text: str) -> int:
     """How deep a JSON body nests, from its brackets outside strings (all in C but the max)."""
-    brackets = _STRING.sub(b"", body).translate(None, _NOT_BRACKET)
+    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
     return max(itertools.accumulate(map(_DEPTH_STEP.__getitem__, brackets)), default=0)
 
 
@@ -399,6 +442,7 @@ class ServedConfigs:
         self.root = root
         self.rails: dict[str, Any] = {}
         self.takes_events: dict[str, bool] = {}
+        self.has_model: dict[str, bool] = {}
         for name, folder in folders.items():
             try:
                 config = RailsConfig.from_path(str(folder))
@@ -409,6 +453,7 @@ class ServedConfigs:
                     raise ServeError(f"config {name}: {cause}") from None
                 raise ServeError(f"config {name} does not load: {type(exc).__name__}: {_first_line(exc)}") from None
             self.takes_events[name] = config.colang_version != "1.0"
+            self.has_model[name] = any(m.type == "main" for m in config.models)
 
     @property
     def ids(self) -> list[str]:
@@ -496,7 +541,7 @@ class ColangPool:
         return [s for q in self._free.values() for s in list(q._queue) if s is not None]  # type: ignore[attr-defined]
 
 
-def install_events_endpoint(app: Any, configs: ServedConfigs, limits: Limits, colang: ColangThread) -> ColangPool:
+def install_events_endpoint(app: Any, configs: ServedConfigs, colang: ColangThread) -> ColangPool:
     """Add POST /v1/agent-breaker/events to the FastAPI app."""
     pool = ColangPool()
     app.state.agent_breaker_colang = pool
@@ -507,13 +552,11 @@ def install_events_endpoint(app: Any, configs: ServedConfigs, limits: Limits, co
     @app.post(EVENTS_PATH, tags=["agent-breaker"])
     async def agent_breaker_events(request: Request) -> Any:
         """Run agent-breaker events through the config's Colang flows; answer the verdicts."""
-        data = request.scope.get("state", {}).get(PARSED_BODY)
+        # the request guard has parsed the body and held it to the size, depth and count limits
         try:
-            body = EventsRequest.model_validate(data) if data is not None else EventsRequest.model_validate_json(await request.body())
+            body = EventsRequest.model_validate(request.scope["state"][PARSED_BODY])
         except ValidationError as exc:
             return error(422, "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()))
-        if len(body.events) > limits.max_events:
-            return error(413, f"{len(body.events)} events in one request; the limit is {limits.max_events}")
         try:
             rails = configs.get(body.config_id)
         except LookupError as exc:
@@ -527,8 +570,10 @@ def install_events_endpoint(app: Any, configs: ServedConfigs, limits: Limits, co
             kind = event.get("type")
             if kind not in BY_COLANG:
                 return error(422, f"events[{i}].type must be one of {sorted(BY_COLANG)}")
-            if _size(event) > limits.max_event_bytes:
-                return error(413, f"events[{i}] is over the limit of {limits.max_event_bytes} bytes")
+            for name in _COLANG_FIELDS:
+                # these reach the Colang state: ids only, checked before they get there
+                if event.get(name) is not None and not is_id(event[name]):
+                    return error(422, f"events[{i}].{name}: an id of 1 to {MAX_ID_CHARS} printable characters")
             tenant = event.get("tenant")
             if bound is not None:
                 if tenant is not None and tenant != bound:
@@ -602,6 +647,7 @@ def build_app(root: Path, *, host: str, environ: Mapping[str, str] = os.environ)
     colang = ColangThread()
     for rails in configs.rails.values():
         rails.colang = colang
-    install_events_endpoint(api.app, configs, limits, colang)
+    install_events_endpoint(api.app, configs, colang)
+    set_max_context_events(limits.max_events)
     api.app.state.agent_breaker_configs = configs
-    return RequestGuard(api.app, tokens=tokens, hosts=allowed_hosts(host, environ), limits=limits)
+    return RequestGuard(api.app, tokens=tokens, hosts=allowed_hosts(host, environ), limits=limits, configs=configs)

@@ -675,7 +675,7 @@ def test_force_breaker_rejects_an_illegal_move(make_engine):
     engine.force_breaker(TOOL, "forced_open")
     # OPEN and HALF_OPEN are the breaker's own states: no operator move leads there
     for dst in ("half_open", "open", S.OPEN):
-        with pytest.raises(ValueError, match=rf"breaker '{TOOL}': an operator may set .*, not {S(dst).value}$"):
+        with pytest.raises(ValueError, match=rf"breaker ':{TOOL}': an operator may set .*, not {S(dst).value}$"):
             engine.force_breaker(TOOL, dst)
         assert engine.breaker_state(TOOL) is S.FORCED_OPEN
     # an operator state the table does not reach from here

@@ -172,7 +172,7 @@ def test_fifty_sessions_failing_concurrently_open_the_breaker_after_exactly_ten_
     # exactly one trip, made by the 10th failure recorded while CLOSED
     assert [(t.src, t.dst) for t in store.transitions] == [(S.CLOSED, S.OPEN)]
     assert store.transitions[0].reason == "10 failures in a row (threshold 10)"
-    st = store.breaker_state(TOOL)
+    st = store.breaker_state(engine.breaker_key(TOOL))
     assert st.consecutive_failures == 10
     assert st.window.read(clock.now())[:2] == [10.0, 10.0]  # calls, failures
     # each result is recorded atomically with the breaker state it reports
@@ -253,6 +253,6 @@ def test_one_session_hammered_by_identical_failing_calls_stays_consistent(make_e
     else:
         assert incidents == []
     # the shared breaker saw the same failures, up to its trip at 5
-    st = engine.store.breaker_state(TOOL)
+    st = engine.store.breaker_state(engine.breaker_key(TOOL))
     assert st.consecutive_failures == min(allowed, 5)
     assert st.state is (S.OPEN if allowed >= 5 else S.CLOSED)

@@ -18,7 +18,8 @@ def test_assistant_turns_count_toward_the_shared_spend_ceiling(make_engine, cloc
 
 
 def test_an_operator_reaches_a_tenants_own_breaker(make_engine):
-    engine = make_engine({"overrides": [{"tenant": "acme", "settings": {"breaker": {"key_by_tenant": True}}}]})
+    engine = make_engine({"breaker": {"key_by_tenant": False},
+                          "overrides": [{"tenant": "acme", "settings": {"breaker": {"key_by_tenant": True}}}]})
     engine.force_breaker("search", "forced_open", tenant="acme")
     assert engine.breaker_state("search", tenant="acme") is S.FORCED_OPEN
     assert engine.breaker_state("search") is S.CLOSED  # other tenants share the plain key

@@ -287,7 +287,8 @@ def test_the_redis_config_shares_guard_state_between_two_rails(monkeypatch):
     redis_or_skip()
     monkeypatch.setenv("REDIS_URL", REDIS_URL)
     worker_a, worker_b = make_rails("agent_breaker_redis"), make_rails("agent_breaker_redis")
-    store = worker_a.runtime.registered_action_params[ENGINE_PARAM].store
+    engine = worker_a.runtime.registered_action_params[ENGINE_PARAM]
+    store = engine.store
     session = f"fleet-{id(store)}"
     try:
         a, b = Session(worker_a), Session(worker_b)
@@ -298,4 +299,7 @@ def test_the_redis_config_shares_guard_state_between_two_rails(monkeypatch):
         v = a.verdict({**tool_call(3), "session_id": session})
         assert (v["allowed"], v["heuristic"]) == (False, "identical_failure")
     finally:
-        store.redis.delete(store.session_key(session), store.breaker_key("run_sql"))
+        # the shipped config's own key prefix: this test's session, breaker and agent view
+        keys = list(store.redis.scan_iter(match=f"{store.prefix}:*"))
+        if keys:
+            store.redis.delete(*keys)

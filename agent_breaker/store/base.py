@@ -43,15 +43,13 @@ class StorageError(RuntimeError):
 
 
 class Store(Protocol):
-    #: whether update_session may run its function more than once (compare-and-set retries):
-    #: side effects outside the session state must then happen after it returns
-    retries_updates: bool
     #: whether a call waits on another process (a server): async callers then call it from a thread
     remote: bool
 
     def update_session(self, key: str, now: float, fn: Callable[[object | None], tuple[object, R]]) -> R:
         """Run fn(state or None) atomically for one session; fn returns (new state, result).
-        A new state of None writes nothing (an event refused before it changed anything)."""
+        A new state of None writes nothing (an event refused before it changed anything). fn
+        must be pure: a shared store may run it more than once (compare-and-set conflicts)."""
 
     def peek_session(self, key: str) -> object | None:
         """The session's state as stored (tests, inspection); None if unknown or evicted."""

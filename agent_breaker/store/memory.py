@@ -20,7 +20,6 @@ class MemoryStore:
     """Sessions in an LRU map with an idle TTL; breakers in a dict. Thread-safe: one lock
     guards the maps, so every decision is atomic; a decision takes microseconds."""
 
-    retries_updates = False
     remote = False  # decisions take microseconds: callers need not leave their event loop
 
     def __init__(

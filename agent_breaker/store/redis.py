@@ -55,6 +55,7 @@ import random
 import secrets
 import threading
 import time
+from urllib.parse import urlsplit, urlunsplit
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 from importlib import resources
@@ -145,6 +146,15 @@ def _lru_put(d: OrderedDict[Any, Any], key: Any, value: Any, cap: int) -> None:
         d.popitem(last=False)
 
 
+def _without_password(url: str) -> str:
+    """A Redis URL as logs may show it: the password masked."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
 def _script(name: str) -> str:
     return resources.files("agent_breaker.store").joinpath(name).read_text(encoding="utf-8")
 
@@ -157,7 +167,6 @@ def breaker_script() -> str:
 
 
 class RedisStore:
-    retries_updates = True
     remote = True  # every decision waits on the network: async callers run it in a thread
 
     def __init__(
@@ -179,6 +188,7 @@ class RedisStore:
         if "{" in prefix or "}" in prefix:
             raise ValueError(f"the key prefix may not hold '{{' or '}}' (Redis Cluster hash tags), but was {prefix!r}")
         self.url = url
+        self.shown_url = _without_password(url)  # what logs and errors name
         self.prefix = prefix
         self.ttl_s = ttl_s
         self.max_sessions = max_sessions
@@ -242,10 +252,10 @@ class RedisStore:
     def _failed(self, exc: Exception) -> None:
         self.failures += 1
         self._down_until = time.monotonic() + self.retry_s
-        log.warning("agent-breaker: Redis at %s failed (%s); %s for %.1fs", self.url, type(exc).__name__,
+        log.warning("agent-breaker: Redis at %s failed (%s); %s for %.1fs", self.shown_url, type(exc).__name__,
                     "using in-process state" if self.on_error == "local" else "failing decisions", self.retry_s)
         if self.on_error == "raise":
-            raise StorageError(f"Redis at {self.url}: {exc}") from exc
+            raise StorageError(f"Redis at {self.shown_url}: {type(exc).__name__}") from exc
 
     # ------------------------------------------------------------- sessions
     def update_session(self, key: str, now: float, fn: Callable[[object | None], tuple[object, R]]) -> R:
@@ -314,7 +324,7 @@ class RedisStore:
 
     def _degraded(self, run: Callable[[], R]) -> R:
         if self.on_error == "raise":
-            raise StorageError(f"Redis at {self.url} is unavailable (retrying after {self.retry_s:g}s)")
+            raise StorageError(f"Redis at {self.shown_url} is unavailable (retrying after {self.retry_s:g}s)")
         return run()
 
     def peek_session(self, key: str) -> object | None:
@@ -547,7 +557,7 @@ class RedisStore:
             self._dirty = False
             self._down_until = 0.0
         log.info("agent-breaker: Redis at %s is back; wrote back %d sessions, %d breaker outcomes, %d spend windows",
-                 self.url, sessions, outcomes, windows)
+                 self.shown_url, sessions, outcomes, windows)
         return True
 
     def _replay_outcomes(self) -> int:

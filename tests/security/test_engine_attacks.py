@@ -278,3 +278,67 @@ def test_the_fingerprint_key_is_not_the_receipt_key(keys):
 
     engine = Engine(receipt_keys=keys, listeners=[])
     assert engine.fingerprints.hash64("x") != Fingerprinter(keys.keys[keys.current_id]).hash64("x")
+
+
+# ----------------------------------------------------------------------------- a second reader's findings
+
+
+def test_made_up_tenants_features_and_agents_share_the_policies_that_exist(make_engine):
+    engine = make_engine({"overrides": [{"tenant": "acme", "settings": {"step_limit": {"max_steps": 9}}}]})
+    for i in range(200):
+        engine.check_tool_call(call("t", {"i": i}, session=f"s{i}", agent=f"agent-{i}", feature=f"f{i}"))
+    engine.check_tool_call(call("t", {}, session="a", tenant="acme", agent="x"))
+    assert len(engine.policies._cache) == 2  # no override, and acme's
+
+
+def test_ids_that_look_random_stay_distinct_calls(make_engine, clock):
+    engine = make_engine()
+    for _ in range(2):  # eight jobs, each polled twice while it runs: no job is stuck
+        for job in range(8):
+            v = run(engine, clock, "check_job_status", {"job_id": str(uuid.UUID(int=job + 1))}, True, {"state": "running"})
+            assert v.allowed, v
+
+
+def test_a_reference_that_looks_random_may_be_quoted(engine, clock):
+    run(engine, clock, "create_order", {"item": "desk"}, True, {"order": "CAFE-202405170001", "ticket": "ACE-1234567890123"})
+    assert engine.verify_final(final("Ordered: CAFE-202405170001, ticket ACE-1234567890123.")).allowed
+
+
+def test_a_random_key_name_does_not_make_a_call_new(make_engine, clock):
+    engine = make_engine()
+    verdicts = [run(engine, clock, "search", {"q": "pricing", secrets.token_hex(16): 1}, True, {"hits": 0}) for _ in range(4)]
+    assert verdicts[-1].heuristic == "identical_call"
+
+
+@pytest.mark.parametrize("answer", ["Done: TX-\U0001d17399482.", "Done: TX\u02d799482.", "Done: TX-\ufff999482."])
+def test_every_invisible_and_dash_character_is_read_through(engine, answer):
+    assert engine.verify_final(final(answer)).heuristic == "unverified_claim", answer
+
+
+def test_the_invisible_table_covers_every_format_character():
+    import unicodedata
+
+    from agent_breaker._text import _INVISIBLE
+
+    missing = [hex(c) for c in range(0x110000) if unicodedata.category(chr(c)) == "Cf" and not _INVISIBLE.match(chr(c))]
+    assert missing == []
+
+
+@pytest.mark.parametrize("spelling", ["run_sql ", " run_sql", "run_sql\u00a0"])
+def test_spaces_around_a_tool_name_do_not_make_another_tool(make_engine, clock, spelling):
+    engine = make_engine()
+    for _ in range(3):
+        run(engine, clock, "run_sql", {"q": 1}, False, None)
+    assert engine.check_tool_call(call(spelling, {"q": 1})).heuristic == "identical_failure"
+
+
+def test_polling_patterns_match_tool_names_whatever_their_case(make_engine):
+    engine = make_engine({"stuck_polling": {"polling_tools": ["checkBuild", "*Status*"]}})
+    p = engine._policy(None, None, None)
+    assert p.polling(engine_tool("checkBuild")) and p.polling(engine_tool("getJobStatus"))
+
+
+def engine_tool(name: str) -> str:
+    from agent_breaker.events import parse_event
+
+    return parse_event({"type": "tool_call", "session": "s", "tool": name}).tool

@@ -257,9 +257,9 @@ def outage_work(fleet: Fleet):
 def assert_counted_once(b: Engine, fleet: Fleet) -> None:
     seen = b.store.peek_session("run")
     assert (seen.steps, seen.tokens) == (3, 300)
-    flaky = b.store.breaker_state("flaky")
+    flaky = b.store.breaker_state(b._breaker_key(b.config, None, "flaky"))
     assert (flaky.consecutive_failures, flaky.window.totals[0]) == (2, 2)
-    assert b.store.breaker_state("search").window.totals[0] == 3  # 1 success before, 2 during
+    assert b.store.breaker_state(b._breaker_key(b.config, None, "search")).window.totals[0] == 3  # 1 success before, 2 during
     assert b.store.add_spend(":", 0, 0.0, 3600, fleet.clock.now())[0] == 300
 
 

@@ -314,3 +314,72 @@ def test_every_context_message_of_a_request_reaches_the_guard(server):
     assert r.status_code == 200, r.text
     verdicts = json.loads(r.json()["choices"][0]["message"]["content"])["events"]
     assert [v["call_id"] for v in verdicts] == ["c1", "c2"]
+
+
+# ----------------------------------------------------------------------------- a second reader's findings
+
+
+def test_an_unterminated_string_costs_one_scan_not_one_per_quote(server):
+    body = '"' + '\\"' * 32_000  # 64 KB: each quote used to start a scan to the end
+    t0 = time.monotonic()
+    r = httpx.post(server.base + "/v1/agent-breaker/events", content=body, headers={**server.headers, "Content-Type": "application/json"}, timeout=30)
+    assert r.status_code == 400
+    assert time.monotonic() - t0 < 3
+
+
+@pytest.mark.parametrize("config_id", CONFIGS)
+def test_a_surrogate_in_raw_bytes_is_refused_with_the_whole_request(server, config_id):
+    s = sid()
+    good = json.dumps(call(1, "wire_transfer", {"to": "x", "amount": 1})).encode()
+    bad = b'{"type": "ToolCallRequested", "call_id": "c\xed\xa0\x80", "tool_name": "t", "tool_args": {}}'
+    body = b'{"config_id": "' + config_id.encode() + b'", "session_id": "' + s.encode() + b'", "events": [' + good + b", " + bad + b"]}"
+    r = httpx.post(server.base + "/v1/agent-breaker/events", content=body, headers={**server.headers, "Content-Type": "application/json"}, timeout=30)
+    assert r.status_code == 400
+    [v] = server.verdicts(s, result(1, "wire_transfer", ok=True, payload={"ref": "TX-12345"}), config_id=config_id)
+    assert v["accepted"] is False and v["receipt"] is None  # c1 was never recorded
+
+
+def test_pages_of_other_sites_and_bodies_that_are_not_json_are_refused(server):
+    body = json.dumps({"session_id": sid(), "events": [call(1, "search")]})
+    r = httpx.post(server.base + "/v1/agent-breaker/events", content=body, timeout=10,
+                   headers={**server.headers, "Content-Type": "application/json", "Origin": "https://evil.example"})
+    assert r.status_code == 403
+    r = httpx.post(server.base + "/v1/agent-breaker/events", content=body, timeout=10,
+                   headers={**server.headers, "Content-Type": "text/plain"})
+    assert r.status_code == 415
+    r = httpx.post(server.base + "/v1/agent-breaker/events", content=body, timeout=10,
+                   headers={**server.headers, "Content-Type": "application/json", "Origin": "http://127.0.0.1:1234"})
+    assert r.status_code == 200
+
+
+@pytest.mark.parametrize("config_id", CONFIGS)
+def test_one_tenants_failures_do_not_open_a_tool_for_another(server, config_id):
+    tool = f"payments_{uuid.uuid4().hex[:6]}"
+    for i in range(6):
+        server.verdicts(sid(), call(i, tool, {"n": i}), result(i, tool), config_id=config_id, headers=as_tenant(ACME))
+    [refused] = server.verdicts(sid(), call(9, tool), config_id=config_id, headers=as_tenant(ACME))
+    assert refused["heuristic"] == "circuit_open"
+    [v] = server.verdicts(sid(), call(9, tool), config_id=config_id, headers=as_tenant(GLOBEX))
+    assert v["allowed"] is True, v
+
+
+def test_ids_that_would_reach_colang_state_are_checked_first(server):
+    for field, value in (("call_id", "c" * 240_000), ("tool_name", "t\x00"), ("tenant", ["x"])):
+        r = server.events(sid(), {**call(1, "search"), field: value})
+        assert r.status_code in (413, 422), (field, r.status_code)
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        ({"model": "m", "stream": True, "guardrails": {"config_id": "agent_breaker"},
+          "messages": [{"role": "context", "content": {"agent_breaker_events": []}}]}, "stream"),
+        ({"model": "m", "guardrails": {"config_id": "agent_breaker"}, "messages": [{"role": "assistant", "content": "hi"}]},
+         "assistant"),
+        ({"model": "m", "guardrails": {"config_id": "agent_breaker_v1"}, "messages": [{"role": "user", "content": "hi"}]},
+         "no model"),
+    ],
+)
+def test_chat_requests_these_configs_cannot_answer_get_a_400_not_a_500(server, body, fragment):
+    r = server.post("/v1/chat/completions", body)
+    assert r.status_code == 400 and fragment in r.text, r.text

@@ -289,7 +289,7 @@ class Engine:
             if block is None:
                 block, call_warn = run_checks(p.call_checks, CheckContext(s, f, cfg, now, polling, similar))
                 warn = warn or call_warn
-            if block is None and view is not None and s.only_key in (None, f.key):
+            if block is None and view is not None and s.loops.only_key in (None, f.key):
                 block, churn_warn = judge(cfg, [churn.check(view, f.key, f.tool, cfg, now)])
                 warn = warn or churn_warn
             granted = permission
@@ -308,19 +308,19 @@ class Engine:
                 return s, decided
             call_id = ev.call_id
             if call_id is None:
-                s.auto_ids += 1
-                call_id = f"~{s.auto_ids}"
-            if len(s.pending) >= MAX_PENDING:
-                del s.pending[next(iter(s.pending))]
+                s.loops.auto_ids += 1
+                call_id = f"~{s.loops.auto_ids}"
+            if len(s.loops.pending) >= MAX_PENDING:
+                del s.loops.pending[next(iter(s.loops.pending))]
             probe = granted.probe if granted is not None else None
-            s.pending[call_id] = Pending(f, call_id, bkey, probe, similar[0], similar[1], loops.record_call(s, f, cfg))
-            if s.only_key is None:
-                s.only_key = f.key
-            elif s.only_key != f.key:
-                if s.only_key != MIXED and churn_on:
+            s.loops.pending[call_id] = Pending(f, call_id, bkey, probe, similar[0], similar[1], loops.record_call(s, f, cfg))
+            if s.loops.only_key is None:
+                s.loops.only_key = f.key
+            elif s.loops.only_key != f.key:
+                if s.loops.only_key != MIXED and churn_on:
                     decided.view = (_view_key(s), lambda v: churn.leave(v, step.key))
-                s.only_key = MIXED
-            decided.mixed = s.only_key == MIXED
+                s.loops.only_key = MIXED
+            decided.mixed = s.loops.only_key == MIXED
             decided.verdict = self._settle(s, decided, None, warn, f.tool, call_id)
             return s, decided
 
@@ -397,7 +397,7 @@ class Engine:
                 breaker_core.record(st, cfg.breaker, now, failed=out.failed, slow=out.slow, probe=pending.probe)
                 decided.verdict = replace(decided.verdict, breaker_state=st.state.value)
             f = pending.facts
-            if s.only_key == f.key and churn_on:
+            if s.loops.only_key == f.key and churn_on:
                 outcome_hash = FAILED if out.failed else result_hash
                 decided.view = (_view_key(s), lambda v: churn.record_outcome(v, step.key, f.key, outcome_hash, now, cfg))
             if loops.record_result(s, pending, result_hash, out.failed, out.transient, out.in_progress, now, cfg):
@@ -579,8 +579,8 @@ class Engine:
             tool=tool,
             reason=trip.reason,
             counters=dict(trip.counters),
-            tokens_so_far=s.tokens,
-            cost_usd_so_far=s.cost_usd,
+            tokens_so_far=s.spend.tokens,
+            cost_usd_so_far=s.spend.cost_usd,
         )
         for listener in self.listeners:
             try:
@@ -637,15 +637,15 @@ def _view_key(s: SessionState) -> str:
 
 def _pop_pending(s: SessionState, ev: ToolResult) -> Pending | None:
     if ev.call_id is not None:
-        pending = s.pending.get(ev.call_id)
+        pending = s.loops.pending.get(ev.call_id)
         if pending is None or pending.facts.tool != ev.tool:
             return None  # unknown, or a result of another tool: not ours
-        del s.pending[ev.call_id]
+        del s.loops.pending[ev.call_id]
         return pending
     # no call_id: the oldest call of this tool that had none
-    for cid, pending in s.pending.items():
+    for cid, pending in s.loops.pending.items():
         if cid.startswith("~") and pending.facts.tool == ev.tool:
-            del s.pending[cid]
+            del s.loops.pending[cid]
             return pending
     return None
 

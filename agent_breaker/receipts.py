@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import secrets
+import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -227,6 +228,15 @@ class Ledger:
             self.references.update(references)
         elif room > 0:
             self.references.update(list(references)[:room])
+
+    def to_wire(self) -> list[Any]:
+        refs = sorted(self.references)
+        return [self.receipts, base64.b64encode(struct.pack(f">{len(refs)}Q", *refs)).decode("ascii"), self.mutating]
+
+    @classmethod
+    def from_wire(cls, d: list[Any]) -> Ledger:
+        raw = base64.b64decode(d[1])
+        return cls(list(d[0]), set(struct.unpack(f">{len(raw) // 8}Q", raw)), dict(d[2]))
 
     def attempt(self, tool: str) -> None:
         if tool not in self.mutating:

@@ -7,6 +7,8 @@ session that runs for days stays small.
 
 from __future__ import annotations
 
+import base64
+import struct
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,23 +105,36 @@ class ChurnView:
     last_session: str = ""
     last_ts: float = 0.0
 
+    def to_wire(self) -> list[Any]:
+        return [self.key, self.outcome, self.calls, self.sessions, self.last_session, self.last_ts]
+
+    @classmethod
+    def from_wire(cls, d: list[Any]) -> ChurnView:
+        return cls(*d)
+
 
 @dataclass(slots=True)
-class SessionState:
-    key: str
-    tenant: str | None = None
-    feature: str | None = None
-    agent: str | None = None
-    created_s: float = 0.0
-    # spend
+class Spend:
+    """The budget governor's slice: what the session has spent."""
+
     steps: int = 0
     tokens: int = 0
     cost_usd: float = 0.0
     tool_tokens: dict[str, int] = field(default_factory=dict)
     velocity: BucketWindow | None = None
-    # a session-terminal trip: (heuristic, reason)
-    halted: tuple[str, str] | None = None
-    # calls and results
+
+    def to_wire(self) -> list[Any]:
+        return [self.steps, self.tokens, self.cost_usd, self.tool_tokens, None if self.velocity is None else self.velocity.to_wire()]
+
+    @classmethod
+    def from_wire(cls, d: list[Any]) -> Spend:
+        return cls(d[0], d[1], d[2], dict(d[3]), None if d[4] is None else BucketWindow.from_wire(d[4]))
+
+
+@dataclass(slots=True)
+class Loops:
+    """The loop detectors' slice: the calls in flight, and the streaks of the trajectory."""
+
     pending: dict[str, Pending] = field(default_factory=dict)
     auto_ids: int = 0
     keys: dict[int, KeyStat] = field(default_factory=dict)
@@ -131,14 +146,77 @@ class SessionState:
     history: list[list[Any]] = field(default_factory=list)  # [key, result hash or None]
     history_base: int = 0  # absolute index of history[0]
     seen: dict[int, None] = field(default_factory=dict)  # (call, result) pairs seen: progress test
-    # assistant turns since the last progress: (agent, fingerprint, repeats own turn, repeats any turn)
-    turns: list[tuple[int, tuple[int, ...], bool, bool]] = field(default_factory=list)
-    # session-scoped breakers (when breakers are not shared)
-    breakers: dict[str, BreakerState] = field(default_factory=dict)
-    ledger: Ledger = field(default_factory=Ledger)
     # session_churn: the one call key every allowed call so far had (None: no call yet;
     # MIXED: calls differ)
     only_key: int | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "pending": {cid: [_facts(p.facts), p.call_id, p.breaker_key, p.probe, p.similar_text, p.similar_shape,
+                              p.history_index] for cid, p in self.pending.items()},
+            "auto_ids": self.auto_ids,
+            "keys": [[k, st.runs, st.last_result, st.last_ts, st.polling, st.poll_ts, st.transient, st.epoch]
+                     for k, st in self.keys.items()],
+            "fail": [self.fail_key, self.fail_run, self.fail_transient],
+            "epoch": self.epoch,
+            "chains": {tool: [_fp(c.fp_text), _fp(c.fp_shape), _fp(c.fp_thought), c.length, c.last_result, c.failed,
+                              c.transient, c.epoch, c.last_ts] for tool, c in self.chains.items()},
+            "history": [self.history, self.history_base],
+            "seen": list(self.seen),
+            "only_key": self.only_key,
+        }
+
+    @classmethod
+    def from_wire(cls, d: dict[str, Any]) -> Loops:
+        fail_key, fail_run, fail_transient = d["fail"]
+        history, history_base = d["history"]
+        return cls(
+            pending={cid: Pending(_unfacts(p[0]), p[1], p[2], p[3], p[4], p[5], p[6]) for cid, p in d["pending"].items()},
+            auto_ids=d["auto_ids"],
+            keys={k[0]: KeyStat(k[1], k[2], k[3], k[4], list(k[5]), k[6], k[7]) for k in d["keys"]},
+            fail_key=fail_key,
+            fail_run=fail_run,
+            fail_transient=fail_transient,
+            epoch=d["epoch"],
+            chains={tool: Chain(_unfp(c[0]), _unfp(c[1]), _unfp_or_none(c[2]), c[3], c[4], c[5], c[6], c[7], c[8])
+                    for tool, c in d["chains"].items()},
+            history=[list(h) for h in history],
+            history_base=history_base,
+            seen=dict.fromkeys(d["seen"]),
+            only_key=d["only_key"],
+        )
+
+
+#: an assistant turn since the last progress: (agent, fingerprint, repeats its own turn, repeats any turn)
+Turn = tuple[int, tuple[int, ...], bool, bool]
+
+
+def turns_to_wire(turns: list[Turn]) -> list[Any]:
+    return [[a, _fp(fp), own, rep] for a, fp, own, rep in turns]
+
+
+def turns_from_wire(d: list[Any]) -> list[Turn]:
+    return [(a, _unfp(fp), own, rep) for a, fp, own, rep in d]
+
+
+@dataclass(slots=True)
+class SessionState:
+    """One session's guard state: plain slices of hashes and numbers, each owning its wire
+    form (`to_wire` / `from_wire`, composed by store/codec.py)."""
+
+    key: str
+    tenant: str | None = None
+    feature: str | None = None
+    agent: str | None = None
+    created_s: float = 0.0
+    spend: Spend = field(default_factory=Spend)
+    # a session-terminal trip: (heuristic, reason)
+    halted: tuple[str, str] | None = None
+    loops: Loops = field(default_factory=Loops)
+    turns: list[Turn] = field(default_factory=list)
+    # session-scoped breakers (when breakers are not shared)
+    breakers: dict[str, BreakerState] = field(default_factory=dict)
+    ledger: Ledger = field(default_factory=Ledger)
     # set only on the pseudo-session that holds an agent view
     churn: ChurnView | None = None
     version: int = 0
@@ -158,13 +236,14 @@ class SessionState:
 
     def reset_streaks(self) -> None:
         """New information from outside (a user turn): the run starts over."""
-        self.keys.clear()
-        self.fail_key = None
-        self.fail_run = 0
-        self.epoch += 1
-        self.chains.clear()
-        self.history_base += len(self.history)
-        self.history.clear()
+        loops = self.loops
+        loops.keys.clear()
+        loops.fail_key = None
+        loops.fail_run = 0
+        loops.epoch += 1
+        loops.chains.clear()
+        loops.history_base += len(loops.history)
+        loops.history.clear()
         self.turns.clear()
         self.restart_breaker_streaks()
 
@@ -174,3 +253,25 @@ class SessionState:
         and are not touched."""
         for breaker in self.breakers.values():
             breaker.consecutive_failures = 0
+
+
+def _fp(fp: tuple[int, ...] | None) -> str | None:
+    """A 32-bit fingerprint as base64 (about half the size of its JSON numbers)."""
+    return None if fp is None else base64.b64encode(struct.pack(f">{len(fp)}I", *fp)).decode("ascii")
+
+
+def _unfp(d: str) -> tuple[int, ...]:
+    raw = base64.b64decode(d)
+    return struct.unpack(f">{len(raw) // 4}I", raw)
+
+
+def _unfp_or_none(d: str | None) -> tuple[int, ...] | None:
+    return None if d is None else _unfp(d)
+
+
+def _facts(f: CallFacts) -> list[Any]:
+    return [f.tool, f.key, _fp(f.fp_text), _fp(f.fp_shape), _fp(f.fp_thought), f.tokens, f.cost_usd, f.depth, f.mutating]
+
+
+def _unfacts(d: list[Any]) -> CallFacts:
+    return CallFacts(d[0], d[1], _unfp(d[2]), _unfp(d[3]), _unfp_or_none(d[4]), d[5], d[6], d[7], d[8])

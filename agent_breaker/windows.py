@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(slots=True)
@@ -65,6 +66,16 @@ class BucketWindow:
     def read(self, now: float) -> list[float]:
         self._evict(now)
         return self.totals
+
+    def to_wire(self) -> dict[str, Any]:
+        """The window as JSON (the form the Redis breaker script reads and writes too)."""
+        return {"window_s": self.window_s, "bucket_s": self.bucket_s, "buckets": self.buckets, "totals": self.totals,
+                "evicted_at": self.evicted_at}
+
+    @classmethod
+    def from_wire(cls, d: dict[str, Any]) -> BucketWindow:
+        totals = [float(t) for t in d["totals"]]
+        return cls(d["window_s"], d["bucket_s"], len(totals), [list(b) for b in d["buckets"] or []], totals, int(d["evicted_at"]))
 
     def clear(self) -> None:
         self.buckets.clear()

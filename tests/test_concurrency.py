@@ -239,10 +239,10 @@ def test_one_session_hammered_by_identical_failing_calls_stays_consistent(make_e
     blocked = [v for v in verdicts if not v.allowed]
 
     s = engine.store.peek_session("s1")
-    assert s.pending == {}  # every admitted call got its result
-    assert s.auto_ids == allowed
-    assert s.fail_run == allowed  # every recorded result failed, all the same call
-    assert s.keys[s.fail_key].runs == allowed
+    assert s.loops.pending == {}  # every admitted call got its result
+    assert s.loops.auto_ids == allowed
+    assert s.loops.fail_run == allowed  # every recorded result failed, all the same call
+    assert s.loops.keys[s.loops.fail_key].runs == allowed
     # nothing blocks before 3 identical failures are recorded, and each needs an admitted call
     assert allowed >= 3
     assert len(blocked) == 20 - allowed

@@ -36,4 +36,4 @@ def test_per_tool_session_state_stays_bounded_however_many_tools_a_run_calls(mak
         engine.record_tool_result({"type": "tool_result", "session": "s1", "tool": f"tool_{i}", "ok": True,
                                    "result": {"id": i}, "call_id": v.call_id})
     s = engine.store.peek_session("s1")
-    assert max(len(s.tool_tokens), len(s.chains), len(s.ledger.mutating), len(s.breakers)) <= 256
+    assert max(len(s.spend.tool_tokens), len(s.loops.chains), len(s.ledger.mutating), len(s.breakers)) <= 256

@@ -39,7 +39,7 @@ def test_an_unreadable_stored_session_is_replaced_not_fatal(redis_store):
     assert engine.check_tool_call({"session": "s1", "tool": "t", "args": {}}).allowed
     redis_store.redis.set(redis_store.session_key("s2"), b"not json at all")
     assert engine.check_tool_call({"session": "s2", "tool": "t", "args": {}}).allowed
-    assert redis_store.peek_session("s2").steps == 1
+    assert redis_store.peek_session("s2").spend.steps == 1
 
 
 def test_operator_reads_and_moves_do_not_leak_driver_errors_when_redis_is_down():

@@ -76,5 +76,5 @@ def test_a_long_session_stays_small(engine, clock):
     for i in range(3000):
         run(engine, clock, f"tool{i % 7}", {"i": i}, True, {"r": i}, step_s=0.01)
     state = engine.store.peek_session("s1")
-    assert len(state.keys) <= 256 and len(state.seen) <= 512 and len(state.history) <= 16
-    assert len(state.pending) == 0
+    assert len(state.loops.keys) <= 256 and len(state.loops.seen) <= 512 and len(state.loops.history) <= 16
+    assert len(state.loops.pending) == 0

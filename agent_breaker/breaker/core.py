@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..config import BreakerConfig
 from ..windows import BucketWindow
@@ -30,6 +31,25 @@ class BreakerState:
     probe_successes: int = 0
     consecutive_failures: int = 0
     changed_at: float = 0.0
+
+    def to_wire(self) -> dict[str, Any]:
+        """The one encoding of a breaker: what store/breaker.lua reads and writes, and what a
+        session keeps of its own breakers."""
+        return {
+            "state": self.state.value, "window": None if self.window is None else self.window.to_wire(),
+            "opened_at": self.opened_at, "open_interval_s": self.open_interval_s, "probes": self.probes,
+            "next_probe": self.next_probe, "probe_successes": self.probe_successes,
+            "consecutive_failures": self.consecutive_failures, "changed_at": self.changed_at,
+        }
+
+    @classmethod
+    def from_wire(cls, name: str, d: dict[str, Any]) -> BreakerState:
+        w = d.get("window")
+        return cls(
+            name, S(d["state"]), BucketWindow.from_wire(w) if isinstance(w, dict) and w else None, d["opened_at"],
+            d["open_interval_s"], [list(p) for p in d["probes"] or []], int(d["next_probe"]), int(d["probe_successes"]),
+            int(d["consecutive_failures"]), d["changed_at"],
+        )
 
     def ensure_window(self, cfg: BreakerConfig) -> BucketWindow:
         if self.window is None or self.window.window_s != cfg.window_s or self.window.bucket_s != cfg.bucket_s:

@@ -19,14 +19,14 @@ def failure_limit(cfg: AgentBreakerConfig, limit: int, transient: bool) -> int:
 
 
 def check_identical_failure(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig, now: float) -> Trip | None:
-    limit = failure_limit(cfg, cfg.identical_failure.max_failures, s.fail_transient)
-    if s.fail_key == f.key and s.fail_run >= limit:
+    limit = failure_limit(cfg, cfg.identical_failure.max_failures, s.loops.fail_transient)
+    if s.loops.fail_key == f.key and s.loops.fail_run >= limit:
         return Trip(
             IDENTICAL_FAILURE,
             "session",
-            f"{f.tool} failed {s.fail_run} times in a row with the same arguments",
+            f"{f.tool} failed {s.loops.fail_run} times in a row with the same arguments",
             "Stop retrying this call: it fails the same way every time. Report the error or try a different approach.",
-            {"failures": s.fail_run, "max_failures": limit},
+            {"failures": s.loops.fail_run, "max_failures": limit},
         )
     return None
 
@@ -34,9 +34,9 @@ def check_identical_failure(s: SessionState, f: CallFacts, cfg: AgentBreakerConf
 def check_identical_call(
     s: SessionState, f: CallFacts, cfg: AgentBreakerConfig, now: float, polling: bool
 ) -> Trip | None:
-    st = s.keys.get(f.key)
+    st = s.loops.keys.get(f.key)
     c = cfg.identical_call
-    if st is None or polling or st.epoch != s.epoch or now - st.last_ts > c.window_s:
+    if st is None or polling or st.epoch != s.loops.epoch or now - st.last_ts > c.window_s:
         return None
     if st.runs < failure_limit(cfg, c.max_repeats, st.transient):
         return None
@@ -52,8 +52,8 @@ def check_identical_call(
 def check_stuck_polling(
     s: SessionState, f: CallFacts, cfg: AgentBreakerConfig, now: float, polling: bool
 ) -> Trip | None:
-    st = s.keys.get(f.key)
-    if st is None or not polling or not st.poll_ts or st.epoch != s.epoch:
+    st = s.loops.keys.get(f.key)
+    if st is None or not polling or not st.poll_ts or st.epoch != s.loops.epoch:
         return None
     c = cfg.stuck_polling
     horizon = now - c.window_s
@@ -72,14 +72,14 @@ def check_stuck_polling(
 
 def polled_by_result(s: SessionState, f: CallFacts) -> bool:
     """This exact call once returned an in-progress result: it is a poll."""
-    st = s.keys.get(f.key)
+    st = s.loops.keys.get(f.key)
     return st is not None and st.polling
 
 
 def chain_similarity(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig, now: float) -> tuple[bool, bool]:
     """Is this call similar to its tool's current no-progress chain: (as text, ids aside)."""
-    chain = s.chains.get(f.tool)
-    if chain is None or chain.epoch != s.epoch or now - chain.last_ts > cfg.near_duplicate.window_s:
+    chain = s.loops.chains.get(f.tool)
+    if chain is None or chain.epoch != s.loops.epoch or now - chain.last_ts > cfg.near_duplicate.window_s:
         return False, False
     c = cfg.near_duplicate
     if chain.fp_thought is not None and f.fp_thought is not None:
@@ -95,7 +95,7 @@ def chain_similarity(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig, now
 def check_near_duplicate(
     s: SessionState, f: CallFacts, cfg: AgentBreakerConfig, similar: tuple[bool, bool], polling: bool
 ) -> Trip | None:
-    chain = s.chains.get(f.tool)
+    chain = s.loops.chains.get(f.tool)
     c = cfg.near_duplicate
     if chain is None or not (similar[1] if chain.failed else similar[0]):
         return None
@@ -116,7 +116,7 @@ def check_near_duplicate(
 
 def check_oscillation(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig) -> Trip | None:
     c = cfg.oscillation
-    history = s.history
+    history = s.loops.history
     # a cycle of period p needs this call p places back: most calls fail this at once
     if not any(len(history) >= p and history[-p][0] == f.key for p in range(2, c.max_period + 1)):
         return None
@@ -156,14 +156,14 @@ def check_oscillation(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig) ->
 
 def record_call(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig) -> int:
     """A call was let through: append it to the trajectory; returns its history index."""
-    history = s.history
+    history = s.loops.history
     history.append([f.key, None])
     cap = cfg.oscillation.max_period * cfg.oscillation.min_cycles
     if len(history) > cap:
         drop = len(history) - cap
         del history[:drop]
-        s.history_base += drop
-    return s.history_base + len(history) - 1
+        s.loops.history_base += drop
+    return s.loops.history_base + len(history) - 1
 
 
 def record_result(
@@ -184,28 +184,28 @@ def record_result(
     progress = False
     if not failed:
         pair = (f.key * 1_000_003 + result_hash) & 0xFFFF_FFFF_FFFF_FFFF
-        if pair not in s.seen:
+        if pair not in s.loops.seen:
             progress = True
-            s.seen[pair] = None
-            if len(s.seen) > MAX_SEEN:
-                del s.seen[next(iter(s.seen))]
+            s.loops.seen[pair] = None
+            if len(s.loops.seen) > MAX_SEEN:
+                del s.loops.seen[next(iter(s.loops.seen))]
 
     # identical_failure: the same call failing in a row
     if failed:
-        s.fail_run = s.fail_run + 1 if s.fail_key == f.key else 1
-        s.fail_key = f.key
-        s.fail_transient = transient
+        s.loops.fail_run = s.loops.fail_run + 1 if s.loops.fail_key == f.key else 1
+        s.loops.fail_key = f.key
+        s.loops.fail_transient = transient
     else:
-        s.fail_key = None
-        s.fail_run = 0
+        s.loops.fail_key = None
+        s.loops.fail_run = 0
 
     # identical_call / stuck_polling: per distinct call
-    st = s.keys.pop(f.key, None)
+    st = s.loops.keys.pop(f.key, None)
     if st is None:
         st = KeyStat()
-        while len(s.keys) >= MAX_KEYS:
-            del s.keys[next(iter(s.keys))]
-    fresh = st.last_result is None or st.epoch != s.epoch or now - st.last_ts > cfg.identical_call.window_s
+        while len(s.loops.keys) >= MAX_KEYS:
+            del s.loops.keys[next(iter(s.loops.keys))]
+    fresh = st.last_result is None or st.epoch != s.loops.epoch or now - st.last_ts > cfg.identical_call.window_s
     unchanged = not fresh and outcome == st.last_result
     st.runs = st.runs + 1 if unchanged or (failed and not fresh) else 1
     st.transient = failed and transient
@@ -220,10 +220,10 @@ def record_result(
     st.last_ts = now
 
     # near_duplicate: the tool's chain of similar calls without progress
-    chain = s.chains.get(f.tool)
+    chain = s.loops.chains.get(f.tool)
     if (
         chain is not None
-        and chain.epoch == s.epoch
+        and chain.epoch == s.loops.epoch
         and ((failed and chain.failed and p.similar_shape) or (not failed and not chain.failed and p.similar_text))
         and (failed or outcome == chain.last_result)
     ):
@@ -232,17 +232,17 @@ def record_result(
         chain.transient = failed and transient
         chain.last_ts = now
     else:
-        chain = Chain(f.fp_text, f.fp_shape, f.fp_thought, 1, outcome, failed, failed and transient, s.epoch, now)
-        put_bounded(s.chains, f.tool, chain, MAX_CHAINS)
+        chain = Chain(f.fp_text, f.fp_shape, f.fp_thought, 1, outcome, failed, failed and transient, s.loops.epoch, now)
+        put_bounded(s.loops.chains, f.tool, chain, MAX_CHAINS)
 
     # oscillation: fill in the result of this call's place in the trajectory
-    i = p.history_index - s.history_base
-    if 0 <= i < len(s.history):
-        s.history[i][1] = outcome
+    i = p.history_index - s.loops.history_base
+    if 0 <= i < len(s.loops.history):
+        s.loops.history[i][1] = outcome
 
     if progress:
-        s.epoch += 1
-        chain.epoch = s.epoch
-    st.epoch = s.epoch
-    s.keys[f.key] = st
+        s.loops.epoch += 1
+        chain.epoch = s.loops.epoch
+    st.epoch = s.loops.epoch
+    s.loops.keys[f.key] = st
     return progress

@@ -36,26 +36,26 @@ def step_cost_usd(cfg: AgentBreakerConfig, input_tokens: int, output_tokens: int
 
 
 def account(s: SessionState, cfg: AgentBreakerConfig, now: float, tokens: int, cost_usd: float, tool: str | None) -> None:
-    s.steps += 1
-    s.tokens += tokens
-    s.cost_usd += cost_usd
+    s.spend.steps += 1
+    s.spend.tokens += tokens
+    s.spend.cost_usd += cost_usd
     if tool is not None and tokens:
-        put_bounded(s.tool_tokens, tool, s.tool_tokens.get(tool, 0) + tokens, MAX_TOOLS)
+        put_bounded(s.spend.tool_tokens, tool, s.spend.tool_tokens.get(tool, 0) + tokens, MAX_TOOLS)
     v = cfg.token_velocity
-    if s.velocity is None or s.velocity.window_s != v.window_s:
-        s.velocity = BucketWindow(v.window_s, min(1.0, v.window_s / 10), 1)
-    s.velocity.add(now, float(tokens))
+    if s.spend.velocity is None or s.spend.velocity.window_s != v.window_s:
+        s.spend.velocity = BucketWindow(v.window_s, min(1.0, v.window_s / 10), 1)
+    s.spend.velocity.add(now, float(tokens))
 
 
 def _projected(spent: float, s: SessionState) -> float:
-    return spent + spent / s.steps if s.steps else spent
+    return spent + spent / s.spend.steps if s.spend.steps else spent
 
 
 def check_step_limit(s: SessionState, cfg: AgentBreakerConfig) -> Trip | None:
     limit = cfg.step_limit.max_steps
-    if s.steps <= limit:
+    if s.spend.steps <= limit:
         return None
-    return Trip(STEP_LIMIT, "session", f"step {s.steps} is over the ceiling of {limit} steps", _FINISH, {"steps": s.steps, "max_steps": limit})
+    return Trip(STEP_LIMIT, "session", f"step {s.spend.steps} is over the ceiling of {limit} steps", _FINISH, {"steps": s.spend.steps, "max_steps": limit})
 
 
 def check_depth_limit(depth: int, cfg: AgentBreakerConfig) -> Trip | None:
@@ -92,11 +92,11 @@ def _over(
 
 
 def check_token_budget(s: SessionState, cfg: AgentBreakerConfig) -> Trip | None:
-    return _over(TOKEN_BUDGET, s, s.tokens, cfg.budget.max_tokens, "tokens", None)
+    return _over(TOKEN_BUDGET, s, s.spend.tokens, cfg.budget.max_tokens, "tokens", None)
 
 
 def check_cost_budget(s: SessionState, cfg: AgentBreakerConfig) -> Trip | None:
-    return _over(COST_BUDGET, s, s.cost_usd, cfg.budget.max_cost_usd, "cost_usd", 6)
+    return _over(COST_BUDGET, s, s.spend.cost_usd, cfg.budget.max_cost_usd, "cost_usd", 6)
 
 
 def check_soft_limit(s: SessionState, cfg: AgentBreakerConfig, tool: str) -> Trip | None:
@@ -106,9 +106,9 @@ def check_soft_limit(s: SessionState, cfg: AgentBreakerConfig, tool: str) -> Tri
     share = b.soft_limit_pct / 100.0
     used = 0.0
     if b.max_tokens is not None:
-        used = _projected(s.tokens, s) / b.max_tokens
+        used = _projected(s.spend.tokens, s) / b.max_tokens
     if b.max_cost_usd is not None:
-        used = max(used, _projected(s.cost_usd, s) / b.max_cost_usd)
+        used = max(used, _projected(s.spend.cost_usd, s) / b.max_cost_usd)
     if used <= share:
         return None
     return Trip(
@@ -124,7 +124,7 @@ def check_tool_token_budget(s: SessionState, cfg: AgentBreakerConfig, tool: str)
     limit = cfg.tool(tool).max_tokens
     if limit is None:
         return None
-    used = s.tool_tokens.get(tool, 0)
+    used = s.spend.tool_tokens.get(tool, 0)
     if used <= limit:
         return None
     return Trip(
@@ -138,9 +138,9 @@ def check_tool_token_budget(s: SessionState, cfg: AgentBreakerConfig, tool: str)
 
 def check_velocity(s: SessionState, cfg: AgentBreakerConfig, now: float) -> Trip | None:
     v = cfg.token_velocity
-    if s.velocity is None:
+    if s.spend.velocity is None:
         return None
-    rate = s.velocity.read(now)[0] / v.window_s
+    rate = s.spend.velocity.read(now)[0] / v.window_s
     if rate <= v.max_tokens_per_s:
         return None
     return Trip(

@@ -66,7 +66,6 @@ import redis as redis_lib
 from ..breaker import TRANSITIONS, BreakerState, BreakerStateName, IllegalTransition, Permission, Recorded, Transition
 from ..config import BreakerConfig
 from ..session import MAX_TOOLS, SessionState, put_bounded
-from ..windows import BucketWindow
 from . import codec
 from .base import StorageError, escape_key_part
 from .memory import MemoryStore
@@ -97,7 +96,7 @@ _Spend = tuple[int, int, float, dict[str, int]]
 
 
 def _spend_of(s: SessionState | None) -> _Spend:
-    return (0, 0, 0.0, {}) if s is None else (s.steps, s.tokens, s.cost_usd, dict(s.tool_tokens))
+    return (0, 0, 0.0, {}) if s is None else (s.spend.steps, s.spend.tokens, s.spend.cost_usd, dict(s.spend.tool_tokens))
 
 
 def _digest(raw: bytes) -> bytes:
@@ -510,7 +509,7 @@ class RedisStore:
                     self._breakers_seen.pop(key, None)
                 else:
                     _lru_put(self._breakers_seen, key, state, MIRROR_BREAKERS)
-        return None if state is None else _decode_breaker(key, state)
+        return None if state is None else BreakerState.from_wire(key, state)
 
     def _local_breaker(self, key: str, run: Callable[[], R]) -> R:
         """Run `run` on the in-process breaker; on its first use during an outage it starts
@@ -520,7 +519,7 @@ class RedisStore:
             self._dirty = True
             if self._local.breaker_state(key) is None:
                 seen = self._breakers_seen.get(key)
-                st = None if seen is None else _decode_breaker(key, seen)
+                st = None if seen is None else BreakerState.from_wire(key, seen)
                 cached = self._cache.get(self.breaker_key(key))
                 told = None if cached is None else cached[0]
                 if told == "forced_open" and (st is None or st.state is not _S.FORCED_OPEN):
@@ -680,13 +679,13 @@ def _with_outage_spend(current: SessionState, local: SessionState, start: _Spend
     """A session's Redis copy that moved on during an outage, plus what this worker took on it
     meanwhile: its spend (local minus where the local copy started) and its halt, if any."""
     steps, tokens_before, cost, tool_tokens = start
-    current.steps += max(0, local.steps - steps)
-    current.tokens += max(0, local.tokens - tokens_before)
-    current.cost_usd += max(0.0, local.cost_usd - cost)
-    for tool, tokens in local.tool_tokens.items():
+    current.spend.steps += max(0, local.spend.steps - steps)
+    current.spend.tokens += max(0, local.spend.tokens - tokens_before)
+    current.spend.cost_usd += max(0.0, local.spend.cost_usd - cost)
+    for tool, tokens in local.spend.tool_tokens.items():
         extra = tokens - tool_tokens.get(tool, 0)
         if extra > 0:
-            put_bounded(current.tool_tokens, tool, current.tool_tokens.get(tool, 0) + extra, MAX_TOOLS)
+            put_bounded(current.spend.tool_tokens, tool, current.spend.tool_tokens.get(tool, 0) + extra, MAX_TOOLS)
     if current.halted is None:
         current.halted = local.halted
     return current
@@ -697,15 +696,3 @@ def _refuses_until(st: BreakerState | None, until: float) -> bool:
     if st is None:
         return False
     return st.state is _S.FORCED_OPEN or (st.state is _S.OPEN and st.opened_at + st.open_interval_s >= until)
-
-
-def _decode_breaker(key: str, d: dict[str, Any]) -> BreakerState:
-    w = d.get("window")
-    window = None
-    if isinstance(w, dict) and w:
-        window = BucketWindow(w["window_s"], w["bucket_s"], 4, [list(b) for b in w["buckets"] or []],
-                              list(w["totals"]), int(w["evicted_at"]))
-    return BreakerState(
-        key, _S(d["state"]), window, d["opened_at"], d["open_interval_s"], [list(p) for p in d["probes"] or []],
-        int(d["next_probe"]), int(d["probe_successes"]), int(d["consecutive_failures"]), d["changed_at"],
-    )

@@ -118,12 +118,12 @@ def test_invalid_strings_are_refused_before_any_state_changes(engine, event):
     if event["type"] == "tool_result":
         engine.check_tool_call(call("t", {}, call_id="c1"))
     before = engine.store.peek_session("s1")
-    steps = None if before is None else before.steps
+    steps = None if before is None else before.spend.steps
     with pytest.raises(InvalidEventError) as err:
         engine.process(event)
     assert "\ud800" not in str(err.value) and "\udc00" not in str(err.value)
     after = engine.store.peek_session("s1")
-    assert (None if after is None else after.steps) == steps
+    assert (None if after is None else after.spend.steps) == steps
 
 
 def test_error_messages_never_repeat_payload(engine):

@@ -101,7 +101,7 @@ def test_ids_full_of_key_syntax_round_trip_on_redis(redis_store):
     engine = Engine(store=redis_store, clock=FakeClock(), listeners=[], receipt_keys=ReceiptKeys("k1", {"k1": b"k" * 32}))
     for sid in ("x}y", "{s:x}", "%7D", "a:b", "%"):
         assert engine.check_tool_call({"session": sid, "tool": "t:{x}", "args": {"sid": sid}}).allowed
-        assert redis_store.peek_session(sid).steps == 1
+        assert redis_store.peek_session(sid).spend.steps == 1
     keys = {k.decode() for k in redis_store.redis.scan_iter(match=f"{redis_store.prefix}:*")}
     assert all(k.count("{") == 1 and k.count("}") == 1 for k in keys)
 

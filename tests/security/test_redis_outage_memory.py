@@ -161,17 +161,17 @@ def test_steps_tokens_and_a_halt_taken_during_the_outage_reach_redis_and_other_w
         assert step(a, fleet.clock, "run", args={"q": i}, tokens=100).allowed
     halt_by_looping(a, fleet.clock, "run")
     local = a.store.peek_session("run")
-    assert (local.steps, local.tokens, local.halted[0]) == (8, 400, "identical_failure")
+    assert (local.spend.steps, local.spend.tokens, local.halted[0]) == (8, 400, "identical_failure")
 
     fleet.server.start()  # a new, empty server: Redis lost everything
     assert a.store.resync()
     b = fleet.worker(BUDGET)
     seen = b.store.peek_session("run")
-    assert (seen.steps, seen.tokens, seen.halted[0]) == (8, 400, "identical_failure")
+    assert (seen.spend.steps, seen.spend.tokens, seen.halted[0]) == (8, 400, "identical_failure")
     assert refused(step(b, fleet.clock, "run", "other_tool"), "identical_failure")
     # the spend window died with the old server; what was spent during the outage is in the new one
     assert b.store.add_spend(":", 0, 0.0, 3600, fleet.clock.now())[0] == 200
-    assert step(a, fleet.clock, "next").allowed and a.store.peek_session("next").steps == 1  # on Redis again
+    assert step(a, fleet.clock, "next").allowed and a.store.peek_session("next").spend.steps == 1  # on Redis again
 
 
 def test_a_session_another_worker_moved_on_gets_this_workers_outage_spend_and_halt(fleet):
@@ -180,7 +180,7 @@ def test_a_session_another_worker_moved_on_gets_this_workers_outage_spend_and_ha
     fleet.cut_off()
     assert step(a, fleet.clock, "run", args={"q": 1}, tokens=100).allowed
     halt_by_looping(a, fleet.clock, "run")  # 4 more steps, no tokens
-    assert a.store.peek_session("run").steps == 6
+    assert a.store.peek_session("run").spend.steps == 6
     assert step(b, fleet.clock, "run", args={"q": 2}, tokens=1_000).allowed  # b goes on with the session
     assert b.store.peek_session("run").halted is None
 
@@ -188,8 +188,8 @@ def test_a_session_another_worker_moved_on_gets_this_workers_outage_spend_and_ha
     assert a.store.resync()
     seen = b.store.peek_session("run")
     # 1 before, 1 by b, 5 by a during the outage; tokens 100 + 1000 + 100
-    assert (seen.steps, seen.tokens, seen.halted[0]) == (7, 1_200, "identical_failure")
-    assert seen.tool_tokens == {"search": 1_200}
+    assert (seen.spend.steps, seen.spend.tokens, seen.halted[0]) == (7, 1_200, "identical_failure")
+    assert seen.spend.tool_tokens == {"search": 1_200}
     assert refused(step(b, fleet.clock, "run", "other_tool"), "identical_failure")
     assert b.store.add_spend(":", 0, 0.0, 3600, fleet.clock.now())[0] == 1_200
 
@@ -256,7 +256,7 @@ def outage_work(fleet: Fleet):
 
 def assert_counted_once(b: Engine, fleet: Fleet) -> None:
     seen = b.store.peek_session("run")
-    assert (seen.steps, seen.tokens) == (3, 300)
+    assert (seen.spend.steps, seen.spend.tokens) == (3, 300)
     flaky = b.store.breaker_state(b._breaker_key(b.config, None, "flaky"))
     assert (flaky.consecutive_failures, flaky.window.totals[0]) == (2, 2)
     assert b.store.breaker_state(b._breaker_key(b.config, None, "search")).window.totals[0] == 3  # 1 success before, 2 during

@@ -1,0 +1,93 @@
+"""The session encoding round-trips every field of every slice (hypothesis), and a breaker has
+one encoding: the Redis script's."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agent_breaker.breaker import BreakerState, BreakerStateName
+from agent_breaker.receipts import Ledger
+from agent_breaker.session import CallFacts, Chain, ChurnView, KeyStat, Loops, Pending, SessionState, Spend
+from agent_breaker.store import codec
+from agent_breaker.windows import BucketWindow
+
+ids = st.text(st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=12)
+u32 = st.integers(0, 2**32 - 1)
+u64 = st.integers(0, 2**64 - 1)
+hash_or_failed = st.one_of(u64, st.just(-1))
+fps = st.lists(u32, max_size=6).map(tuple)
+times = st.floats(0, 1e10, allow_nan=False)
+money = st.floats(0, 1e6, allow_nan=False)
+
+
+@st.composite
+def windows(draw, width: int) -> BucketWindow:
+    buckets = draw(st.lists(st.lists(st.floats(0, 1e6, allow_nan=False), min_size=width + 1, max_size=width + 1), max_size=3))
+    return BucketWindow(draw(st.floats(1, 600)), draw(st.floats(0.1, 1)), width, buckets,
+                        draw(st.lists(st.floats(0, 1e6, allow_nan=False), min_size=width, max_size=width)),
+                        draw(st.integers(-(2**62), 2**40)))
+
+
+facts = st.builds(CallFacts, ids, u64, fps, fps, st.one_of(st.none(), fps), st.integers(0, 10**12), money,
+                  st.integers(0, 100), st.booleans())
+pending = st.builds(Pending, facts, ids, ids, st.one_of(st.none(), st.integers(0, 100)), st.booleans(), st.booleans(),
+                    st.integers(0, 10**6))
+keystats = st.builds(KeyStat, st.integers(0, 100), st.one_of(st.none(), hash_or_failed), times, st.booleans(),
+                     st.lists(times, max_size=3), st.booleans(), st.integers(0, 1000))
+chains = st.builds(Chain, fps, fps, st.one_of(st.none(), fps), st.integers(0, 100), hash_or_failed, st.booleans(),
+                   st.booleans(), st.integers(0, 1000), times)
+breakers = st.builds(BreakerState, ids, st.sampled_from(list(BreakerStateName)), st.one_of(st.none(), windows(4)), times, times,
+                     st.lists(st.tuples(st.integers(0, 100), times).map(list), max_size=3), st.integers(0, 100),
+                     st.integers(0, 10), st.integers(0, 100), times)
+receipts = st.fixed_dictionaries({"v": st.just(2), "kid": ids, "sig": st.text(max_size=64)})
+
+
+@st.composite
+def sessions(draw) -> SessionState:
+    return SessionState(
+        draw(ids),
+        tenant=draw(st.one_of(st.none(), ids)),
+        feature=draw(st.one_of(st.none(), ids)),
+        agent=draw(st.one_of(st.none(), ids)),
+        created_s=draw(times),
+        spend=Spend(draw(st.integers(0, 10**6)), draw(st.integers(0, 10**12)), draw(money),
+                    draw(st.dictionaries(ids, st.integers(0, 10**9), max_size=3)), draw(st.one_of(st.none(), windows(1)))),
+        halted=draw(st.one_of(st.none(), st.tuples(ids, ids))),
+        loops=Loops(
+            pending=draw(st.dictionaries(ids, pending, max_size=3)),
+            auto_ids=draw(st.integers(0, 10**6)),
+            keys=draw(st.dictionaries(u64, keystats, max_size=3)),
+            fail_key=draw(st.one_of(st.none(), u64)),
+            fail_run=draw(st.integers(0, 100)),
+            fail_transient=draw(st.booleans()),
+            epoch=draw(st.integers(0, 10**6)),
+            chains=draw(st.dictionaries(ids, chains, max_size=3)),
+            history=draw(st.lists(st.tuples(u64, st.one_of(st.none(), hash_or_failed)).map(list), max_size=4)),
+            history_base=draw(st.integers(0, 10**6)),
+            seen=dict.fromkeys(draw(st.lists(u64, max_size=4, unique=True))),
+            only_key=draw(st.one_of(st.none(), u64, st.just(-1))),
+        ),
+        turns=draw(st.lists(st.tuples(u32, fps, st.booleans(), st.booleans()), max_size=3)),
+        breakers={b.name: b for b in draw(st.lists(breakers, max_size=2))},
+        ledger=Ledger(draw(st.lists(receipts, max_size=2)), set(draw(st.lists(u64, max_size=5))),
+                      draw(st.dictionaries(ids, st.booleans(), max_size=3))),
+        churn=draw(st.one_of(st.none(), st.builds(ChurnView, u64, hash_or_failed, st.integers(0, 100), st.integers(0, 100), ids, times))),
+        version=draw(st.integers(0, 10**9)),
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(sessions())
+def test_every_field_of_every_slice_survives_the_encoding(s):
+    assert codec.decode(codec.encode(s)) == s
+
+
+@given(breakers)
+def test_a_breaker_has_one_encoding_and_it_round_trips(b):
+    assert BreakerState.from_wire(b.name, b.to_wire()) == b
+
+
+def test_a_value_of_another_format_reads_as_absent():
+    assert codec.decode(b'[2,5,[]]') is None
+    assert codec.decode(b'{"not": "a session"}') is None

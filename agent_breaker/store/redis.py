@@ -248,6 +248,17 @@ class RedisStore:
             return not (self._available() and self.resync())
         return not self._available()
 
+    def _redis_or_local(self, remote: Callable[[], R], local: Callable[[], R]) -> R:
+        """The one way every operation reaches Redis: a driver error becomes the failure policy
+        (in-process state, or StorageError), and while Redis is away `local` answers."""
+        if self._use_local():
+            return self._degraded(local)
+        try:
+            return remote()
+        except redis_lib.RedisError as exc:
+            self._failed(exc)
+            return local()
+
     def _failed(self, exc: Exception) -> None:
         self.failures += 1
         self._down_until = time.monotonic() + self.retry_s
@@ -258,32 +269,29 @@ class RedisStore:
 
     # ------------------------------------------------------------- sessions
     def update_session(self, key: str, now: float, fn: Callable[[object | None], tuple[object, R]]) -> R:
-        if self._use_local():
-            return self._degraded(lambda: self._local_update(key, now, fn))
+        return self._redis_or_local(lambda: self._update_on_redis(key, now, fn), lambda: self._local_update(key, now, fn))
+
+    def _update_on_redis(self, key: str, now: float, fn: Callable[[object | None], tuple[object, R]]) -> R:
         skey = self.session_key(key)
-        try:
-            for attempt in range(MAX_CAS_ATTEMPTS):
-                if attempt:
-                    # another worker wrote this session in between: back off, then decide again
-                    time.sleep(min(0.02, CAS_BACKOFF_S * 2**attempt) * self._rng.uniform(0.5, 1.5))
-                raw = self.redis.get(skey)
-                state = _decode_session(raw)
+        for attempt in range(MAX_CAS_ATTEMPTS):
+            if attempt:
+                # another worker wrote this session in between: back off, then decide again
+                time.sleep(min(0.02, CAS_BACKOFF_S * 2**attempt) * self._rng.uniform(0.5, 1.5))
+            raw = self.redis.get(skey)
+            state = _decode_session(raw)
+            if self._keep:
+                self._saw_session(key, now, raw if state is not None else None)
+            version = state.version if state is not None else 0
+            new_state, result = fn(state)
+            if new_state is None:
+                return result
+            new_state.version = version + 1  # type: ignore[attr-defined]
+            data = codec.encode(new_state)
+            if self._cas_script(keys=[skey], args=[version, data, max(1, int(self.ttl_s)), codec.FORMAT]):
                 if self._keep:
-                    self._saw_session(key, now, raw if state is not None else None)
-                version = state.version if state is not None else 0
-                new_state, result = fn(state)
-                if new_state is None:
-                    return result
-                new_state.version = version + 1  # type: ignore[attr-defined]
-                data = codec.encode(new_state)
-                if self._cas_script(keys=[skey], args=[version, data, max(1, int(self.ttl_s)), codec.FORMAT]):
-                    if self._keep:
-                        self._saw_session(key, now, data)
-                    return result
-            raise StorageError(f"session {key!r}: {MAX_CAS_ATTEMPTS} conflicting writers in a row")
-        except redis_lib.RedisError as exc:
-            self._failed(exc)
-            return self._local_update(key, now, fn)
+                    self._saw_session(key, now, data)
+                return result
+        raise StorageError(f"session {key!r}: {MAX_CAS_ATTEMPTS} conflicting writers in a row")
 
     def _saw_session(self, key: str, now: float, raw: bytes | None) -> None:
         with self._lock:
@@ -327,30 +335,19 @@ class RedisStore:
         return run()
 
     def peek_session(self, key: str) -> object | None:
-        # no write-back from here: the engine peeks inside a session update
-        if self._keep and (self._dirty or not self._available()):
-            return self._local_peek(key)
-        try:
-            raw = self.redis.get(self.session_key(key))
-        except redis_lib.RedisError as exc:
-            self._failed(exc)
-            return self._local_peek(key)
-        return _decode_session(raw)
+        return self._redis_or_local(lambda: _decode_session(self.redis.get(self.session_key(key))), lambda: self._local_peek(key))
 
     # ------------------------------------------------------------- global spend
     def add_spend(self, key: str, tokens: float, cost_usd: float, window_s: float, now: float) -> tuple[float, float]:
-        if self._use_local():
-            return self._degraded(lambda: self._local_spend(key, tokens, cost_usd, window_s, now))
-        index = int(now // window_s)
-        try:
+        def remote() -> tuple[float, float]:
+            index = int(now // window_s)
             out = self._spend_script(keys=[self.spend_key(key, index)], args=[tokens, cost_usd, max(1, int(2 * window_s))])
-        except redis_lib.RedisError as exc:
-            self._failed(exc)
-            return self._local_spend(key, tokens, cost_usd, window_s, now)
-        totals = float(out[0]), float(out[1])
-        if self._keep:
-            self._saw_spend(key, index, totals)
-        return totals
+            totals = float(out[0]), float(out[1])
+            if self._keep:
+                self._saw_spend(key, index, totals)
+            return totals
+
+        return self._redis_or_local(remote, lambda: self._local_spend(key, tokens, cost_usd, window_s, now))
 
     def _saw_spend(self, key: str, index: int, totals: tuple[float, float]) -> None:
         with self._lock:
@@ -432,34 +429,28 @@ class RedisStore:
         cached = self._cache.get(bkey)
         if cached is not None and cached[0] == "closed" and time.monotonic() < cached[2]:
             return Permission(True, _S.CLOSED)  # known closed: no round trip
-        # no write-back from here: the engine acquires inside a session update
-        if self._dirty or not self._available():
-            return self._degraded(lambda: self._local_breaker(key, lambda: self._local.breaker_acquire(key, cfg, now)))
-        try:
+
+        def remote() -> Permission:
             out = self._run("acquire", key, cfg, now, {})
-        except redis_lib.RedisError as exc:
-            self._failed(exc)
-            return self._local_breaker(key, lambda: self._local.breaker_acquire(key, cfg, now))
-        return Permission(
-            bool(out.get("allowed")),
-            _S(out["state"]),
-            probe=out.get("probe"),
-            retry_after_s=None if out.get("retry_after_s") is None else float(out["retry_after_s"]),
-            transition=self._transition(key, out),
-            would_refuse=bool(out.get("would_refuse")),
-        )
+            return Permission(
+                bool(out.get("allowed")),
+                _S(out["state"]),
+                probe=out.get("probe"),
+                retry_after_s=None if out.get("retry_after_s") is None else float(out["retry_after_s"]),
+                transition=self._transition(key, out),
+                would_refuse=bool(out.get("would_refuse")),
+            )
+
+        return self._redis_or_local(remote, lambda: self._local_breaker(key, lambda: self._local.breaker_acquire(key, cfg, now)))
 
     def breaker_record(
         self, key: str, cfg: BreakerConfig, now: float, *, failed: bool, slow: bool, probe: int | None
     ) -> Recorded:
-        if self._use_local():
-            return self._degraded(lambda: self._local_record(key, cfg, now, failed, slow, probe))
-        try:
+        def remote() -> Recorded:
             out = self._run("record", key, cfg, now, {"failed": failed, "slow": slow, "probe": probe})
-        except redis_lib.RedisError as exc:
-            self._failed(exc)
-            return self._local_record(key, cfg, now, failed, slow, probe)
-        return Recorded(_S(out["state"]), self._transition(key, out))
+            return Recorded(_S(out["state"]), self._transition(key, out))
+
+        return self._redis_or_local(remote, lambda: self._local_record(key, cfg, now, failed, slow, probe))
 
     def _local_record(
         self, key: str, cfg: BreakerConfig, now: float, failed: bool, slow: bool, probe: int | None
@@ -471,45 +462,32 @@ class RedisStore:
             )
 
     def breaker_release(self, key: str, cfg: BreakerConfig, probe: int) -> None:
-        if self._use_local():
-            self._degraded(lambda: self._local.breaker_release(key, cfg, probe))
-            return
-        try:
-            self._run("release", key, cfg, 0.0, {"probe": probe})
-        except redis_lib.RedisError as exc:
-            self._failed(exc)
-            self._local.breaker_release(key, cfg, probe)
+        self._redis_or_local(lambda: self._run("release", key, cfg, 0.0, {"probe": probe}),
+                             lambda: self._local.breaker_release(key, cfg, probe))
 
     def breaker_force(self, key: str, cfg: BreakerConfig, now: float, state: BreakerStateName) -> Transition | None:
         from ..breaker.core import OPERATOR_STATES
 
         if state not in OPERATOR_STATES:
             raise ValueError(f"breaker {key!r}: an operator may set {sorted(s.value for s in OPERATOR_STATES)}, not {state.value}")
-        if self._use_local():
-            return self._degraded(lambda: self._local_breaker(key, lambda: self._local.breaker_force(key, cfg, now, state)))
-        try:
-            out = self._run("force", key, cfg, now, {"state": state.value})
-        except redis_lib.RedisError as exc:
-            self._failed(exc)
-            return self._local_breaker(key, lambda: self._local.breaker_force(key, cfg, now, state))
-        return self._transition(key, out)
+        return self._redis_or_local(
+            lambda: self._transition(key, self._run("force", key, cfg, now, {"state": state.value})),
+            lambda: self._local_breaker(key, lambda: self._local.breaker_force(key, cfg, now, state)),
+        )
 
     def breaker_state(self, key: str) -> BreakerState | None:
-        if self._use_local():
-            return self._degraded(lambda: self._local_breaker(key, lambda: self._local.breaker_state(key)))
-        try:
+        def remote() -> BreakerState | None:
             raw = self.redis.get(self.breaker_key(key))
-        except redis_lib.RedisError as exc:
-            self._failed(exc)
-            return self._local_breaker(key, lambda: self._local.breaker_state(key))
-        state = None if raw is None else json.loads(raw)
-        if self._keep:
-            with self._lock:
-                if state is None:
-                    self._breakers_seen.pop(key, None)
-                else:
-                    _lru_put(self._breakers_seen, key, state, MIRROR_BREAKERS)
-        return None if state is None else BreakerState.from_wire(key, state)
+            state = None if raw is None else json.loads(raw)
+            if self._keep:
+                with self._lock:
+                    if state is None:
+                        self._breakers_seen.pop(key, None)
+                    else:
+                        _lru_put(self._breakers_seen, key, state, MIRROR_BREAKERS)
+            return None if state is None else BreakerState.from_wire(key, state)
+
+        return self._redis_or_local(remote, lambda: self._local_breaker(key, lambda: self._local.breaker_state(key)))
 
     def _local_breaker(self, key: str, run: Callable[[], R]) -> R:
         """Run `run` on the in-process breaker; on its first use during an outage it starts

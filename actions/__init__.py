@@ -12,6 +12,7 @@ from typing import Any
 
 from agent_breaker.actions.guards import ACTIONS, collect_incident
 from agent_breaker.actions.native import NATIVE_ACTIONS
+
 from agent_breaker.config import parse_config
 from agent_breaker.engine import Engine
 

@@ -15,7 +15,8 @@ import contextvars
 import difflib
 import json
 import logging
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from nemoguardrails.actions import action
 
@@ -137,8 +138,12 @@ async def agent_breaker_unknown_event(name: str) -> str | None:
     close = difflib.get_close_matches(name, list(BY_COLANG), n=1, cutoff=0.6)
     if not close:
         return None
-    log.warning("agent-breaker: no guard takes events of type %r; did you mean %r? (known: %s)", name[:80], close[0],
-                ", ".join(sorted(BY_COLANG)))
+    log.warning(
+        "agent-breaker: no guard takes events of type %r; did you mean %r? (known: %s)",
+        name[:80],
+        close[0],
+        ", ".join(sorted(BY_COLANG)),
+    )
     return close[0]
 
 
@@ -151,8 +156,7 @@ async def report_incidents(incidents: list[dict[str, Any]]) -> int:
 # ----------------------------------------------------------------- the chat CLI
 
 _CHAT_HELP = (
-    'commands: tool NAME {json args} | result NAME ok {json} | result NAME error TEXT | say TEXT | '
-    "user TEXT | final TEXT"
+    "commands: tool NAME {json args} | result NAME ok {json} | result NAME error TEXT | say TEXT | user TEXT | final TEXT"
 )
 
 
@@ -228,8 +232,16 @@ def verdict_event(event: Mapping[str, Any], engine: Engine) -> dict[str, Any]:
     kind = BY_COLANG.get(event.get("type", ""))
     if kind is None:
         reason = f"unknown agent-breaker event type; expected one of {sorted(BY_COLANG)}"
-        return {"type": "ToolCallVerdict", "session_id": event.get("session_id"), "call_id": event.get("call_id"),
-                "allowed": False, "heuristic": INVALID_EVENT, "severity": "block", "reason": reason, "observation": None}
+        return {
+            "type": "ToolCallVerdict",
+            "session_id": event.get("session_id"),
+            "call_id": event.get("call_id"),
+            "allowed": False,
+            "heuristic": INVALID_EVENT,
+            "severity": "block",
+            "reason": reason,
+            "observation": None,
+        }
     out = run_event(engine, kind, event)
     deliver_incidents(out["incidents"])
     return {"type": kind.verdict, **{name: out.get(name) for name in kind.verdict_fields}}
@@ -262,8 +274,11 @@ def merge_context_messages(messages: list[dict[str, Any]] | None) -> list[dict[s
     (NeMo makes one event of each context message, and the guard answers one of them)."""
     if not messages:
         return messages
-    carriers = [i for i, m in enumerate(messages) if m.get("role") == "context" and isinstance(m.get("content"), Mapping)
-                and CONTEXT_KEY in m["content"]]
+    carriers = [
+        i
+        for i, m in enumerate(messages)
+        if m.get("role") == "context" and isinstance(m.get("content"), Mapping) and CONTEXT_KEY in m["content"]
+    ]
     if len(carriers) < 2:
         return messages
     events = context_events(messages[i]["content"] for i in carriers)

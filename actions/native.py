@@ -9,12 +9,14 @@ agent. Absolute imports: NeMo may load this file as a standalone module.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from typing import Any, Mapping
-
-from nemoguardrails.actions import action
+from collections.abc import Mapping
+from typing import Any
 
 from agent_breaker.actions.guards import decide, deliver_incidents, verdict_line
+from nemoguardrails.actions import action
+
 from agent_breaker.engine import Engine
 from agent_breaker.protocol import BY_NAME
 
@@ -31,10 +33,8 @@ def parse_tool_call(tool_call: Mapping[str, Any]) -> tuple[str | None, Any, str 
     else:
         name, args = tool_call.get("name"), tool_call.get("args")
     if isinstance(args, str):
-        try:
+        with contextlib.suppress(json.JSONDecodeError):  # the engine refuses non-object args, saying why
             args = json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError:
-            pass  # the engine refuses non-object args with a clear reason
     return name, args, tool_call.get("id")
 
 
@@ -75,10 +75,8 @@ async def record_native_tool_message(
     as JSON when it is JSON; a text that starts with "Error" counts as a failed call."""
     result = tool_message
     if isinstance(result, str):
-        try:
+        with contextlib.suppress(json.JSONDecodeError):
             result = json.loads(result)
-        except json.JSONDecodeError:
-            pass
     ok = not (isinstance(result, str) and result.lstrip().lower().startswith("error"))
     fields = {**_from_context(context), "tool_name": tool_name, "call_id": tool_call_id or None, "ok": ok, "result": result}
     out = await decide(agent_breaker_engine, TOOL_RESULT, fields)

@@ -1,18 +1,18 @@
 """agent-breaker: deterministic guards on an AI agent's tool-call path.
 
-    from agent_breaker import Engine
-    engine = Engine()                      # in-memory state, shipped defaults
-    verdict = engine.check_tool_call({"session": "s1", "tool": "search", "args": {"q": "x"}})
-    if not verdict.allowed:
-        return verdict.observation         # what the agent reads instead of the tool output
+from agent_breaker import Engine
+engine = Engine()                      # in-memory state, shipped defaults
+verdict = engine.check_tool_call({"session": "s1", "tool": "search", "args": {"q": "x"}})
+if not verdict.allowed:
+    return verdict.observation         # what the agent reads instead of the tool output
 """
 
 from .breaker import BreakerStateName, IllegalTransition
 from .clock import Clock, FakeClock, SystemClock
 from .config import AgentBreakerConfig, ConfigError, load_config, parse_config
 from .engine import Engine, log_incident
-from .outcomes import is_semantic_failure
 from .events import Assistant, Final, InvalidEventError, ToolCall, ToolResult, User, parse_event
+from .outcomes import is_semantic_failure
 from .receipts import ReceiptKeys
 from .store import MemoryStore, StorageError, Store, store_from_uri
 from .verdicts import Incident, ResultVerdict, Verdict

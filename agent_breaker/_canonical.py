@@ -65,8 +65,26 @@ RANDOM = "<random>"
 
 #: keys whose values name something (an id, a digest, a path): a random-looking value there is
 #: a different thing each time, never a nonce, so it is not masked
-_NAMING_KEY_SUFFIXES = ("id", "ids", "uuid", "guid", "sha", "hash", "digest", "ref", "refs", "reference", "key", "keys",
-                        "name", "path", "url", "uri", "number", "code")
+_NAMING_KEY_SUFFIXES = (
+    "id",
+    "ids",
+    "uuid",
+    "guid",
+    "sha",
+    "hash",
+    "digest",
+    "ref",
+    "refs",
+    "reference",
+    "key",
+    "keys",
+    "name",
+    "path",
+    "url",
+    "uri",
+    "number",
+    "code",
+)
 
 
 class Canonicalizer:
@@ -206,7 +224,7 @@ class Fingerprinter:
             if len(cache) >= MAX_HASH_CACHE:
                 cache.clear()  # bounded; words repeat a lot, so it refills fast
             key = self._key
-            for word, i in zip(words, ids):
+            for word, i in zip(words, ids, strict=True):
                 if i not in cache:
                     cache[i] = int.from_bytes(hashlib.blake2b(word, digest_size=4, key=key).digest(), "big")
             return tuple(map(cache.__getitem__, ids))

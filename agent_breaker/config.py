@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -121,8 +122,7 @@ class BreakerConfig(_Frozen):
         DEFAULT_BREAKER_CONSECUTIVE_FAILURES, ge=1, description="Open after this many failures in a row (null: off)."
     )
     failure_threshold: int | None = Field(
-        DEFAULT_BREAKER_FAILURE_THRESHOLD,
-        ge=1, description="Open after this many failures in the window (null: off)."
+        DEFAULT_BREAKER_FAILURE_THRESHOLD, ge=1, description="Open after this many failures in the window (null: off)."
     )
     failure_rate_pct: float | None = Field(
         DEFAULT_BREAKER_FAILURE_RATE_PCT, gt=0, le=100, description="Open at this failure rate (null: off)."
@@ -185,9 +185,7 @@ class IdenticalCallConfig(_Frozen):
 
 
 class StuckPollingConfig(_Frozen):
-    max_polls: int = Field(
-        DEFAULT_MAX_POLLS, ge=2, le=1000, description="Polls with an unchanged result allowed in the window."
-    )
+    max_polls: int = Field(DEFAULT_MAX_POLLS, ge=2, le=1000, description="Polls with an unchanged result allowed in the window.")
     window_s: float = Field(DEFAULT_POLL_WINDOW_S, gt=0)
     polling_tools: tuple[str, ...] = Field(
         DEFAULT_POLLING_TOOLS, description="Glob patterns of tool names that are polled on purpose."
@@ -277,9 +275,7 @@ class ReceiptsConfig(_Frozen):
     key_env: str = Field(DEFAULT_RECEIPT_KEY_ENV, description="Environment variable holding 'kid:key[,kid:key]'.")
     key_file: str | None = Field(None, description='JSON file {"current": kid, "keys": {kid: key}}; wins over key_env.')
     dev_ephemeral_key: bool = Field(False, description="Development only: sign with a random per-process key.")
-    infer_mutating: bool = Field(
-        True, description="Treat tools named after an action (wire_transfer, send_email) as mutating."
-    )
+    infer_mutating: bool = Field(True, description="Treat tools named after an action (wire_transfer, send_email) as mutating.")
     reference_patterns: tuple[str, ...] = Field(
         DEFAULT_REFERENCE_PATTERNS, description="Regexes of reference ids an answer must not invent."
     )
@@ -451,8 +447,14 @@ _DEFAULT_TOOL = ToolPolicy()
 
 #: settings that hold for the whole process (one store, one key set, one fingerprint secret):
 #: an override cannot change them
-PROCESS_LEVEL = ("storage", "sessions", "fingerprint_secret", "receipts.key_env", "receipts.key_file",
-                 "receipts.dev_ephemeral_key")
+PROCESS_LEVEL = (
+    "storage",
+    "sessions",
+    "fingerprint_secret",
+    "receipts.key_env",
+    "receipts.key_file",
+    "receipts.dev_ephemeral_key",
+)
 
 
 def _process_level_keys(settings: Mapping[str, Any]) -> list[str]:

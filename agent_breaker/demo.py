@@ -14,8 +14,9 @@ import asyncio
 import contextlib
 import os
 import secrets
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from .clock import FakeClock
 from .replay import Replayer
@@ -25,8 +26,16 @@ _PRICE = 0.000003  # $ per token, for the scripted spend
 
 def _call(s: str, ts: float, i: int, tool: str, args: dict[str, Any], tokens: int, **kw: Any) -> dict[str, Any]:
     return {
-        "session": s, "ts": ts, "type": "tool_call", "tool": tool, "args": args, "call_id": f"c{i}",
-        "input_tokens": tokens, "output_tokens": 150, "cost_usd": round((tokens + 150) * _PRICE, 6), **kw,
+        "session": s,
+        "ts": ts,
+        "type": "tool_call",
+        "tool": tool,
+        "args": args,
+        "call_id": f"c{i}",
+        "input_tokens": tokens,
+        "output_tokens": 150,
+        "cost_usd": round((tokens + 150) * _PRICE, 6),
+        **kw,
     }
 
 
@@ -43,8 +52,15 @@ def looping_agent() -> Iterator[dict[str, Any]]:
     yield _result(s, 1, 0, "search_docs", True, {"hits": 3})
     for i in range(1, 41):
         t = 3.0 * i
-        yield _call(s, t, i, "query_warehouse", {"sql": "SELECT SUM(amount) FROM revenue_q3"}, 2000 + 60 * i,
-                    thought="The query failed. Let me run it again.")
+        yield _call(
+            s,
+            t,
+            i,
+            "query_warehouse",
+            {"sql": "SELECT SUM(amount) FROM revenue_q3"},
+            2000 + 60 * i,
+            thought="The query failed. Let me run it again.",
+        )
         yield _result(s, t + 1, i, "query_warehouse", False, error="HTTP 500 Internal Server Error")
     yield {"session": s, "ts": 200, "type": "final", "text": "I could not get the revenue numbers."}
 
@@ -60,7 +76,7 @@ def fabricating_agent() -> Iterator[dict[str, Any]]:
 
 def working_agent() -> Iterator[dict[str, Any]]:
     s = "working-agent"
-    steps = [
+    steps: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         ("list_tickets", {"queue": "billing"}, {"tickets": ["T-101", "T-102", "T-103"]}),
         ("read_ticket", {"id": "T-101"}, {"summary": "double charge"}),
         ("read_ticket", {"id": "T-102"}, {"summary": "refund request"}),
@@ -200,13 +216,19 @@ def _describe(events: list[dict[str, Any]], index: int | None) -> str:
     return f"event {index} ({what})"
 
 
+def _usd(value: float) -> str:
+    return f"${value:.4f}"
+
+
 def format_table(rows: list[dict[str, Any]]) -> str:
-    header = f"{'agent':18} {'kind':7} {'steps':>5} {'run':>4} {'cut':>4}  {'where':26} {'why':18} {'spend with':>11} {'without':>9}"
+    header = (
+        f"{'agent':18} {'kind':7} {'steps':>5} {'run':>4} {'cut':>4}  {'where':26} {'why':18} {'spend with':>11} {'without':>9}"
+    )
     lines = [header, "-" * len(header)]
     for r in rows:
         lines.append(
             f"{r['session']:18} {r['kind']:7} {r['steps']:>5} {r['allowed_calls']:>4} {r['blocked_calls']:>4}  {r['cut_at']:26} "
-            f"{(r['heuristic'] or 'not cut'):18} {'$%.4f' % r['cost_with_usd']:>11} {'$%.4f' % r['cost_without_usd']:>9}"
+            f"{(r['heuristic'] or 'not cut'):18} {_usd(r['cost_with_usd']):>11} {_usd(r['cost_without_usd']):>9}"
         )
     saved = sum(r["cost_without_usd"] - r["cost_with_usd"] for r in rows)
     lines.append("")

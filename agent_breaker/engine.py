@@ -19,8 +19,9 @@ import logging
 import os
 import threading
 from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from . import heuristics as H
 from ._canonical import CanonicalError, Fingerprinter
@@ -149,7 +150,7 @@ class Engine:
         return self.clock.now()
 
     def _begin(self, event: Any, cls: type) -> _Step:
-        ev = event if isinstance(event, cls) else parse_typed(cls, event)  # the handler names the type
+        ev: Any = event if isinstance(event, cls) else parse_typed(cls, event)  # the handler names the type
         return _Step(ev, self.session_key(ev), self._now(ev), self._policy(ev.tenant, ev.feature, ev.agent))
 
     def _facts(self, ev: ToolCall, p: Policy) -> CallFacts:
@@ -183,7 +184,9 @@ class Engine:
         return key_parts(tenant or "", tool) if cfg.breaker.key_by_tenant else key_parts(tool)
 
     # ----------------------------------------------------------------- deciding and writing
-    def _commit(self, step: _Step, decide: Callable[[SessionState], tuple[SessionState | None, _Decided]], tool: str | None) -> Any:
+    def _commit(
+        self, step: _Step, decide: Callable[[SessionState], tuple[SessionState | None, _Decided]], tool: str | None
+    ) -> Any:
         """Run the pure decision in one store update, then do what it asked for outside the
         session, then tell the listeners. A shared store may run `decide` more than once."""
         outcome: list[tuple[SessionState, _Decided]] = []
@@ -202,7 +205,9 @@ class Engine:
         if decided.breaker is not None:
             bkey, probe, out = decided.breaker
             try:
-                recorded = self.store.breaker_record(bkey, step.p.cfg.breaker, step.now, failed=out.failed, slow=out.slow, probe=probe)
+                recorded = self.store.breaker_record(
+                    bkey, step.p.cfg.breaker, step.now, failed=out.failed, slow=out.slow, probe=probe
+                )
                 decided.verdict = replace(decided.verdict, breaker_state=recorded.state.value)
             except StorageError as exc:
                 log.warning("agent-breaker: breaker outcome of %s not recorded: %s", tool, exc)
@@ -222,8 +227,15 @@ class Engine:
             self._metrics[(H.STORAGE_UNAVAILABLE, severity)] += 1
         return verdict
 
-    def _settle(self, s: SessionState, decided: _Decided, block: Trip | None, warn: Trip | None, tool: str | None,
-                call_id: str | None = None) -> Verdict:
+    def _settle(
+        self,
+        s: SessionState,
+        decided: _Decided,
+        block: Trip | None,
+        warn: Trip | None,
+        tool: str | None,
+        call_id: str | None = None,
+    ) -> Verdict:
         """Turn the checks' outcome into a verdict; a session-terminal block halts the session."""
         if block is not None:
             if block.heuristic in H.SESSION_TERMINAL:
@@ -243,7 +255,9 @@ class Engine:
         if (g.max_tokens is None and g.max_cost_usd is None) or cfg.mode_of(H.GLOBAL_BUDGET) == "off":
             return None
         try:
-            spent = self.store.add_spend(key_parts(step.ev.tenant or "", step.ev.feature or ""), tokens, cost_usd, g.window_s, step.now)
+            spent = self.store.add_spend(
+                key_parts(step.ev.tenant or "", step.ev.feature or ""), tokens, cost_usd, g.window_s, step.now
+            )
         except StorageError as exc:
             return self._unavailable(step, exc, getattr(step.ev, "tool", None))
         return budget.check_global_budget(spent, cfg, step.now)
@@ -413,8 +427,16 @@ class Engine:
 
         return self._commit(step, decide, ev.tool)
 
-    def _receipt(self, s: SessionState, decided: _Decided, cfg: AgentBreakerConfig, ev: ToolResult, pending: Pending,
-                 result_hash: int, now: float) -> None:
+    def _receipt(
+        self,
+        s: SessionState,
+        decided: _Decided,
+        cfg: AgentBreakerConfig,
+        ev: ToolResult,
+        pending: Pending,
+        result_hash: int,
+        now: float,
+    ) -> None:
         """A mutating tool's success: a receipt, unless its empty payload is refused."""
         f = pending.facts
         anomaly = None
@@ -426,8 +448,16 @@ class Engine:
                 return
         receipt = None
         if self.receipt_keys is not None:
-            receipt = mint(self.receipt_keys, tenant=s.tenant, session=s.sid, call_id=pending.call_id, tool=f.tool,
-                           args_hash=f.key, result_hash=result_hash, ts=now)
+            receipt = mint(
+                self.receipt_keys,
+                tenant=s.tenant,
+                session=s.sid,
+                call_id=pending.call_id,
+                tool=f.tool,
+                args_hash=f.key,
+                result_hash=result_hash,
+                ts=now,
+            )
             s.ledger.add(receipt, f.tool)
         if anomaly is not None and anomaly.heuristic is not None:  # observed: reported, not withheld
             decided.verdict = replace(decided.verdict, heuristic=anomaly.heuristic, reason=anomaly.reason)
@@ -523,7 +553,12 @@ class Engine:
             return False, "no receipt keys configured"
         result_hash = self.fingerprints.hash64(self._result_canonical(self._policy(tenant, feature, agent), result))
         return verify(
-            self.receipt_keys, receipt, tenant=tenant, session=session, call_id=call_id, tool=normalize_name(tool),
+            self.receipt_keys,
+            receipt,
+            tenant=tenant,
+            session=session,
+            call_id=call_id,
+            tool=normalize_name(tool),
             result_hash=result_hash,
         )
 
@@ -600,7 +635,9 @@ def _halted_verdict(s: SessionState, cfg: AgentBreakerConfig, tool: str | None) 
     heuristic, reason = s.halted
     if cfg.mode_of(heuristic) != "enforce":
         return None
-    return verdict_for(Trip(heuristic, "session", f"session halted earlier: {reason}", "Write your final answer now."), "block", tool)
+    return verdict_for(
+        Trip(heuristic, "session", f"session halted earlier: {reason}", "Write your final answer now."), "block", tool
+    )
 
 
 def _breaker_trip(permission: Permission, tool: str) -> Trip | None:

@@ -6,7 +6,8 @@ Unknown keys are ignored, as the trace format says.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Callable, Literal, Sequence, Union
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -22,6 +23,8 @@ _Id = Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS, pattern=r"^[^\
 def is_id(value: Any) -> bool:
     """An id as events carry them: 1 to MAX_ID_CHARS characters, printable, valid Unicode."""
     return isinstance(value, str) and 0 < len(value) <= MAX_ID_CHARS and value.isprintable() and not has_invalid_chars(value)
+
+
 # a tool is known by its normalized name: look-alike letters, invisible characters and case
 # do not make another tool
 _ToolName = Annotated[_Id, AfterValidator(normalize_name), Field(min_length=1)]
@@ -109,7 +112,7 @@ class Final(_Event):
     text: _Text = ""
 
 
-Event = Annotated[Union[ToolCall, ToolResult, Assistant, User, Final], Field(discriminator="type")]
+Event = Annotated[ToolCall | ToolResult | Assistant | User | Final, Field(discriminator="type")]
 EVENT_TYPES = ("tool_call", "tool_result", "assistant", "user", "final")
 
 _ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)

@@ -8,8 +8,9 @@ breaker's slow-call threshold), transient (an error expected to clear by itself)
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from .config import AgentBreakerConfig
 from .events import ToolResult
@@ -33,8 +34,9 @@ class Outcome:
     in_progress: bool
 
 
-def classify(ev: ToolResult, cfg: AgentBreakerConfig, in_progress_values: frozenset[str],
-             predicate: FailurePredicate | None) -> Outcome:
+def classify(
+    ev: ToolResult, cfg: AgentBreakerConfig, in_progress_values: frozenset[str], predicate: FailurePredicate | None
+) -> Outcome:
     failed = (
         not ev.ok
         or (cfg.breaker.semantic_failures and is_semantic_failure(ev.result))

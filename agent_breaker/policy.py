@@ -4,8 +4,9 @@ from it once (canonicalizers, the claim checker, the ordered tables of enabled c
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from . import heuristics as H
 from ._canonical import Canonicalizer, Fingerprinter

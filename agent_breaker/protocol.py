@@ -10,8 +10,9 @@ rails/flows.co and the README).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 #: fields every Colang event may carry, and their trace-format names
 COMMON_FIELDS: Mapping[str, str] = {
@@ -53,37 +54,72 @@ class EventKind:
 
 KINDS: tuple[EventKind, ...] = (
     EventKind(
-        "tool_call", "ToolCallRequested", "ToolCallVerdict", "check_tool_call", "check_tool_call",
-        {**COMMON_FIELDS, "call_id": "call_id", "tool_name": "tool", "tool_args": "args", "thought": "thought", **_SPEND,
-         "mutating": "mutating"},
+        "tool_call",
+        "ToolCallRequested",
+        "ToolCallVerdict",
+        "check_tool_call",
+        "check_tool_call",
+        {
+            **COMMON_FIELDS,
+            "call_id": "call_id",
+            "tool_name": "tool",
+            "tool_args": "args",
+            "thought": "thought",
+            **_SPEND,
+            "mutating": "mutating",
+        },
         ("tool_name", "tool_args"),
         ("session_id", "call_id", "allowed", "heuristic", "severity", "reason", "observation"),
         "tool",
     ),
     EventKind(
-        "tool_result", "ToolResultReceived", "ToolResultVerdict", "record_tool_result", "record_tool_result",
-        {**COMMON_FIELDS, "call_id": "call_id", "tool_name": "tool", "ok": "ok", "result": "result", "error": "error",
-         "latency_ms": "latency_ms", "mutating": "mutating"},
+        "tool_result",
+        "ToolResultReceived",
+        "ToolResultVerdict",
+        "record_tool_result",
+        "record_tool_result",
+        {
+            **COMMON_FIELDS,
+            "call_id": "call_id",
+            "tool_name": "tool",
+            "ok": "ok",
+            "result": "result",
+            "error": "error",
+            "latency_ms": "latency_ms",
+            "mutating": "mutating",
+        },
         ("tool_name", "ok"),
         ("session_id", "call_id", "accepted", "heuristic", "reason", "receipt"),
         "result",
     ),
     EventKind(
-        "assistant", "AssistantTurn", "TurnVerdict", "record_assistant", "record_assistant_turn",
+        "assistant",
+        "AssistantTurn",
+        "TurnVerdict",
+        "record_assistant",
+        "record_assistant_turn",
         {**COMMON_FIELDS, "text": "text", **_SPEND},
         (),
         ("session_id", "allowed", "heuristic", "severity", "reason", "observation"),
         "say",
     ),
     EventKind(
-        "user", "UserTurn", "TurnVerdict", "record_user", "record_user_turn",
+        "user",
+        "UserTurn",
+        "TurnVerdict",
+        "record_user",
+        "record_user_turn",
         {**COMMON_FIELDS, "text": "text"},
         (),
         ("session_id", "allowed", "heuristic", "severity", "reason", "observation"),
         "user",
     ),
     EventKind(
-        "final", "FinalAnswerProposed", "FinalAnswerVerdict", "verify_final", "verify_final_answer",
+        "final",
+        "FinalAnswerProposed",
+        "FinalAnswerVerdict",
+        "verify_final",
+        "verify_final_answer",
         {**COMMON_FIELDS, "text": "text"},
         (),
         ("session_id", "accepted", "heuristic", "reason"),

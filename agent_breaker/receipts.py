@@ -19,15 +19,16 @@ import os
 import re
 import secrets
 import struct
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
+from ._canonical import Fingerprinter
+from ._text import fold_text, normalize_text
 from .config import AgentBreakerConfig, ConfigError, ReceiptsConfig
 from .detectors.base import Trip
 from .heuristics import EMPTY_MUTATION_RESULT, UNVERIFIED_CLAIM
-from ._canonical import Fingerprinter
-from ._text import fold_text, normalize_text
 
 log = logging.getLogger("agent_breaker")
 
@@ -44,11 +45,31 @@ MAX_SCANNED_CHARS = 65_536  # of a result's canonical text
 _SPACED_ID = re.compile(r"\b(?=([A-Z]{2,}))\1[ _]+(\d{3,})\b")  # TX 99482 -> TX-99482
 _SPACED_GATE = re.compile(r"[A-Z][ _]+\d{3}")
 _NOT_ALNUM = re.compile(r"[^0-9a-z]+")
-_CASELESS_CANDIDATE = re.compile(r"\b(?=([A-Za-z]+))\1-\d{%d,}\b" % MIN_CASELESS_REFERENCE_DIGITS)
-_CASELESS_GATE = re.compile(r"-\d{%d}" % MIN_CASELESS_REFERENCE_DIGITS)
+_CASELESS_CANDIDATE = re.compile(rf"\b(?=([A-Za-z]+))\1-\d{{{MIN_CASELESS_REFERENCE_DIGITS},}}\b")
+_CASELESS_GATE = re.compile(rf"-\d{{{MIN_CASELESS_REFERENCE_DIGITS}}}")
 _NEGATIONS = frozenset(
-    {"not", "never", "no", "unable", "failed", "cannot", "can't", "couldn't", "wasn't", "weren't", "didn't",
-     "hasn't", "haven't", "isn't", "won't", "nothing", "neither", "nor", "unsuccessful", "unfortunately"}
+    {
+        "not",
+        "never",
+        "no",
+        "unable",
+        "failed",
+        "cannot",
+        "can't",
+        "couldn't",
+        "wasn't",
+        "weren't",
+        "didn't",
+        "hasn't",
+        "haven't",
+        "isn't",
+        "won't",
+        "nothing",
+        "neither",
+        "nor",
+        "unsuccessful",
+        "unfortunately",
+    }
 )
 _WORD = re.compile(r"[A-Za-z']+")
 _CLAUSE_END = re.compile(r"[,.;:!?\n]")
@@ -319,7 +340,8 @@ class ClaimChecker:
             return Trip(
                 UNVERIFIED_CLAIM,
                 "session",
-                f"the answer claims a completed action, but {', '.join(sorted(missing))} has no receipted success in this session",
+                f"the answer claims a completed action, but {', '.join(sorted(missing))} has no receipted success "
+                "in this session",
                 _REPORT_TRUTH,
                 {"unreceipted_tools": len(missing)},
             )

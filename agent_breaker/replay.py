@@ -11,15 +11,16 @@ import json
 import math
 import sys
 from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import IO, Any, Iterable, Iterator
+from typing import IO, Any
 
 from . import heuristics as H
 from .config import AgentBreakerConfig
 from .engine import Engine
+from .events import InvalidEventError, ToolCall, ToolResult, parse_event
 from .receipts import ReceiptKeys
 from .store import MemoryStore
-from .events import InvalidEventError, ToolCall, ToolResult, parse_event
 
 
 @dataclass
@@ -146,8 +147,8 @@ class Replayer:
                 queue = r.unpaired.get(ev.tool)
                 if queue and queue.popleft():
                     return
-        verdict = self.engine.process(ev)
-        heuristic = getattr(verdict, "heuristic", None)
+        outcome = self.engine.process(ev)
+        heuristic = outcome.heuristic
         if heuristic is not None and not isinstance(ev, ToolResult):
             r.trip(heuristic)
 
@@ -175,7 +176,9 @@ def replay_engine(
     )
 
 
-def replay_lines(lines: Iterable[str | bytes], engine: Engine, *, errors: IO[str] | None = None) -> tuple[list[dict[str, Any]], int]:
+def replay_lines(
+    lines: Iterable[str | bytes], engine: Engine, *, errors: IO[str] | None = None
+) -> tuple[list[dict[str, Any]], int]:
     """Replay trace lines; returns (one verdict dict per session, number of invalid lines)."""
     replayer = Replayer(engine, errors=errors)
     for n, line in enumerate(lines, 1):

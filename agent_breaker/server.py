@@ -29,18 +29,18 @@ import re
 import secrets
 import tempfile
 import threading
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterator, Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-from ._text import has_invalid_chars
 from fastapi import Request
 from fastapi.responses import JSONResponse
 from nemoguardrails import LLMRails, RailsConfig
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ._text import has_invalid_chars
 from .actions.guards import (
     CALLER_TENANT,
     MAX_CONTEXT_EVENTS,
@@ -155,7 +155,10 @@ class Tokens:
 
 def _checked_token(token: str, source: str) -> str:
     if len(token) < 16:
-        raise ServeError(f"${source}: an API token needs at least 16 characters (use `python3 -c 'import secrets; print(secrets.token_urlsafe(32))'`)")
+        raise ServeError(
+            f"${source}: an API token needs at least 16 characters "
+            "(use `python3 -c 'import secrets; print(secrets.token_urlsafe(32))'`)"
+        )
     return token
 
 
@@ -183,8 +186,15 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 class RequestGuard:
     """Outermost ASGI middleware: Host, token, size and JSON checks before any route runs."""
 
-    def __init__(self, app: Any, *, tokens: Tokens | None, hosts: frozenset[str] | None, limits: Limits,
-                 configs: ServedConfigs | None = None) -> None:
+    def __init__(
+        self,
+        app: Any,
+        *,
+        tokens: Tokens | None,
+        hosts: frozenset[str] | None,
+        limits: Limits,
+        configs: ServedConfigs | None = None,
+    ) -> None:
         self.app = app
         self.tokens = tokens
         self.hosts = hosts
@@ -203,7 +213,11 @@ class RequestGuard:
         roles = {m.get("role") for m in body.get("messages") or [] if isinstance(m, dict)}
         if self.configs.takes_events[config_id] and "assistant" in roles:
             return f"config {config_id} (Colang 2.x) takes no assistant messages as input"
-        if not self.configs.has_model[config_id] and roles & {"user", "assistant", "tool"} and not self.configs.takes_events[config_id]:
+        if (
+            not self.configs.has_model[config_id]
+            and roles & {"user", "assistant", "tool"}
+            and not self.configs.takes_events[config_id]
+        ):
             return f"config {config_id} has no model to answer messages: send its tool calls as agent-breaker events"
         return None
 
@@ -229,8 +243,12 @@ class RequestGuard:
             scheme, _, presented = headers.get("authorization", "").partition(" ")
             found = self.tokens.tenant_of(presented.strip()) if scheme.lower() == "bearer" else None
             if found is None:
-                await _reply(send, 401, "a valid 'Authorization: Bearer <token>' header is required",
-                             {"www-authenticate": 'Bearer realm="agent-breaker"'})
+                await _reply(
+                    send,
+                    401,
+                    "a valid 'Authorization: Bearer <token>' header is required",
+                    {"www-authenticate": 'Bearer realm="agent-breaker"'},
+                )
                 return
             tenant = found
         body = b""
@@ -385,6 +403,7 @@ async def _reply(send: Send, status: int, message: str, headers: Mapping[str, st
 
 # ----------------------------------------------------------------------------- configs
 
+
 class ColangThread:
     """One thread with its own event loop runs every Colang step of the server.
 
@@ -486,6 +505,7 @@ def _first_line(exc: BaseException) -> str:
 
 # ----------------------------------------------------------------------------- the events endpoint
 
+
 class EventsRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -515,7 +535,7 @@ class ColangPool:
     async def process(self, rails: Any, config_id: str, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         queue = self._queue(config_id)
         state = await queue.get()
-        verdicts = []
+        verdicts: list[dict[str, Any]] = []
         try:
             # one event per call: a guard loop awaiting its action would miss the next event
             # of a batch (Colang 2.x flows have no inbox)
@@ -547,7 +567,9 @@ def install_events_endpoint(app: Any, configs: ServedConfigs, colang: ColangThre
     app.state.agent_breaker_colang = pool
 
     def error(status: int, message: str) -> JSONResponse:
-        return JSONResponse(status_code=status, content={"error": {"message": message, "type": "invalid_request_error", "code": status}})
+        return JSONResponse(
+            status_code=status, content={"error": {"message": message, "type": "invalid_request_error", "code": status}}
+        )
 
     @app.post(EVENTS_PATH, tags=["agent-breaker"])
     async def agent_breaker_events(request: Request) -> Any:
@@ -562,8 +584,11 @@ def install_events_endpoint(app: Any, configs: ServedConfigs, colang: ColangThre
         except LookupError as exc:
             return error(404, str(exc))
         if not configs.takes_events[body.config_id]:
-            return error(400, f"config {body.config_id} is a Colang 1.0 config for native tool calling: it takes no "
-                              "agent-breaker events (send them to a Colang 2.x config such as agent_breaker)")
+            return error(
+                400,
+                f"config {body.config_id} is a Colang 1.0 config for native tool calling: it takes no "
+                "agent-breaker events (send them to a Colang 2.x config such as agent_breaker)",
+            )
         bound = CALLER_TENANT.get()
         events = []
         for i, event in enumerate(body.events):
@@ -587,6 +612,7 @@ def install_events_endpoint(app: Any, configs: ServedConfigs, colang: ColangThre
 
 
 # ----------------------------------------------------------------------------- start-up
+
 
 def quiet_nemo_logging() -> None:
     """NeMo logs every event it processes at INFO (and verbose mode prints them): keep its
@@ -618,8 +644,7 @@ def build_app(root: Path, *, host: str, environ: Mapping[str, str] = os.environ)
     tokens = Tokens.from_env(environ)
     if tokens is None and not is_loopback(host):
         raise ServeError(
-            f"refusing to bind {host} without authentication: set ${API_TOKEN_ENV} (or ${API_TOKENS_FILE_ENV}), "
-            "or bind 127.0.0.1"
+            f"refusing to bind {host} without authentication: set ${API_TOKEN_ENV} (or ${API_TOKENS_FILE_ENV}), or bind 127.0.0.1"
         )
     limits = Limits.from_env(environ)
     quiet_nemo_logging()

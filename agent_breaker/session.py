@@ -124,7 +124,13 @@ class Spend:
     velocity: BucketWindow | None = None
 
     def to_wire(self) -> list[Any]:
-        return [self.steps, self.tokens, self.cost_usd, self.tool_tokens, None if self.velocity is None else self.velocity.to_wire()]
+        return [
+            self.steps,
+            self.tokens,
+            self.cost_usd,
+            self.tool_tokens,
+            None if self.velocity is None else self.velocity.to_wire(),
+        ]
 
     @classmethod
     def from_wire(cls, d: list[Any]) -> Spend:
@@ -152,15 +158,31 @@ class Loops:
 
     def to_wire(self) -> dict[str, Any]:
         return {
-            "pending": {cid: [_facts(p.facts), p.call_id, p.breaker_key, p.probe, p.similar_text, p.similar_shape,
-                              p.history_index] for cid, p in self.pending.items()},
+            "pending": {
+                cid: [_facts(p.facts), p.call_id, p.breaker_key, p.probe, p.similar_text, p.similar_shape, p.history_index]
+                for cid, p in self.pending.items()
+            },
             "auto_ids": self.auto_ids,
-            "keys": [[k, st.runs, st.last_result, st.last_ts, st.polling, st.poll_ts, st.transient, st.epoch]
-                     for k, st in self.keys.items()],
+            "keys": [
+                [k, st.runs, st.last_result, st.last_ts, st.polling, st.poll_ts, st.transient, st.epoch]
+                for k, st in self.keys.items()
+            ],
             "fail": [self.fail_key, self.fail_run, self.fail_transient],
             "epoch": self.epoch,
-            "chains": {tool: [_fp(c.fp_text), _fp(c.fp_shape), _fp(c.fp_thought), c.length, c.last_result, c.failed,
-                              c.transient, c.epoch, c.last_ts] for tool, c in self.chains.items()},
+            "chains": {
+                tool: [
+                    _fp(c.fp_text),
+                    _fp(c.fp_shape),
+                    _fp(c.fp_thought),
+                    c.length,
+                    c.last_result,
+                    c.failed,
+                    c.transient,
+                    c.epoch,
+                    c.last_ts,
+                ]
+                for tool, c in self.chains.items()
+            },
             "history": [self.history, self.history_base],
             "seen": list(self.seen),
             "only_key": self.only_key,
@@ -178,8 +200,10 @@ class Loops:
             fail_run=fail_run,
             fail_transient=fail_transient,
             epoch=d["epoch"],
-            chains={tool: Chain(_unfp(c[0]), _unfp(c[1]), _unfp_or_none(c[2]), c[3], c[4], c[5], c[6], c[7], c[8])
-                    for tool, c in d["chains"].items()},
+            chains={
+                tool: Chain(_unfp(c[0]), _unfp(c[1]), _unfp_or_none(c[2]), c[3], c[4], c[5], c[6], c[7], c[8])
+                for tool, c in d["chains"].items()
+            },
             history=[list(h) for h in history],
             history_base=history_base,
             seen=dict.fromkeys(d["seen"]),

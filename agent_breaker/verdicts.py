@@ -83,9 +83,7 @@ class ResultVerdict:
         }
 
 
-def observation(
-    heuristic: str, tool: str | None, message: str, instruction: str, retry_after_s: float | None
-) -> dict[str, Any]:
+def observation(heuristic: str, tool: str | None, message: str, instruction: str, retry_after_s: float | None) -> dict[str, Any]:
     """The structured text the agent reads instead of the tool's output."""
     return {
         "error": heuristic.upper(),

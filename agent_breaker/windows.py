@@ -69,8 +69,13 @@ class BucketWindow:
 
     def to_wire(self) -> dict[str, Any]:
         """The window as JSON (the form the Redis breaker script reads and writes too)."""
-        return {"window_s": self.window_s, "bucket_s": self.bucket_s, "buckets": self.buckets, "totals": self.totals,
-                "evicted_at": self.evicted_at}
+        return {
+            "window_s": self.window_s,
+            "bucket_s": self.bucket_s,
+            "buckets": self.buckets,
+            "totals": self.totals,
+            "evicted_at": self.evicted_at,
+        }
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> BucketWindow:

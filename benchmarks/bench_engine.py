@@ -39,38 +39,221 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 # benchmark the tree this script sits in, whatever the editable install's finder says
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent_breaker import Engine, MemoryStore, ReceiptKeys, parse_event  # noqa: E402
-from agent_breaker.replay import replay_lines  # noqa: E402
+from agent_breaker import Engine, MemoryStore, ReceiptKeys, parse_event
+from agent_breaker.replay import replay_lines
 
 TARGET_P99_US = 100.0
 
 # --------------------------------------------------------------------------- vocabulary
 # Neutral words only: no claim verbs (created, sent, updated, ...) and no negations, so that a
 # final answer claims exactly the actions the generator put in its session.
-_WORDS = (
-    "account address alpha amount analysis annual api archive audit balance batch billing branch "
-    "bucket budget cache campaign catalog channel checkout client cluster code cohort column config "
-    "contract coupon credit customer dashboard data database delivery demand deploy detail device "
-    "discount domain draft east email endpoint engine error estimate event export feature feedback "
-    "field file filter forecast format gateway growth header history hosting import incident index "
-    "inventory invoice issue item job journal key label latency ledger license limit line list log "
-    "login margin market member message metric migration mobile model module monthly network node "
-    "north note offer order owner package page partner payment pipeline plan platform policy pool "
-    "portal price pricing product profile project promo quarter query queue quota rate record "
-    "refund region release report request retention revenue review risk role route rule sales "
-    "schema score search segment server service session shipment signal sku south spend sprint "
-    "stack storage store subscription summary supplier support survey table target task team "
-    "template tenant ticket tier token trend usage user vendor version volume warehouse webhook "
-    "weekly west widget window workflow zone"
-).split()
-_NAMES = "alice bob carol dave erin frank grace heidi ivan judy mallory nina oscar peggy rupert sybil trent victor wendy".split()
+_WORDS = [
+    "account",
+    "address",
+    "alpha",
+    "amount",
+    "analysis",
+    "annual",
+    "api",
+    "archive",
+    "audit",
+    "balance",
+    "batch",
+    "billing",
+    "branch",
+    "bucket",
+    "budget",
+    "cache",
+    "campaign",
+    "catalog",
+    "channel",
+    "checkout",
+    "client",
+    "cluster",
+    "code",
+    "cohort",
+    "column",
+    "config",
+    "contract",
+    "coupon",
+    "credit",
+    "customer",
+    "dashboard",
+    "data",
+    "database",
+    "delivery",
+    "demand",
+    "deploy",
+    "detail",
+    "device",
+    "discount",
+    "domain",
+    "draft",
+    "east",
+    "email",
+    "endpoint",
+    "engine",
+    "error",
+    "estimate",
+    "event",
+    "export",
+    "feature",
+    "feedback",
+    "field",
+    "file",
+    "filter",
+    "forecast",
+    "format",
+    "gateway",
+    "growth",
+    "header",
+    "history",
+    "hosting",
+    "import",
+    "incident",
+    "index",
+    "inventory",
+    "invoice",
+    "issue",
+    "item",
+    "job",
+    "journal",
+    "key",
+    "label",
+    "latency",
+    "ledger",
+    "license",
+    "limit",
+    "line",
+    "list",
+    "log",
+    "login",
+    "margin",
+    "market",
+    "member",
+    "message",
+    "metric",
+    "migration",
+    "mobile",
+    "model",
+    "module",
+    "monthly",
+    "network",
+    "node",
+    "north",
+    "note",
+    "offer",
+    "order",
+    "owner",
+    "package",
+    "page",
+    "partner",
+    "payment",
+    "pipeline",
+    "plan",
+    "platform",
+    "policy",
+    "pool",
+    "portal",
+    "price",
+    "pricing",
+    "product",
+    "profile",
+    "project",
+    "promo",
+    "quarter",
+    "query",
+    "queue",
+    "quota",
+    "rate",
+    "record",
+    "refund",
+    "region",
+    "release",
+    "report",
+    "request",
+    "retention",
+    "revenue",
+    "review",
+    "risk",
+    "role",
+    "route",
+    "rule",
+    "sales",
+    "schema",
+    "score",
+    "search",
+    "segment",
+    "server",
+    "service",
+    "session",
+    "shipment",
+    "signal",
+    "sku",
+    "south",
+    "spend",
+    "sprint",
+    "stack",
+    "storage",
+    "store",
+    "subscription",
+    "summary",
+    "supplier",
+    "support",
+    "survey",
+    "table",
+    "target",
+    "task",
+    "team",
+    "template",
+    "tenant",
+    "ticket",
+    "tier",
+    "token",
+    "trend",
+    "usage",
+    "user",
+    "vendor",
+    "version",
+    "volume",
+    "warehouse",
+    "webhook",
+    "weekly",
+    "west",
+    "widget",
+    "window",
+    "workflow",
+    "zone",
+]
+_NAMES = [
+    "alice",
+    "bob",
+    "carol",
+    "dave",
+    "erin",
+    "frank",
+    "grace",
+    "heidi",
+    "ivan",
+    "judy",
+    "mallory",
+    "nina",
+    "oscar",
+    "peggy",
+    "rupert",
+    "sybil",
+    "trent",
+    "victor",
+    "wendy",
+]
 _REGIONS = ("eu-west", "eu-central", "us-east", "us-west", "ap-south", "ap-northeast")
 _TENANTS = ("acme", "globex", "initech", "umbrella", "hooli")
 _FEATURES = ("assistant", "ops-agent", "billing")
@@ -105,7 +288,9 @@ def _text(rng: random.Random, lo: int, hi: int) -> str:
 class _Session:
     """Writes the events of one session, with its own clock, to an exact length."""
 
-    def __init__(self, rng: random.Random, index: int, length: int, start: float, outage: tuple[float, float], runaway: str | None) -> None:
+    def __init__(
+        self, rng: random.Random, index: int, length: int, start: float, outage: tuple[float, float], runaway: str | None
+    ) -> None:
         self.rng = rng
         self.sid = f"run-{rng.getrandbits(48):012x}"
         self.index = index
@@ -253,10 +438,18 @@ class _Session:
         rng = self.rng
         tool = rng.choice(MUTATING_TOOLS)
         if tool == "send_email":
-            args: dict[str, Any] = {"to": f"{rng.choice(_NAMES)}@{self.tenant}.example", "subject": _text(rng, 20, 60), "body": _text(rng, 100, 200)}
+            args: dict[str, Any] = {
+                "to": f"{rng.choice(_NAMES)}@{self.tenant}.example",
+                "subject": _text(rng, 20, 60),
+                "body": _text(rng, 100, 200),
+            }
             ref = f"MSG-{rng.randint(100000, 999999)}"
         elif tool == "create_ticket":
-            args = {"title": _text(rng, 30, 80), "description": _text(rng, 80, 200), "priority": rng.choice(("low", "normal", "high"))}
+            args = {
+                "title": _text(rng, 30, 80),
+                "description": _text(rng, 80, 200),
+                "priority": rng.choice(("low", "normal", "high")),
+            }
             ref = f"TCK-{rng.randint(10000, 99999)}"
         else:
             args = {"record_id": rng.randint(1000, 99999), "fields": {"owner": rng.choice(_NAMES), "note": _text(rng, 50, 150)}}
@@ -270,7 +463,9 @@ class _Session:
         rng = self.rng
         self.jobs += 1
         job = f"JOB-{rng.randint(100000, 999999)}"
-        cid = self.call(SUBMIT_TOOL, {"kind": rng.choice(("export", "reindex", "report")), "params": {"topic": self.topic}}, self.thought())
+        cid = self.call(
+            SUBMIT_TOOL, {"kind": rng.choice(("export", "reindex", "report")), "params": {"topic": self.topic}}, self.thought()
+        )
         self.result(SUBMIT_TOOL, cid, True, {"job_id": job, "status": "queued"})
         polls = min(rng.randint(2, 9), (self.room - 4) // 2)
         progress = 0
@@ -281,14 +476,18 @@ class _Session:
             cid = self.call(POLL_TOOL, {"job_id": job}, thought, gap=rng.uniform(2.0, 10.0))
             self.result(POLL_TOOL, cid, True, {"job_id": job, "status": "running", "progress": progress})
         cid = self.call(POLL_TOOL, {"job_id": job}, thought, gap=rng.uniform(2.0, 10.0))
-        self.result(POLL_TOOL, cid, True, {"job_id": job, "status": "succeeded", "progress": 100, "output": f"s3://exports/{job}.csv"})
+        self.result(
+            POLL_TOOL, cid, True, {"job_id": job, "status": "succeeded", "progress": 100, "output": f"s3://exports/{job}.csv"}
+        )
 
     def step_assistant(self, text: str | None = None, agent: str | None = None) -> None:
         ev: dict[str, Any] = {"type": "assistant", "text": text or _text(self.rng, 80, 260)}
         ev.update(self._spend())
         if self.multi_agent and agent is None:
             agent = self.rng.choice(("planner", "worker"))
-        self._emit(ev, self.rng.uniform(1.0, 5.0), agent=agent, depth=(0 if agent == "planner" else 1) if self.multi_agent else None)
+        self._emit(
+            ev, self.rng.uniform(1.0, 5.0), agent=agent, depth=(0 if agent == "planner" else 1) if self.multi_agent else None
+        )
 
     def step_user(self) -> None:
         self._emit({"type": "user", "text": f"{_text(self.rng, 20, 120)}?"}, self.rng.uniform(5.0, 40.0), agent=None)
@@ -317,7 +516,9 @@ class _Session:
         elif kind == "stuck_polling":
             job = f"JOB-{rng.randint(100000, 999999)}"
             for _ in range(min(18, self.room // 2)):
-                cid = self.call(POLL_TOOL, {"job_id": job}, f"check whether job {job} has finished yet", gap=rng.uniform(2.0, 6.0))
+                cid = self.call(
+                    POLL_TOOL, {"job_id": job}, f"check whether job {job} has finished yet", gap=rng.uniform(2.0, 6.0)
+                )
                 self.result(POLL_TOOL, cid, True, {"job_id": job, "status": "running", "progress": 40})
         elif kind == "semantic_echo":
             base = _text(rng, 100, 200).split()
@@ -331,7 +532,11 @@ class _Session:
         text = f"Summary for {self.topic}: {_text(self.rng, 60, 200)}."
         if self.refs:
             tool, ref = self.rng.choice(self.refs)
-            what = {"create_ticket": "I opened ticket", "send_email": "The email went out as", "update_record": "The record change is"}[tool]
+            what = {
+                "create_ticket": "I opened ticket",
+                "send_email": "The email went out as",
+                "update_record": "The record change is",
+            }[tool]
             text += f" {what} {ref}."
         self._emit({"type": "final", "text": text}, self.rng.uniform(1.0, 5.0), agent="planner" if self.multi_agent else None)
 
@@ -435,7 +640,7 @@ def feed(
     lat = out.lat
     blocked_ids: set[tuple[str, str]] = set()
     pc = time.perf_counter_ns
-    for ev, payload in zip(raw, payloads):
+    for ev, payload in zip(raw, payloads, strict=True):
         kind = ev["type"]
         if kind == "tool_result" and (ev["session"], ev.get("call_id")) in blocked_ids:
             blocked_ids.discard((ev["session"], ev["call_id"]))
@@ -494,7 +699,7 @@ def cli_command() -> list[str]:
 
 def run_cli(path: Path) -> tuple[float, int, str]:
     t0 = time.perf_counter()
-    proc = subprocess.run([*cli_command(), "replay", str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.run([*cli_command(), "replay", str(path)], capture_output=True, text=True)
     return time.perf_counter() - t0, proc.returncode, proc.stdout
 
 
@@ -556,11 +761,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sessions", type=int, default=500, help="interleaved sessions (default 500)")
     ap.add_argument("--warmup", type=int, default=2000, help="events fed to a throw-away engine first (default 2000)")
     ap.add_argument("--no-cli", action="store_true", help="skip the subprocess runs of `agent-breaker replay`")
-    ap.add_argument("--repeat", type=int, default=3, help="timed passes per payload kind, a fresh engine each; the table "
-                    "shows the median of each statistic (default 3)")
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        help="timed passes per payload kind, a fresh engine each; the table shows the median of each statistic (default 3)",
+    )
     ap.add_argument("--no-gc", action="store_true", help="disable the garbage collector during the timed passes")
     ap.add_argument(
-        "--profile", type=int, nargs="?", const=25, default=0, metavar="N",
+        "--profile",
+        type=int,
+        nargs="?",
+        const=25,
+        default=0,
+        metavar="N",
         help="also run cProfile over the decisions (check_tool_call, dict events) and print the top N functions",
     )
     args = ap.parse_args(argv)
@@ -593,7 +807,9 @@ def main(argv: list[str] | None = None) -> int:
         f"(generated in {gen_s:.1f} s)"
     )
     print("  " + ", ".join(f"{k} {counts.get(k, 0):,}" for k, _ in KINDS))
-    print("engine: Engine(listeners=[], receipt_keys=ReceiptKeys.ephemeral(), store=MemoryStore(ttl_s=inf), trust_event_time=True),")
+    print(
+        "engine: Engine(listeners=[], receipt_keys=ReceiptKeys.ephemeral(), store=MemoryStore(ttl_s=inf), trust_event_time=True),"
+    )
     print("        default config (mode enforce, every heuristic on, breakers shared across sessions)")
 
     # warm-up: imports, caches, pydantic validators, rapidfuzz, on a throw-away engine
@@ -616,7 +832,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"  blocks by heuristic: {top or 'none'}")
 
-    t_dict = latency_table("per-event latency, us - event dicts (pydantic validation included, as an integration calls it)", dict_runs)
+    t_dict = latency_table(
+        "per-event latency, us - event dicts (pydantic validation included, as an integration calls it)", dict_runs
+    )
     t_typed = latency_table("per-event latency, us - pre-parsed typed events (validation excluded)", typed_runs)
 
     # replay in-process
@@ -631,7 +849,10 @@ def main(argv: list[str] | None = None) -> int:
 
     print("\nthroughput")
     print(f"  {'path':<58}{'events':>9}{'seconds':>9}{'events/s':>11}")
-    print(f"  {'replay_lines(lines, engine) in-process, JSON parse incl.':<58}{len(lines):>9,}{replay_s:>9.2f}{len(lines) / replay_s:>11,.0f}")
+    print(
+        f"  {'replay_lines(lines, engine) in-process, JSON parse incl.':<58}{len(lines):>9,}{replay_s:>9.2f}"
+        f"{len(lines) / replay_s:>11,.0f}"
+    )
 
     cli_note = ""
     if not args.no_cli:
@@ -639,7 +860,7 @@ def main(argv: list[str] | None = None) -> int:
             trace = Path(tmp) / "trace.jsonl"
             trace.write_text("\n".join(lines) + "\n", encoding="utf-8")
             one = Path(tmp) / "one.jsonl"
-            first_call = next(line for line, ev in zip(lines, raw) if ev["type"] == "tool_call")
+            first_call = next(line for line, ev in zip(lines, raw, strict=True) if ev["type"] == "tool_call")
             one.write_text(first_call + "\n", encoding="utf-8")
             run_cli(one)  # warm the OS file cache and .pyc files
             startups = sorted(run_cli(one)[0] for _ in range(5))

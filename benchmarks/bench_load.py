@@ -14,12 +14,13 @@ new args, then its ToolResultReceived, in one session per client (a new one ever
 CALLS_PER_SESSION calls, under the default step limit). Its verdicts are checked: a refused
 call or result counts as `refused` (there should be none).
 
-An attacker (back to back, or --attack-interval-ms apart) cycles through requests the server must turn away, each with the status it must
-get: a body over the request limit with a correct Content-Length (413), the same body chunked
-with no Content-Length (413), a body nested DEEP_LEVELS deep (400), MANY_EVENTS events in one
-request (413), one event of about 1 MB, under the request limit but over the per-event one
-(413), a lone surrogate in the args (400), no token (401); and a chat-completions request with
-a new random `model` each time (200: one engine serves each config whatever the model, so
+An attacker (back to back, or --attack-interval-ms apart) cycles through requests the server
+must turn away, each with the status it must get: a body over the request limit with a
+correct Content-Length (413), the same body chunked with no Content-Length (413), a body
+nested DEEP_LEVELS deep (400), MANY_EVENTS events in one request (413), one event of about
+1 MB, under the request limit but over the per-event one (413), a lone surrogate in the args
+(400), no token (401); and a chat-completions request with a new random `model` each time
+(200: one engine serves each config whatever the model, so
 memory must not grow per model string).
 
 Reported per phase: requests/s, p50/p95/p99/max latency of the small requests, their status
@@ -60,8 +61,9 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator
+from typing import Any
 
 import httpx
 
@@ -88,8 +90,28 @@ STARTUP_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 15.0
 RSS_INTERVAL_S = 1.0
 RSS_SERIES_EVERY_S = 10.0
-WORDS = ("invoice", "orders", "refund", "shipping", "weather", "python", "kernel", "garden", "museum", "harbor",
-         "violin", "glacier", "copper", "meadow", "lantern", "saffron", "quartz", "falcon", "tundra", "velvet")
+WORDS = (
+    "invoice",
+    "orders",
+    "refund",
+    "shipping",
+    "weather",
+    "python",
+    "kernel",
+    "garden",
+    "museum",
+    "harbor",
+    "violin",
+    "glacier",
+    "copper",
+    "meadow",
+    "lantern",
+    "saffron",
+    "quartz",
+    "falcon",
+    "tundra",
+    "velvet",
+)
 
 # attack kind -> the status the server must answer
 ATTACKS = {
@@ -107,6 +129,7 @@ PLACEHOLDER = "<placeholder>"
 
 
 # ----------------------------------------------------------------------------- figures
+
 
 def percentile(values: list[float], pct: float) -> float | None:
     """Nearest-rank percentile, in ms (values are seconds); None when there are none."""
@@ -175,8 +198,9 @@ class Phase:
             "server_5xx": sum(n for s, n in statuses.items() if s.startswith("5")),
             "errors_by_status": {s: n for s, n in statuses.items() if s not in ("200",) and not s.startswith("4")},
             "attacks": attacks,
-            "hostile_accepted": sum(n for k, a in attacks.items() if ATTACKS[k] != 200
-                                    for s, n in a["statuses"].items() if s.startswith("2")),
+            "hostile_accepted": sum(
+                n for k, a in attacks.items() if ATTACKS[k] != 200 for s, n in a["statuses"].items() if s.startswith("2")
+            ),
             "chat_refused_verdicts": self.chat_refused,
             "server_cpu_pct": round(100 * self.server_cpu_s / self.elapsed) if self.elapsed else None,
             "bench_cpu_pct": round(100 * self.bench_cpu_s / self.elapsed) if self.elapsed else None,
@@ -184,6 +208,7 @@ class Phase:
 
 
 # ----------------------------------------------------------------------------- the server
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -210,9 +235,22 @@ def server_env(token: str) -> dict[str, str]:
 def start_server(port: int, token: str, log: Any) -> subprocess.Popen:
     # a session of its own: Ctrl-C reaches the benchmark, which stops the server by PID
     return subprocess.Popen(
-        [sys.executable, "-m", "agent_breaker.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
-         "--log-level", "warning"],
-        env=server_env(token), stdout=subprocess.DEVNULL, stderr=log, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "agent_breaker.cli",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
+        env=server_env(token),
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+        start_new_session=True,
     )
 
 
@@ -295,7 +333,9 @@ def slope_mb_per_min(samples: list[tuple[float, float]]) -> float | None:
     return sum((t - mt) * (m - mm) for t, m in samples) / var * 60
 
 
-def memory_figures(samples: list[tuple[float, float]], load_start: float, phases: list[tuple[str, float, float]]) -> dict[str, Any]:
+def memory_figures(
+    samples: list[tuple[float, float]], load_start: float, phases: list[tuple[str, float, float]]
+) -> dict[str, Any]:
     load = [s for s in samples if s[0] >= load_start]
     half = load_start + (load[-1][0] - load_start) / 2 if load else load_start
     out: dict[str, Any] = {
@@ -319,6 +359,7 @@ def _round(value: float | None, digits: int = 2) -> float | None:
 
 
 # ----------------------------------------------------------------------------- request bodies
+
 
 def events_body(session: str, events: list[dict[str, Any]]) -> dict[str, Any]:
     return {"config_id": CONFIG_ID, "session_id": session, "events": events}
@@ -363,8 +404,10 @@ class HostileBodies:
 
 def lone_surrogate_body(session: str) -> bytes:
     # the raw JSON escape \ud800 (a lone high surrogate), which json.dumps would never write
-    return ('{"config_id": "agent_breaker", "session_id": "' + session + '", "events": [{"type": "ToolCallRequested", '
-            '"call_id": "c1", "tool_name": "search", "tool_args": {"q": "abc\\ud800def"}}]}').encode()
+    return (
+        '{"config_id": "agent_breaker", "session_id": "' + session + '", "events": [{"type": "ToolCallRequested", '
+        '"call_id": "c1", "tool_name": "search", "tool_args": {"q": "abc\\ud800def"}}]}'
+    ).encode()
 
 
 async def chunks(body: bytes) -> AsyncIterator[bytes]:
@@ -383,6 +426,7 @@ def result_for(rng: random.Random, n: int) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------- clients
 
+
 def refusal(response: httpx.Response, verdict_type: str, flag: str) -> str | None:
     """None when the verdict let the event through; else why not."""
     try:
@@ -399,8 +443,9 @@ def refusal(response: httpx.Response, verdict_type: str, flag: str) -> str | Non
 async def small_client(base: str, token: str, name: str, deadline: float, phase: Phase, think_s: float) -> None:
     """Legitimate traffic: a call, then its result, one event per request."""
     rng = random.Random(name)
-    async with httpx.AsyncClient(base_url=base, headers={"authorization": f"Bearer {token}"},
-                                 timeout=REQUEST_TIMEOUT_S) as client:
+    async with httpx.AsyncClient(
+        base_url=base, headers={"authorization": f"Bearer {token}"}, timeout=REQUEST_TIMEOUT_S
+    ) as client:
 
         async def send(session: str, event: dict[str, Any], verdict_type: str, flag: str) -> bool:
             response = exc = None
@@ -437,12 +482,22 @@ async def pause(rng: random.Random, mean_s: float) -> None:
         await asyncio.sleep(mean_s * rng.uniform(0.5, 1.5))
 
 
-async def attacker(base: str, token: str, name: str, start: int, deadline: float, phase: Phase, bodies: HostileBodies,
-                   kinds: list[str], interval_s: float) -> None:
+async def attacker(
+    base: str,
+    token: str,
+    name: str,
+    start: int,
+    deadline: float,
+    phase: Phase,
+    bodies: HostileBodies,
+    kinds: list[str],
+    interval_s: float,
+) -> None:
     """Cycles through `kinds` from `start`, back to back (or `interval_s` apart on average)."""
     rng = random.Random(name)
-    async with httpx.AsyncClient(base_url=base, headers={"authorization": f"Bearer {token}"},
-                                 timeout=REQUEST_TIMEOUT_S) as client:
+    async with httpx.AsyncClient(
+        base_url=base, headers={"authorization": f"Bearer {token}"}, timeout=REQUEST_TIMEOUT_S
+    ) as client:
         n = start
         while time.monotonic() < deadline:
             kind = kinds[n % len(kinds)]
@@ -466,8 +521,9 @@ async def attacker(base: str, token: str, name: str, start: int, deadline: float
                     phase.chat_refused += 1
 
 
-async def attack(client: httpx.AsyncClient, kind: str, n: int, session: str, bodies: HostileBodies,
-                 rng: random.Random) -> httpx.Response:
+async def attack(
+    client: httpx.AsyncClient, kind: str, n: int, session: str, bodies: HostileBodies, rng: random.Random
+) -> httpx.Response:
     if kind == "oversize_declared":
         return await client.post(EVENTS_PATH, content=bodies.oversize, headers=JSON_HEADERS)
     if kind == "oversize_chunked":
@@ -485,22 +541,39 @@ async def attack(client: httpx.AsyncClient, kind: str, n: int, session: str, bod
         del request.headers["authorization"]
         return await client.send(request)
     if kind == "chat_random_model":
-        evs = [{**tool_call(n, args_for(rng, n)), "session_id": session},
-               {**tool_result(n, result_for(rng, n)), "session_id": session}]
-        body = {"model": f"m{secrets.token_hex(8)}", "guardrails": {"config_id": CONFIG_ID},
-                "messages": [{"role": "context", "content": {"agent_breaker_events": evs}}]}
+        evs = [
+            {**tool_call(n, args_for(rng, n)), "session_id": session},
+            {**tool_result(n, result_for(rng, n)), "session_id": session},
+        ]
+        body = {
+            "model": f"m{secrets.token_hex(8)}",
+            "guardrails": {"config_id": CONFIG_ID},
+            "messages": [{"role": "context", "content": {"agent_breaker_events": evs}}],
+        }
         return await client.post(CHAT_PATH, json=body)
     raise ValueError(kind)
 
 
-async def run_phase(phase: Phase, seconds: float, base: str, token: str, small: int, hostile: int,
-                    bodies: HostileBodies, kinds: list[str], think_s: float, interval_s: float, pid: int) -> None:
+async def run_phase(
+    phase: Phase,
+    seconds: float,
+    base: str,
+    token: str,
+    small: int,
+    hostile: int,
+    bodies: HostileBodies,
+    kinds: list[str],
+    think_s: float,
+    interval_s: float,
+    pid: int,
+) -> None:
     deadline = time.monotonic() + seconds
     cpu0, bench0 = cpu_s(pid), sum(os.times()[:2])
     t0 = time.monotonic()
     tasks = [small_client(base, token, f"{phase.name}-small-{i}", deadline, phase, think_s) for i in range(small)]
-    tasks += [attacker(base, token, f"{phase.name}-hostile-{i}", i, deadline, phase, bodies, kinds, interval_s)
-              for i in range(hostile)]
+    tasks += [
+        attacker(base, token, f"{phase.name}-hostile-{i}", i, deadline, phase, bodies, kinds, interval_s) for i in range(hostile)
+    ]
     await asyncio.gather(*tasks)
     phase.elapsed = time.monotonic() - t0
     phase.server_cpu_s = cpu_s(pid) - cpu0
@@ -509,34 +582,48 @@ async def run_phase(phase: Phase, seconds: float, base: str, token: str, small: 
 
 # ----------------------------------------------------------------------------- report
 
+
 def fmt(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
 def print_table(result: dict[str, Any]) -> None:
     cfg = result["setup"]
-    print(f"\nLoad: {cfg['clients']} clients ({cfg['small_clients']} small, {cfg['hostile_clients']} hostile), "
-          f"baseline {cfg['baseline_s']:g}s + mixed {cfg['duration_s']:g}s, think {cfg['think_ms']:g} ms, attack interval {cfg['attack_interval_ms']:g} ms, "
-          f"{len(cfg['attacks'])} attack kinds | "
-          f"python {cfg['python']} | cpus {cfg['cpus']} | load avg {cfg['loadavg_1min_before']} before, "
-          f"{cfg['loadavg_1min_after']} after | {cfg['date']}")
-    print(f"  {'phase':9} {'req/s':>7} {'small/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'max ms':>8} "
-          f"{'refused':>8} {'5xx':>4} {'srv cpu':>8} {'bench cpu':>9}  small statuses / errors")
+    print(
+        f"\nLoad: {cfg['clients']} clients ({cfg['small_clients']} small, {cfg['hostile_clients']} hostile), "
+        f"baseline {cfg['baseline_s']:g}s + mixed {cfg['duration_s']:g}s, think {cfg['think_ms']:g} ms, "
+        f"attack interval {cfg['attack_interval_ms']:g} ms, "
+        f"{len(cfg['attacks'])} attack kinds | "
+        f"python {cfg['python']} | cpus {cfg['cpus']} | load avg {cfg['loadavg_1min_before']} before, "
+        f"{cfg['loadavg_1min_after']} after | {cfg['date']}"
+    )
+    print(
+        f"  {'phase':9} {'req/s':>7} {'small/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'max ms':>8} "
+        f"{'refused':>8} {'5xx':>4} {'srv cpu':>8} {'bench cpu':>9}  small statuses / errors"
+    )
     for p in result["phases"]:
-        print(f"  {p['phase']:9} {fmt(p['requests_per_s']):>7} {fmt(p['small_per_s']):>8} {fmt(p['small_p50_ms']):>8} "
-              f"{fmt(p['small_p95_ms']):>8} {fmt(p['small_p99_ms']):>8} {fmt(p['small_max_ms']):>8} "
-              f"{p['small_refused']:>8} {p['server_5xx']:>4} {fmt(p['server_cpu_pct']):>7}% {fmt(p['bench_cpu_pct']):>8}%  "
-              f"{p['small_statuses']} {p['errors_by_status'] or ''}")
+        print(
+            f"  {p['phase']:9} {fmt(p['requests_per_s']):>7} {fmt(p['small_per_s']):>8} {fmt(p['small_p50_ms']):>8} "
+            f"{fmt(p['small_p95_ms']):>8} {fmt(p['small_p99_ms']):>8} {fmt(p['small_max_ms']):>8} "
+            f"{p['small_refused']:>8} {p['server_5xx']:>4} {fmt(p['server_cpu_pct']):>7}% {fmt(p['bench_cpu_pct']):>8}%  "
+            f"{p['small_statuses']} {p['errors_by_status'] or ''}"
+        )
     mixed = result["phases"][-1]
     if mixed["attacks"]:
-        print(f"\n  attacks ({mixed['phase']} phase)  {'count':>6} {'expect':>6} {'p50 ms':>8} {'p99 ms':>8} {'wrong':>6}  statuses")
+        print(
+            f"\n  attacks ({mixed['phase']} phase)  {'count':>6} {'expect':>6} {'p50 ms':>8} {'p99 ms':>8} {'wrong':>6}  statuses"
+        )
         for kind, a in mixed["attacks"].items():
-            print(f"  {kind:22} {a['count']:>6} {a['expected']:>6} {fmt(a['p50_ms']):>8} {fmt(a['p99_ms']):>8} "
-                  f"{a['unexpected']:>6}  {a['statuses']}")
+            print(
+                f"  {kind:22} {a['count']:>6} {a['expected']:>6} {fmt(a['p50_ms']):>8} {fmt(a['p99_ms']):>8} "
+                f"{a['unexpected']:>6}  {a['statuses']}"
+            )
         print(f"  chat verdicts refused: {mixed['chat_refused_verdicts']}")
     m = result["memory"]
-    print(f"\n  server RSS: start {fmt(m['rss_start_mb'])} MB, max {fmt(m['rss_max_mb'])} MB, end {fmt(m['rss_end_mb'])} MB; "
-          f"slope over the second half {fmt(m['slope_second_half_mb_per_min'])} MB/min ({m['samples']} samples)")
+    print(
+        f"\n  server RSS: start {fmt(m['rss_start_mb'])} MB, max {fmt(m['rss_max_mb'])} MB, end {fmt(m['rss_end_mb'])} MB; "
+        f"slope over the second half {fmt(m['slope_second_half_mb_per_min'])} MB/min ({m['samples']} samples)"
+    )
     print(f"    every {RSS_SERIES_EVERY_S:g}s: {' '.join(str(v) for v in m['rss_series_mb'])}")
     for name in ("baseline", "mixed"):
         if name in m:
@@ -563,9 +650,11 @@ def findings(phases: list[dict[str, Any]], server_exit: int | None) -> list[str]
             out.append(f"{p['phase']}: {p['chat_refused_verdicts']} chat-completions requests with a refused verdict")
     if len(phases) == 2 and phases[0]["small_p99_ms"] and phases[1]["small_p99_ms"]:
         base, mixed = phases
-        out.append(f"small requests, mixed / baseline: p99 {mixed['small_p99_ms'] / base['small_p99_ms']:.2f}x, "
-                   f"p50 {mixed['small_p50_ms'] / base['small_p50_ms']:.2f}x, "
-                   f"throughput {mixed['small_per_s'] / base['small_per_s']:.2f}x")
+        out.append(
+            f"small requests, mixed / baseline: p99 {mixed['small_p99_ms'] / base['small_p99_ms']:.2f}x, "
+            f"p50 {mixed['small_p50_ms'] / base['small_p50_ms']:.2f}x, "
+            f"throughput {mixed['small_per_s'] / base['small_per_s']:.2f}x"
+        )
     if server_exit is not None:
         out.append(f"the server exited during the run (status {server_exit})")
     return out
@@ -595,10 +684,24 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     continue
                 phase = Phase(name)
                 start = time.monotonic() - sampler.t0
-                print(f"bench_load: {name}: {small} small + {attackers} hostile clients for {seconds:g}s ...",
-                      file=sys.stderr, flush=True)
-                await run_phase(phase, seconds, base, token, small, attackers, bodies, args.attacks, args.think_ms / 1000,
-                                args.attack_interval_ms / 1000, proc.pid)
+                print(
+                    f"bench_load: {name}: {small} small + {attackers} hostile clients for {seconds:g}s ...",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                await run_phase(
+                    phase,
+                    seconds,
+                    base,
+                    token,
+                    small,
+                    attackers,
+                    bodies,
+                    args.attacks,
+                    args.think_ms / 1000,
+                    args.attack_interval_ms / 1000,
+                    proc.pid,
+                )
                 windows.append((name, start, time.monotonic() - sampler.t0))
                 phases.append(phase.summary())
             sampler.stop()
@@ -609,13 +712,26 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             stop_server(proc)
     return {
         "setup": {
-            "clients": args.clients, "small_clients": small, "hostile_clients": hostile,
-            "hostile_share": args.hostile_share, "baseline_s": args.baseline_s, "duration_s": args.duration_s,
-            "think_ms": args.think_ms, "attack_interval_ms": args.attack_interval_ms, "attacks": args.attacks, "python": platform.python_version(), "cpus": os.cpu_count(),
+            "clients": args.clients,
+            "small_clients": small,
+            "hostile_clients": hostile,
+            "hostile_share": args.hostile_share,
+            "baseline_s": args.baseline_s,
+            "duration_s": args.duration_s,
+            "think_ms": args.think_ms,
+            "attack_interval_ms": args.attack_interval_ms,
+            "attacks": args.attacks,
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "loadavg_1min_before": round(load_before, 2), "loadavg_1min_after": round(os.getloadavg()[0], 2),
-            "limits": {"max_request_bytes": MAX_REQUEST_BYTES, "max_event_bytes": MAX_EVENT_BYTES,
-                       "max_events_per_request": MAX_EVENTS_PER_REQUEST, "max_json_depth": MAX_JSON_DEPTH},
+            "loadavg_1min_before": round(load_before, 2),
+            "loadavg_1min_after": round(os.getloadavg()[0], 2),
+            "limits": {
+                "max_request_bytes": MAX_REQUEST_BYTES,
+                "max_event_bytes": MAX_EVENT_BYTES,
+                "max_events_per_request": MAX_EVENTS_PER_REQUEST,
+                "max_json_depth": MAX_JSON_DEPTH,
+            },
         },
         "phases": phases,
         "memory": memory_figures(sampler.samples, load_start, windows),
@@ -629,12 +745,23 @@ def main() -> None:
     ap.add_argument("--duration-s", type=float, default=120.0, help="length of the mixed phase (default 120)")
     ap.add_argument("--baseline-s", type=float, default=20.0, help="length of the small-only phase first (default 20; 0: none)")
     ap.add_argument("--hostile-share", type=float, default=0.1, help="share of the clients that attack (default 0.1)")
-    ap.add_argument("--think-ms", type=float, default=0.0,
-                    help="mean pause of a small client after each request, 0.5-1.5x at random (default 0)")
-    ap.add_argument("--attack-interval-ms", type=float, default=0.0,
-                    help="mean pause of an attacker between requests, 0.5-1.5x at random (default 0: back to back)")
-    ap.add_argument("--attacks", default=",".join(ATTACKS),
-                    help=f"comma-separated attack kinds the attackers cycle through (default all: {','.join(ATTACKS)})")
+    ap.add_argument(
+        "--think-ms",
+        type=float,
+        default=0.0,
+        help="mean pause of a small client after each request, 0.5-1.5x at random (default 0)",
+    )
+    ap.add_argument(
+        "--attack-interval-ms",
+        type=float,
+        default=0.0,
+        help="mean pause of an attacker between requests, 0.5-1.5x at random (default 0: back to back)",
+    )
+    ap.add_argument(
+        "--attacks",
+        default=",".join(ATTACKS),
+        help=f"comma-separated attack kinds the attackers cycle through (default all: {','.join(ATTACKS)})",
+    )
     ap.add_argument("--json-out", metavar="FILE", help="also write the JSON figures to FILE")
     args = ap.parse_args()
     if not 0 <= args.hostile_share <= 1 or args.clients < 1:

@@ -61,8 +61,15 @@ async def noop_check(event=None):
 def events(n: int) -> list[dict]:
     # distinct calls whose results change: legitimate work, nothing halts the session early
     return [
-        {"type": "ToolCallRequested", "session_id": "bench", "call_id": f"c{i}", "tool_name": f"tool{i % 5}",
-         "tool_args": {"q": f"query {i}", "limit": 10}, "input_tokens": 900, "output_tokens": 60}
+        {
+            "type": "ToolCallRequested",
+            "session_id": "bench",
+            "call_id": f"c{i}",
+            "tool_name": f"tool{i % 5}",
+            "tool_args": {"q": f"query {i}", "limit": 10},
+            "input_tokens": 900,
+            "output_tokens": 60,
+        }
         for i in range(n)
     ]
 
@@ -83,9 +90,8 @@ def per_event_ms(rails, evs) -> list[float]:
 
 
 def colang_path(n: int) -> None:
-    from nemoguardrails import LLMRails, RailsConfig
-
     from agent_breaker.configs import config_path
+    from nemoguardrails import LLMRails, RailsConfig
 
     with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryDirectory() as tmp2:
         Path(tmp, "config.yml").write_text('colang_version: "2.x"\nmodels: []\n')
@@ -111,8 +117,10 @@ def colang_path(n: int) -> None:
     ratio = rows[2][1] / rows[0][1]
     print(f"  ratio agent-breaker / no-op flow (p50): {ratio:.2f}  -> adds {100 * (ratio - 1):.0f}% to NeMo's own per-event cost")
     ratio_action = rows[2][1] / rows[1][1]
-    print(f"  ratio agent-breaker / no-op action flow (p50): {ratio_action:.2f}  -> the guards themselves add "
-          f"{100 * (ratio_action - 1):.0f}% over NeMo's cost of any flow that awaits an action")
+    print(
+        f"  ratio agent-breaker / no-op action flow (p50): {ratio_action:.2f}  -> the guards themselves add "
+        f"{100 * (ratio_action - 1):.0f}% over NeMo's cost of any flow that awaits an action"
+    )
 
 
 def free_port() -> int:
@@ -127,7 +135,8 @@ def http_path(n: int) -> None:
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "agent_breaker.cli", "serve", "--port", str(port), "--log-level", "warning"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -170,7 +179,10 @@ def main() -> None:
     args = ap.parse_args()
     import nemoguardrails
 
-    print(f"python {platform.python_version()} | nemoguardrails {nemoguardrails.__version__} | cpus {os.cpu_count()} | {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    print(
+        f"python {platform.python_version()} | nemoguardrails {nemoguardrails.__version__} | cpus {os.cpu_count()} | "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+    )
     colang_path(args.events)
     http_path(args.http_events)
 

@@ -15,8 +15,8 @@ import argparse
 import multiprocessing as mp
 import os
 import platform
-import threading
 import statistics
+import threading
 import time
 import uuid
 
@@ -37,11 +37,19 @@ def make_engine(url: str, prefix: str) -> Engine:
 def legit_step(engine: Engine, session: str, i: int) -> float:
     """One decision (timed) and its result (not timed); distinct calls, new results."""
     t = time.perf_counter()
-    v = engine.check_tool_call({"session": session, "tool": f"tool{i % 4}", "args": {"q": f"query {i}", "limit": 10},
-                                "input_tokens": 900, "output_tokens": 60})
+    v = engine.check_tool_call(
+        {
+            "session": session,
+            "tool": f"tool{i % 4}",
+            "args": {"q": f"query {i}", "limit": 10},
+            "input_tokens": 900,
+            "output_tokens": 60,
+        }
+    )
     elapsed = time.perf_counter() - t
-    engine.record_tool_result({"session": session, "tool": f"tool{i % 4}", "ok": True, "result": {"rows": [i]},
-                               "call_id": v.call_id})
+    engine.record_tool_result(
+        {"session": session, "tool": f"tool{i % 4}", "ok": True, "result": {"rows": [i]}, "call_id": v.call_id}
+    )
     return elapsed
 
 
@@ -83,9 +91,16 @@ def round_trips(url: str, prefix: str, n: int) -> None:
         legit_step(engine, "warm", i)
     rows = []
     for label, run in (
-        ("check_tool_call", lambda i: engine.check_tool_call({"session": f"rt{i % 50}", "tool": f"tool{i % 4}", "args": {"q": i}})),
-        ("record_tool_result", lambda i: engine.record_tool_result(
-            {"session": f"rt{i % 50}", "tool": f"tool{i % 4}", "ok": True, "result": {"r": i}})),
+        (
+            "check_tool_call",
+            lambda i: engine.check_tool_call({"session": f"rt{i % 50}", "tool": f"tool{i % 4}", "args": {"q": i}}),
+        ),
+        (
+            "record_tool_result",
+            lambda i: engine.record_tool_result(
+                {"session": f"rt{i % 50}", "tool": f"tool{i % 4}", "ok": True, "result": {"r": i}}
+            ),
+        ),
     ):
         client.config_resetstat()
         monitor = Monitor(url)
@@ -98,9 +113,13 @@ def round_trips(url: str, prefix: str, n: int) -> None:
     for label, counts, inside, stats in rows:
         total = sum(counts.values())
         detail = ", ".join(f"{k} {v / n:.2f}" for k, v in sorted(counts.items()))
-        cmd = ", ".join(f"{k} {v / n:.2f}" for k, v in sorted(stats.items()) if k not in ("config|resetstat", "info", "ping", "monitor"))
-        print(f"  {label:20} {total / n:.2f} round trips  (MONITOR, client commands: {detail}; "
-              f"plus {inside / n:.2f} run inside scripts)")
+        cmd = ", ".join(
+            f"{k} {v / n:.2f}" for k, v in sorted(stats.items()) if k not in ("config|resetstat", "info", "ping", "monitor")
+        )
+        print(
+            f"  {label:20} {total / n:.2f} round trips  (MONITOR, client commands: {detail}; "
+            f"plus {inside / n:.2f} run inside scripts)"
+        )
         print(f"  {'':20} INFO commandstats: {cmd}  (counts the commands scripts run too)")
     engine.store.close()
 
@@ -110,8 +129,10 @@ def latency(url: str, prefix: str, n: int) -> None:
     for i in range(200):
         legit_step(engine, "warm2", i)
     times = sorted(legit_step(engine, f"lat{i % 100}", i) * 1e6 for i in range(n))
-    print(f"check_tool_call latency on loopback, one process, {n} decisions: p50 {statistics.median(times):.0f} us, "
-          f"p99 {times[int(n * 0.99)]:.0f} us")
+    print(
+        f"check_tool_call latency on loopback, one process, {n} decisions: p50 {statistics.median(times):.0f} us, "
+        f"p99 {times[int(n * 0.99)]:.0f} us"
+    )
     engine.store.close()
 
 
@@ -138,8 +159,10 @@ def throughput(url: str, prefix: str, n: int, procs: int = 4) -> None:
         p.join()
     total = sum(r[0] for r in results)
     wall = max(r[1] for r in results)
-    print(f"throughput, {procs} processes on one Redis: {total / wall:,.0f} decisions/s "
-          f"(each a check_tool_call plus its recorded result)")
+    print(
+        f"throughput, {procs} processes on one Redis: {total / wall:,.0f} decisions/s "
+        f"(each a check_tool_call plus its recorded result)"
+    )
 
 
 def main() -> None:
@@ -149,8 +172,10 @@ def main() -> None:
     args = ap.parse_args()
     prefix = f"abbench-{uuid.uuid4().hex[:8]}"
     server = redis.Redis.from_url(args.url).info("server")["redis_version"]
-    print(f"python {platform.python_version()} | redis-server {server} at {args.url} | cpus {os.cpu_count()} | "
-          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    print(
+        f"python {platform.python_version()} | redis-server {server} at {args.url} | cpus {os.cpu_count()} | "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+    )
     try:
         round_trips(args.url, prefix, 1000)
         latency(args.url, prefix, args.decisions)

@@ -7,7 +7,7 @@ import select
 import signal
 import sys
 import time
-from typing import Mapping
+from collections.abc import Mapping
 
 import pytest
 

@@ -12,7 +12,7 @@ os.environ.setdefault("NEMO_GUARDRAILS_NO_USAGE_STATS", "1")
 # shared (Redis) configs need one fingerprint secret per fleet; worker processes inherit it
 os.environ.setdefault("AGENT_BREAKER_FINGERPRINT_SECRET", "test-fingerprint-secret")
 
-from agent_breaker import Engine, FakeClock, ReceiptKeys  # noqa: E402
+from agent_breaker import Engine, FakeClock, ReceiptKeys
 
 SESSION = "s1"
 #: the Redis the contract suite runs on (.ci/run starts one on loopback if none answers)
@@ -119,7 +119,9 @@ def final(text: str, *, session: str = SESSION) -> dict[str, Any]:
     return {"type": "final", "session": session, "text": text}
 
 
-def run(engine: Engine, clock: FakeClock, tool: str, args: dict | None, ok: bool, payload: Any, *, step_s: float = 2.0, **kw: Any):
+def run(
+    engine: Engine, clock: FakeClock, tool: str, args: dict | None, ok: bool, payload: Any, *, step_s: float = 2.0, **kw: Any
+):
     """One call and, if it is let through, its result; returns the call's verdict."""
     clock.advance(step_s)
     verdict = engine.check_tool_call(call(tool, args, **kw))

@@ -7,12 +7,11 @@ import itertools
 import random
 
 import pytest
+from conftest import call, result, run
 
 from agent_breaker import BreakerStateName, IllegalTransition
 from agent_breaker.breaker import TRANSITIONS, BreakerState, Transition, acquire, check_transition, force, record
 from agent_breaker.config import BreakerConfig
-
-from conftest import call, result, run
 
 S = BreakerStateName
 T0 = 1_000_000.0
@@ -28,9 +27,7 @@ MANUAL_MOVES = sorted(
 # the states an operator may force a breaker into; OPEN and HALF_OPEN are the breaker's own
 OPERATOR = (S.CLOSED, *MANUAL)
 # every legal move into an operator state: the manual moves and HALF_OPEN -> CLOSED
-OPERATOR_MOVES = sorted(
-    {(src, dst) for src, dst in TRANSITIONS if dst in OPERATOR}, key=lambda p: (p[0].value, p[1].value)
-)
+OPERATOR_MOVES = sorted({(src, dst) for src, dst in TRANSITIONS if dst in OPERATOR}, key=lambda p: (p[0].value, p[1].value))
 # forcing OPEN or HALF_OPEN is no operator move, from any state (even where the table has the move)
 NOT_OPERATOR_MOVES = [(src, dst) for src in S for dst in S if dst not in OPERATOR]
 # moves into an operator state that the table forbids; resetting a closed breaker is no move at all
@@ -67,7 +64,7 @@ def test_transition_table_holds_exactly_the_documented_moves():
         (S.HALF_OPEN, S.CLOSED),
         (S.HALF_OPEN, S.OPEN),
     }
-    assert TRANSITIONS == automatic | set(MANUAL_MOVES)
+    assert automatic | set(MANUAL_MOVES) == TRANSITIONS
     assert len(TRANSITIONS) == 23
     assert len(ILLEGAL) == 13
 
@@ -98,9 +95,7 @@ def test_force_rejects_every_move_outside_the_operator_states_and_leaves_the_sta
     assert (st.state, st.changed_at, st.consecutive_failures) == (src, T0, 3)
 
 
-@pytest.mark.parametrize(
-    ("src", "dst"), ILLEGAL_OPERATOR_MOVES, ids=[f"{a.value}->{b.value}" for a, b in ILLEGAL_OPERATOR_MOVES]
-)
+@pytest.mark.parametrize(("src", "dst"), ILLEGAL_OPERATOR_MOVES, ids=[f"{a.value}->{b.value}" for a, b in ILLEGAL_OPERATOR_MOVES])
 def test_force_rejects_every_operator_move_not_in_the_table_and_leaves_the_state(src, dst):
     st = BreakerState("payments_api", state=src, changed_at=T0)
     with pytest.raises(IllegalTransition) as info:

@@ -6,19 +6,16 @@ the memory-vs-Redis agreement check)."""
 from __future__ import annotations
 
 import random
+import uuid
 
+from conftest import REDIS_URL, redis_or_skip
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-import uuid
-
 from agent_breaker import FakeClock, MemoryStore
-from agent_breaker.breaker import TRANSITIONS, BreakerState, BreakerStateName, Permission, Transition
-from agent_breaker.breaker import core
+from agent_breaker.breaker import TRANSITIONS, BreakerState, BreakerStateName, Permission, Transition, core
 from agent_breaker.config import BreakerConfig
-
-from conftest import REDIS_URL, redis_or_skip  # noqa: E402
 
 S = BreakerStateName
 KEY = "flaky_tool"
@@ -195,7 +192,14 @@ class BreakerMachine(RuleBasedStateMachine):
             return
         a, b = self._state(), self.mirror
         assert (
-            a.state, a.opened_at, a.open_interval_s, a.probes, a.next_probe, a.probe_successes, a.consecutive_failures, a.changed_at
+            a.state,
+            a.opened_at,
+            a.open_interval_s,
+            a.probes,
+            a.next_probe,
+            a.probe_successes,
+            a.consecutive_failures,
+            a.changed_at,
         ) == (
             b.state,
             b.opened_at,

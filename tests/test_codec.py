@@ -24,22 +24,57 @@ money = st.floats(0, 1e6, allow_nan=False)
 @st.composite
 def windows(draw, width: int) -> BucketWindow:
     buckets = draw(st.lists(st.lists(st.floats(0, 1e6, allow_nan=False), min_size=width + 1, max_size=width + 1), max_size=3))
-    return BucketWindow(draw(st.floats(1, 600)), draw(st.floats(0.1, 1)), width, buckets,
-                        draw(st.lists(st.floats(0, 1e6, allow_nan=False), min_size=width, max_size=width)),
-                        draw(st.integers(-(2**62), 2**40)))
+    return BucketWindow(
+        draw(st.floats(1, 600)),
+        draw(st.floats(0.1, 1)),
+        width,
+        buckets,
+        draw(st.lists(st.floats(0, 1e6, allow_nan=False), min_size=width, max_size=width)),
+        draw(st.integers(-(2**62), 2**40)),
+    )
 
 
-facts = st.builds(CallFacts, ids, u64, fps, fps, st.one_of(st.none(), fps), st.integers(0, 10**12), money,
-                  st.integers(0, 100), st.booleans())
-pending = st.builds(Pending, facts, ids, ids, st.one_of(st.none(), st.integers(0, 100)), st.booleans(), st.booleans(),
-                    st.integers(0, 10**6))
-keystats = st.builds(KeyStat, st.integers(0, 100), st.one_of(st.none(), hash_or_failed), times, st.booleans(),
-                     st.lists(times, max_size=3), st.booleans(), st.integers(0, 1000))
-chains = st.builds(Chain, fps, fps, st.one_of(st.none(), fps), st.integers(0, 100), hash_or_failed, st.booleans(),
-                   st.booleans(), st.integers(0, 1000), times)
-breakers = st.builds(BreakerState, ids, st.sampled_from(list(BreakerStateName)), st.one_of(st.none(), windows(4)), times, times,
-                     st.lists(st.tuples(st.integers(0, 100), times).map(list), max_size=3), st.integers(0, 100),
-                     st.integers(0, 10), st.integers(0, 100), times)
+facts = st.builds(
+    CallFacts, ids, u64, fps, fps, st.one_of(st.none(), fps), st.integers(0, 10**12), money, st.integers(0, 100), st.booleans()
+)
+pending = st.builds(
+    Pending, facts, ids, ids, st.one_of(st.none(), st.integers(0, 100)), st.booleans(), st.booleans(), st.integers(0, 10**6)
+)
+keystats = st.builds(
+    KeyStat,
+    st.integers(0, 100),
+    st.one_of(st.none(), hash_or_failed),
+    times,
+    st.booleans(),
+    st.lists(times, max_size=3),
+    st.booleans(),
+    st.integers(0, 1000),
+)
+chains = st.builds(
+    Chain,
+    fps,
+    fps,
+    st.one_of(st.none(), fps),
+    st.integers(0, 100),
+    hash_or_failed,
+    st.booleans(),
+    st.booleans(),
+    st.integers(0, 1000),
+    times,
+)
+breakers = st.builds(
+    BreakerState,
+    ids,
+    st.sampled_from(list(BreakerStateName)),
+    st.one_of(st.none(), windows(4)),
+    times,
+    times,
+    st.lists(st.tuples(st.integers(0, 100), times).map(list), max_size=3),
+    st.integers(0, 100),
+    st.integers(0, 10),
+    st.integers(0, 100),
+    times,
+)
 receipts = st.fixed_dictionaries({"v": st.just(2), "kid": ids, "sig": st.text(max_size=64)})
 
 
@@ -51,8 +86,13 @@ def sessions(draw) -> SessionState:
         feature=draw(st.one_of(st.none(), ids)),
         agent=draw(st.one_of(st.none(), ids)),
         created_s=draw(times),
-        spend=Spend(draw(st.integers(0, 10**6)), draw(st.integers(0, 10**12)), draw(money),
-                    draw(st.dictionaries(ids, st.integers(0, 10**9), max_size=3)), draw(st.one_of(st.none(), windows(1)))),
+        spend=Spend(
+            draw(st.integers(0, 10**6)),
+            draw(st.integers(0, 10**12)),
+            draw(money),
+            draw(st.dictionaries(ids, st.integers(0, 10**9), max_size=3)),
+            draw(st.one_of(st.none(), windows(1))),
+        ),
         halted=draw(st.one_of(st.none(), st.tuples(ids, ids))),
         loops=Loops(
             pending=draw(st.dictionaries(ids, pending, max_size=3)),
@@ -70,9 +110,14 @@ def sessions(draw) -> SessionState:
         ),
         turns=draw(st.lists(st.tuples(u32, fps, st.booleans(), st.booleans()), max_size=3)),
         breakers={b.name: b for b in draw(st.lists(breakers, max_size=2))},
-        ledger=Ledger(draw(st.lists(receipts, max_size=2)), set(draw(st.lists(u64, max_size=5))),
-                      draw(st.dictionaries(ids, st.booleans(), max_size=3))),
-        churn=draw(st.one_of(st.none(), st.builds(ChurnView, u64, hash_or_failed, st.integers(0, 100), st.integers(0, 100), ids, times))),
+        ledger=Ledger(
+            draw(st.lists(receipts, max_size=2)),
+            set(draw(st.lists(u64, max_size=5))),
+            draw(st.dictionaries(ids, st.booleans(), max_size=3)),
+        ),
+        churn=draw(
+            st.one_of(st.none(), st.builds(ChurnView, u64, hash_or_failed, st.integers(0, 100), st.integers(0, 100), ids, times))
+        ),
         version=draw(st.integers(0, 10**9)),
     )
 
@@ -89,5 +134,5 @@ def test_a_breaker_has_one_encoding_and_it_round_trips(b):
 
 
 def test_a_value_of_another_format_reads_as_absent():
-    assert codec.decode(b'[2,5,[]]') is None
+    assert codec.decode(b"[2,5,[]]") is None
     assert codec.decode(b'{"not": "a session"}') is None

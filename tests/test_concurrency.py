@@ -7,15 +7,15 @@ import asyncio
 import sys
 import threading
 from collections import Counter
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
+from conftest import call, result
 
 from agent_breaker import BreakerStateName, MemoryStore
 from agent_breaker.breaker import Transition
 from agent_breaker.config import BreakerConfig
-
-from conftest import call, result
 
 S = BreakerStateName
 T0 = 1_000_000.0
@@ -43,7 +43,7 @@ def race(n: int, fn: Callable[[int], Any]) -> list[Any]:
         try:
             barrier.wait()
             results[i] = fn(i)
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
@@ -143,7 +143,9 @@ def test_concurrent_probe_results_close_a_half_open_breaker_exactly_once():
     assert all(p.probe is not None for p in perms)
     assert len({p.probe for p in perms}) == k
     # each thread hands back the id of the probe it was admitted as
-    closed = race(k, lambda i: store.breaker_record(TOOL, c, T0 + 31.0, failed=False, slow=False, probe=perms[i].probe).transition)
+    closed = race(
+        k, lambda i: store.breaker_record(TOOL, c, T0 + 31.0, failed=False, slow=False, probe=perms[i].probe).transition
+    )
     assert [(t.src, t.dst) for t in closed if t is not None] == [(S.HALF_OPEN, S.CLOSED)]
     assert store.breaker_state(TOOL).state is S.CLOSED
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 import math
 
 import pytest
+from conftest import call
 
 from agent_breaker import AgentBreakerConfig, ConfigError, InvalidEventError, load_config, parse_config, parse_event
-
-from conftest import call
 
 
 def test_shipped_defaults_are_valid_and_named():

@@ -139,7 +139,9 @@ def test_near_duplicate_retries_of_a_failing_query_are_blocked(engine, clock):
 def test_guessing_ids_that_keep_failing_the_same_way_is_blocked(engine, clock):
     for lead in ("L-3530", "L-3635", "L-3692"):
         thought = f"Maybe the id is {lead}. Let me try that."
-        assert run(engine, clock, "get_lead", {"lead_id": lead}, True, {"status": "error", "message": "Invalid Lead ID"}, thought=thought).allowed
+        assert run(
+            engine, clock, "get_lead", {"lead_id": lead}, True, {"status": "error", "message": "Invalid Lead ID"}, thought=thought
+        ).allowed
     v = engine.check_tool_call(call("get_lead", {"lead_id": "L-3668"}, thought="Maybe the id is L-3668. Let me try that."))
     assert v.heuristic == "near_duplicate"
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from agent_breaker.breaker import BreakerStateName as S
-
 from conftest import call, say
+
+from agent_breaker.breaker import BreakerStateName as S
 
 
 def test_assistant_turns_count_toward_the_shared_spend_ceiling(make_engine, clock):
@@ -18,8 +18,9 @@ def test_assistant_turns_count_toward_the_shared_spend_ceiling(make_engine, cloc
 
 
 def test_an_operator_reaches_a_tenants_own_breaker(make_engine):
-    engine = make_engine({"breaker": {"key_by_tenant": False},
-                          "overrides": [{"tenant": "acme", "settings": {"breaker": {"key_by_tenant": True}}}]})
+    engine = make_engine(
+        {"breaker": {"key_by_tenant": False}, "overrides": [{"tenant": "acme", "settings": {"breaker": {"key_by_tenant": True}}}]}
+    )
     engine.force_breaker("search", "forced_open", tenant="acme")
     assert engine.breaker_state("search", tenant="acme") is S.FORCED_OPEN
     assert engine.breaker_state("search") is S.CLOSED  # other tenants share the plain key
@@ -33,7 +34,8 @@ def test_per_tool_session_state_stays_bounded_however_many_tools_a_run_calls(mak
     for i in range(300):
         clock.advance(0.1)
         v = engine.check_tool_call(call(f"tool_{i}", {"i": i}, input_tokens=10, mutating=True))
-        engine.record_tool_result({"type": "tool_result", "session": "s1", "tool": f"tool_{i}", "ok": True,
-                                   "result": {"id": i}, "call_id": v.call_id})
+        engine.record_tool_result(
+            {"type": "tool_result", "session": "s1", "tool": f"tool_{i}", "ok": True, "result": {"id": i}, "call_id": v.call_id}
+        )
     s = engine.store.peek_session("s1")
     assert max(len(s.spend.tool_tokens), len(s.loops.chains), len(s.ledger.mutating), len(s.breakers)) <= 256

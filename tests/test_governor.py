@@ -4,7 +4,6 @@ step and depth ceilings."""
 from __future__ import annotations
 
 import pytest
-
 from conftest import call, run, say
 
 

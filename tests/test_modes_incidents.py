@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import logging
 
-from agent_breaker import Engine, Incident
-
 from conftest import call, run
+
+from agent_breaker import Engine, Incident
 
 
 def loop_three_times(engine, clock, session="s1"):
@@ -59,7 +59,12 @@ def test_every_trip_emits_a_typed_incident_with_counters_and_spend(make_engine, 
     [incident] = incidents
     assert isinstance(incident, Incident)
     assert (incident.tenant, incident.feature, incident.session) == ("acme", "ops", "s1")
-    assert (incident.heuristic, incident.severity, incident.scope, incident.tool) == ("identical_failure", "block", "session", "run_sql")
+    assert (incident.heuristic, incident.severity, incident.scope, incident.tool) == (
+        "identical_failure",
+        "block",
+        "session",
+        "run_sql",
+    )
     assert incident.counters == {"failures": 3, "max_failures": 3}
     assert incident.tokens_so_far == 400 and incident.cost_usd_so_far == 2.0
     # a halted session's later blocks are not new incidents

@@ -108,7 +108,10 @@ def test_events_round_trip_between_the_two_formats():
     [
         ({"type": "ToolCallRequested", "session_id": "s", "tool_args": {}}, "tool_name: Field required"),
         ({"type": "ToolCallRequested", "session_id": "s", "tool_name": "t"}, "tool_args: Field required"),
-        ({"type": "ToolCallRequested", "session_id": "s", "tool_name": "t", "tool_args": [1]}, "tool_args: Input should be a valid dictionary"),
+        (
+            {"type": "ToolCallRequested", "session_id": "s", "tool_name": "t", "tool_args": [1]},
+            "tool_args: Input should be a valid dictionary",
+        ),
         ({"type": "ToolResultReceived", "session_id": "s", "tool_name": "t"}, "ok: Field required"),
         ({"type": "ToolCallRequested", "tool_name": "t", "tool_args": {}}, "session_id: an event needs a session id"),
         ({"type": "AssistantTurn", "session_id": "s", "input_tokens": -1}, "input_tokens: Input should be greater"),

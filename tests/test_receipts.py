@@ -14,14 +14,12 @@ import json
 import logging
 
 import pytest
+from conftest import SESSION, call, final, result, run, user
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent_breaker import BreakerStateName, ConfigError, Engine, FakeClock, ReceiptKeys, ResultVerdict, Verdict
-from agent_breaker import receipts
+from agent_breaker import BreakerStateName, ConfigError, Engine, FakeClock, ReceiptKeys, ResultVerdict, Verdict, receipts
 from agent_breaker.cli import main as cli_main
-
-from conftest import SESSION, call, final, result, run, user
 
 UNVERIFIED = "unverified_claim"
 EMPTY = "empty_mutation_result"
@@ -689,7 +687,12 @@ def test_enforce_mode_with_dev_ephemeral_key_starts_and_warns(monkeypatch, caplo
 
 @pytest.mark.parametrize(
     "config,observe",
-    [({"mode": "observe"}, False), (None, True), ({"modes": {UNVERIFIED: "observe"}}, False), ({"modes": {UNVERIFIED: "off"}}, False)],
+    [
+        ({"mode": "observe"}, False),
+        (None, True),
+        ({"modes": {UNVERIFIED: "observe"}}, False),
+        ({"modes": {UNVERIFIED: "off"}}, False),
+    ],
     ids=["config-observe", "engine-observe", "claims-observe", "claims-off"],
 )
 def test_start_without_key_when_claims_are_not_enforced(monkeypatch, caplog, clock, config, observe):
@@ -784,13 +787,41 @@ def test_session_state_keeps_no_payload_text(engine, clock):
 def test_replay_trips_the_reward_hacking_session_at_its_final_and_not_the_legit_one(tmp_path, capsys):
     trace = [
         {"type": "user", "session": "hack", "text": "Pay my landlord $5,000"},
-        {"type": "tool_call", "session": "hack", "tool": "wire_transfer", "call_id": "c1", "mutating": True, "args": PAYMENT_ARGS},
+        {
+            "type": "tool_call",
+            "session": "hack",
+            "tool": "wire_transfer",
+            "call_id": "c1",
+            "mutating": True,
+            "args": PAYMENT_ARGS,
+        },
         {"type": "user", "session": "legit", "text": "Pay my landlord $5,000"},
-        {"type": "tool_result", "session": "hack", "tool": "wire_transfer", "call_id": "c1", "mutating": True, "ok": False,
-         "error": "insufficient funds"},
-        {"type": "tool_call", "session": "legit", "tool": "wire_transfer", "call_id": "c1", "mutating": True, "args": PAYMENT_ARGS},
-        {"type": "tool_result", "session": "legit", "tool": "wire_transfer", "call_id": "c1", "mutating": True, "ok": True,
-         "result": {"tx_id": "TX-80276", "status": "settled"}},
+        {
+            "type": "tool_result",
+            "session": "hack",
+            "tool": "wire_transfer",
+            "call_id": "c1",
+            "mutating": True,
+            "ok": False,
+            "error": "insufficient funds",
+        },
+        {
+            "type": "tool_call",
+            "session": "legit",
+            "tool": "wire_transfer",
+            "call_id": "c1",
+            "mutating": True,
+            "args": PAYMENT_ARGS,
+        },
+        {
+            "type": "tool_result",
+            "session": "legit",
+            "tool": "wire_transfer",
+            "call_id": "c1",
+            "mutating": True,
+            "ok": True,
+            "result": {"tx_id": "TX-80276", "status": "settled"},
+        },
         {"type": "final", "session": "hack", "text": "I have transferred $5,000. Reference: TX-99482."},
         {"type": "final", "session": "legit", "text": "I have transferred $5,000. Reference: TX-80276."},
     ]
@@ -815,7 +846,7 @@ def test_replay_trips_the_reward_hacking_session_at_its_final_and_not_the_legit_
 
 # ----------------------------------------------------------------- claims read as a person would
 def test_typographic_apostrophe_negation_is_an_honest_report(engine, clock, incidents):
-    """"haven’t" with a typographic apostrophe negates the claim like "haven't" does."""
+    """ "haven’t" with a typographic apostrophe negates the claim like "haven't" does."""
     failed_transfer(engine, clock)
 
     assert_passes(engine.verify_final(final("I haven\u2019t transferred the money: the bank declined it.")))

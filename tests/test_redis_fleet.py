@@ -12,9 +12,9 @@ import threading
 import uuid
 
 import pytest
+from conftest import REDIS_URL, redis_or_skip
 
 from agent_breaker import Engine, FakeClock, ReceiptKeys
-from conftest import REDIS_URL, redis_or_skip
 
 WORKERS = 8
 THRESHOLD = 5
@@ -27,8 +27,9 @@ def fleet_worker(url: str | None, prefix: str, calls: int, barrier, results) -> 
     from agent_breaker.store.redis import RedisStore
 
     store = RedisStore(url, prefix=prefix) if url else MemoryStore()
-    engine = Engine({"breaker": {"consecutive_failures": THRESHOLD}}, store=store, listeners=[],
-                    receipt_keys=ReceiptKeys.ephemeral())
+    engine = Engine(
+        {"breaker": {"consecutive_failures": THRESHOLD}}, store=store, listeners=[], receipt_keys=ReceiptKeys.ephemeral()
+    )
     barrier.wait()
     reached = 0
     for i in range(calls):
@@ -36,8 +37,9 @@ def fleet_worker(url: str | None, prefix: str, calls: int, barrier, results) -> 
         v = engine.check_tool_call({"session": session, "tool": "dead_api", "args": {"i": i}})
         if v.allowed:
             reached += 1  # this call hit the dead upstream
-            engine.record_tool_result({"session": session, "tool": "dead_api", "ok": False, "error": "HTTP 503",
-                                       "call_id": v.call_id})
+            engine.record_tool_result(
+                {"session": session, "tool": "dead_api", "ok": False, "error": "HTTP 503", "call_id": v.call_id}
+            )
     results.put(reached)
     if url:
         store.close()
@@ -68,9 +70,11 @@ def test_a_tool_failing_in_one_worker_is_open_in_all_of_them():
         cleanup.delete_all()
         cleanup.close()
     local = run_fleet(None, "")
-    print(f"\ncalls that reached the dead tool, {WORKERS} workers, threshold {THRESHOLD}: "
-          f"Redis store {shared} (bound: threshold + workers = {THRESHOLD + WORKERS}); "
-          f"in-process stores {local} (threshold x workers = {THRESHOLD * WORKERS})")
+    print(
+        f"\ncalls that reached the dead tool, {WORKERS} workers, threshold {THRESHOLD}: "
+        f"Redis store {shared} (bound: threshold + workers = {THRESHOLD + WORKERS}); "
+        f"in-process stores {local} (threshold x workers = {THRESHOLD * WORKERS})"
+    )
     assert THRESHOLD <= shared <= THRESHOLD + WORKERS
     assert local == THRESHOLD * WORKERS
 
@@ -102,7 +106,8 @@ class RedisServer:
 
         self.proc = subprocess.Popen(
             ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         client = redis.Redis.from_url(self.url, socket_timeout=0.5)
         for _ in range(200):
@@ -142,8 +147,9 @@ def calls(engine: Engine, clock: FakeClock, n: int, session: str, start: int = 0
         clock.advance(5)
         v = engine.check_tool_call({"session": session, "tool": "search", "args": {"q": i}})
         if v.allowed:
-            engine.record_tool_result({"session": session, "tool": "search", "ok": True, "result": {"n": i},
-                                       "call_id": v.call_id})
+            engine.record_tool_result(
+                {"session": session, "tool": "search", "ok": True, "result": {"n": i}, "call_id": v.call_id}
+            )
         out.append(v)
     return out
 
@@ -225,12 +231,17 @@ def test_a_spend_ceiling_holds_across_workers(store_kind, shared_store):
     for i in range(8):
         engine = a if i % 2 else b
         clock.advance(1)
-        verdicts.append(engine.check_tool_call({"session": f"s{i}", "tenant": "acme", "feature": "ops", "tool": "t",
-                                                "args": {"i": i}, "input_tokens": 10_000}))
+        verdicts.append(
+            engine.check_tool_call(
+                {"session": f"s{i}", "tenant": "acme", "feature": "ops", "tool": "t", "args": {"i": i}, "input_tokens": 10_000}
+            )
+        )
     # 10k tokens a step: the 6th step takes the tenant's window to 60k > 50k
     assert [v.heuristic for v in verdicts] == [None] * 5 + ["global_budget"] * 3
     assert verdicts[5].scope == "call" and verdicts[5].observation["retry_after_s"] > 0
-    other = a.check_tool_call({"session": "x", "tenant": "globex", "feature": "ops", "tool": "t", "args": {}, "input_tokens": 10_000})
+    other = a.check_tool_call(
+        {"session": "x", "tenant": "globex", "feature": "ops", "tool": "t", "args": {}, "input_tokens": 10_000}
+    )
     assert other.allowed
     if store_b is not store_a:
         store_b.close()

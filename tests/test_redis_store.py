@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-
+from conftest import redis_or_skip
 
 from agent_breaker import Engine, FakeClock, MemoryStore, ReceiptKeys
 from agent_breaker.breaker import BreakerStateName as S
 from agent_breaker.config import BreakerConfig
-from conftest import redis_or_skip
 
 
 def test_each_new_breaker_config_is_honoured_by_a_long_lived_store(redis_store):
@@ -35,7 +34,7 @@ def test_window_buckets_are_cut_the_same_way_in_lua_and_python(redis_store):
 
 def test_an_unreadable_stored_session_is_replaced_not_fatal(redis_store):
     engine = Engine(store=redis_store, clock=FakeClock(), listeners=[], receipt_keys=ReceiptKeys.ephemeral())
-    redis_store.redis.set(redis_store.session_key("s1"), b"[999,7,\"from another version\"]")
+    redis_store.redis.set(redis_store.session_key("s1"), b'[999,7,"from another version"]')
     assert engine.check_tool_call({"session": "s1", "tool": "t", "args": {}}).allowed
     redis_store.redis.set(redis_store.session_key("s2"), b"not json at all")
     assert engine.check_tool_call({"session": "s2", "tool": "t", "args": {}}).allowed

@@ -28,8 +28,28 @@ def replay(tmp_path, events, *args, capsys):
 def failing_loop(session, n=6, ts0=100.0):
     events = []
     for i in range(n):
-        events.append({"session": session, "ts": ts0 + 2 * i, "type": "tool_call", "tool": "q", "args": {"x": 1}, "call_id": f"c{i}", "cost_usd": 0.1})
-        events.append({"session": session, "ts": ts0 + 2 * i + 1, "type": "tool_result", "tool": "q", "call_id": f"c{i}", "ok": False, "error": "HTTP 500"})
+        events.append(
+            {
+                "session": session,
+                "ts": ts0 + 2 * i,
+                "type": "tool_call",
+                "tool": "q",
+                "args": {"x": 1},
+                "call_id": f"c{i}",
+                "cost_usd": 0.1,
+            }
+        )
+        events.append(
+            {
+                "session": session,
+                "ts": ts0 + 2 * i + 1,
+                "type": "tool_result",
+                "tool": "q",
+                "call_id": f"c{i}",
+                "ok": False,
+                "error": "HTTP 500",
+            }
+        )
     return events
 
 
@@ -43,11 +63,24 @@ def test_one_line_per_session_in_order_of_first_appearance(tmp_path, capsys):
     assert code == 0
     assert [r["session"] for r in rows] == ["b", "a"]
     assert set(rows[0]) == {
-        "session", "tripped", "trip_event", "heuristic", "allowed_calls", "blocked_calls", "cost_allowed_usd", "cost_blocked_usd",
+        "session",
+        "tripped",
+        "trip_event",
+        "heuristic",
+        "allowed_calls",
+        "blocked_calls",
+        "cost_allowed_usd",
+        "cost_blocked_usd",
     }
     assert rows[1] == {
-        "session": "a", "tripped": False, "trip_event": None, "heuristic": None,
-        "allowed_calls": 1, "blocked_calls": 0, "cost_allowed_usd": 0.0, "cost_blocked_usd": 0.0,
+        "session": "a",
+        "tripped": False,
+        "trip_event": None,
+        "heuristic": None,
+        "allowed_calls": 1,
+        "blocked_calls": 0,
+        "cost_allowed_usd": 0.0,
+        "cost_blocked_usd": 0.0,
     }
 
 
@@ -108,8 +141,8 @@ def test_replay_does_not_import_nemo(tmp_path):
     path = tmp_path / "t.jsonl"
     path.write_text(json.dumps({"session": "s", "type": "tool_call", "tool": "t", "args": {}}) + "\n")
     code = (
-        "import sys; from agent_breaker.cli import main; main(['replay', %r]);"
-        "sys.exit(3 if any(m.startswith(('nemoguardrails', 'langchain')) for m in sys.modules) else 0)" % str(path)
+        f"import sys; from agent_breaker.cli import main; main(['replay', {str(path)!r}]);"
+        "sys.exit(3 if any(m.startswith(('nemoguardrails', 'langchain')) for m in sys.modules) else 0)"
     )
     assert subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
 

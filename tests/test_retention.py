@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from agent_breaker import MemoryStore
-
 from conftest import call, result, run, say, user
+
+from agent_breaker import MemoryStore
 
 SECRETS = [
     "SELECT ssn FROM patients WHERE name = 'Alice Example'",

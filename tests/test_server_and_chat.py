@@ -17,7 +17,6 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("nemoguardrails")
 
 from _chat_cli import ChatCLI  # noqa: E402
-
 from agent_breaker.configs import config_path  # noqa: E402
 
 KEY = "k1:" + "cd" * 32
@@ -37,7 +36,18 @@ def child_env() -> dict[str, str]:
 def server():
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "agent_breaker.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
+        [
+            sys.executable,
+            "-m",
+            "agent_breaker.cli",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
         env=child_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -64,7 +74,11 @@ def server():
 
 
 def events(base, session, *evs):
-    r = httpx.post(f"{base}/v1/agent-breaker/events", json={"config_id": "agent_breaker", "session_id": session, "events": list(evs)}, timeout=30)
+    r = httpx.post(
+        f"{base}/v1/agent-breaker/events",
+        json={"config_id": "agent_breaker", "session_id": session, "events": list(evs)},
+        timeout=30,
+    )
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["session_id"] == session
@@ -76,7 +90,14 @@ def call(i, tool="run_sql", args=None):
 
 
 def result(i, tool="run_sql", ok=False, payload=None):
-    return {"type": "ToolResultReceived", "call_id": f"c{i}", "tool_name": tool, "ok": ok, "result": payload, "error": None if ok else "HTTP 500"}
+    return {
+        "type": "ToolResultReceived",
+        "call_id": f"c{i}",
+        "tool_name": tool,
+        "ok": ok,
+        "result": payload,
+        "error": None if ok else "HTTP 500",
+    }
 
 
 def test_the_server_lists_the_shipped_configs(server):
@@ -98,22 +119,31 @@ def test_the_events_endpoint_cuts_a_runaway_session(server):
 def test_the_events_endpoint_leaves_a_legitimate_session_alone(server):
     verdicts = []
     for page in range(1, 13):
-        verdicts += events(server, "legit-1", call(page, "list_orders", {"page": page}),
-                           result(page, "list_orders", ok=True, payload={"page": page, "orders": [page]}))
+        verdicts += events(
+            server,
+            "legit-1",
+            call(page, "list_orders", {"page": page}),
+            result(page, "list_orders", ok=True, payload={"page": page, "orders": [page]}),
+        )
     verdicts += events(server, "legit-1", {"type": "FinalAnswerProposed", "text": "Reviewed 12 pages of orders."})
     assert all(v.get("allowed", v.get("accepted")) for v in verdicts), verdicts
     assert len(verdicts) == 25
 
 
 def test_the_events_endpoint_refuses_other_event_types(server):
-    r = httpx.post(f"{server}/v1/agent-breaker/events", json={"session_id": "x", "events": [{"type": "UtteranceUserActionFinished"}]})
+    r = httpx.post(
+        f"{server}/v1/agent-breaker/events", json={"session_id": "x", "events": [{"type": "UtteranceUserActionFinished"}]}
+    )
     assert r.status_code == 422 and "must be one of" in r.text
 
 
 def test_stock_chat_completions_checks_tool_calls_passed_as_context(server):
     def check(i, evs):
-        body = {"model": "any", "guardrails": {"config_id": "agent_breaker"},
-                "messages": [{"role": "context", "content": {"agent_breaker_events": evs}}]}
+        body = {
+            "model": "any",
+            "guardrails": {"config_id": "agent_breaker"},
+            "messages": [{"role": "context", "content": {"agent_breaker_events": evs}}],
+        }
         r = httpx.post(f"{server}/v1/chat/completions", json=body, timeout=30)
         assert r.status_code == 200, r.text
         return json.loads(r.json()["choices"][0]["message"]["content"])["events"]
@@ -137,6 +167,6 @@ def test_nemoguardrails_chat_shows_blocked_for_a_runaway_typed_by_hand():
         for line in ['tool run_sql {"q": 1}', "result run_sql error HTTP 500"] * 3:
             chat.say(line, b"ALLOWED")
         chat.say('tool run_sql {"q": 1}', b"BLOCKED")
-        assert b"identical_failure" in chat.screen[chat.screen.rindex(b"BLOCKED"):]
+        assert b"identical_failure" in chat.screen[chat.screen.rindex(b"BLOCKED") :]
     finally:
         chat.close()

@@ -36,19 +36,31 @@ class BreakerState:
         """The one encoding of a breaker: what store/breaker.lua reads and writes, and what a
         session keeps of its own breakers."""
         return {
-            "state": self.state.value, "window": None if self.window is None else self.window.to_wire(),
-            "opened_at": self.opened_at, "open_interval_s": self.open_interval_s, "probes": self.probes,
-            "next_probe": self.next_probe, "probe_successes": self.probe_successes,
-            "consecutive_failures": self.consecutive_failures, "changed_at": self.changed_at,
+            "state": self.state.value,
+            "window": None if self.window is None else self.window.to_wire(),
+            "opened_at": self.opened_at,
+            "open_interval_s": self.open_interval_s,
+            "probes": self.probes,
+            "next_probe": self.next_probe,
+            "probe_successes": self.probe_successes,
+            "consecutive_failures": self.consecutive_failures,
+            "changed_at": self.changed_at,
         }
 
     @classmethod
     def from_wire(cls, name: str, d: dict[str, Any]) -> BreakerState:
         w = d.get("window")
         return cls(
-            name, S(d["state"]), BucketWindow.from_wire(w) if isinstance(w, dict) and w else None, d["opened_at"],
-            d["open_interval_s"], [list(p) for p in d["probes"] or []], int(d["next_probe"]), int(d["probe_successes"]),
-            int(d["consecutive_failures"]), d["changed_at"],
+            name,
+            S(d["state"]),
+            BucketWindow.from_wire(w) if isinstance(w, dict) and w else None,
+            d["opened_at"],
+            d["open_interval_s"],
+            [list(p) for p in d["probes"] or []],
+            int(d["next_probe"]),
+            int(d["probe_successes"]),
+            int(d["consecutive_failures"]),
+            d["changed_at"],
         )
 
     def ensure_window(self, cfg: BreakerConfig) -> BucketWindow:
@@ -198,9 +210,7 @@ def force(st: BreakerState, dst: S, now: float, cfg: BreakerConfig) -> Transitio
     """Operator moves: force open, disable, metrics-only, or reset to closed. Resetting a
     closed breaker clears its counters and is no transition."""
     if dst not in OPERATOR_STATES:
-        raise ValueError(
-            f"breaker {st.name!r}: an operator may set {sorted(s.value for s in OPERATOR_STATES)}, not {dst.value}"
-        )
+        raise ValueError(f"breaker {st.name!r}: an operator may set {sorted(s.value for s in OPERATOR_STATES)}, not {dst.value}")
     if dst is S.CLOSED and st.state is S.CLOSED:
         _reset(st, cfg)
         return None

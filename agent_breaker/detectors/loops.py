@@ -31,9 +31,7 @@ def check_identical_failure(s: SessionState, f: CallFacts, cfg: AgentBreakerConf
     return None
 
 
-def check_identical_call(
-    s: SessionState, f: CallFacts, cfg: AgentBreakerConfig, now: float, polling: bool
-) -> Trip | None:
+def check_identical_call(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig, now: float, polling: bool) -> Trip | None:
     st = s.loops.keys.get(f.key)
     c = cfg.identical_call
     if st is None or polling or st.epoch != s.loops.epoch or now - st.last_ts > c.window_s:
@@ -49,9 +47,7 @@ def check_identical_call(
     )
 
 
-def check_stuck_polling(
-    s: SessionState, f: CallFacts, cfg: AgentBreakerConfig, now: float, polling: bool
-) -> Trip | None:
+def check_stuck_polling(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig, now: float, polling: bool) -> Trip | None:
     st = s.loops.keys.get(f.key)
     if st is None or not polling or not st.poll_ts or st.epoch != s.loops.epoch:
         return None
@@ -82,9 +78,9 @@ def chain_similarity(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig, now
     if chain is None or chain.epoch != s.loops.epoch or now - chain.last_ts > cfg.near_duplicate.window_s:
         return False, False
     c = cfg.near_duplicate
-    if chain.fp_thought is not None and f.fp_thought is not None:
-        if similarity(f.fp_thought, chain.fp_thought) < c.thought_similarity:
-            return False, False
+    thoughts = chain.fp_thought is not None and f.fp_thought is not None
+    if thoughts and similarity(f.fp_thought, chain.fp_thought) < c.thought_similarity:  # type: ignore[arg-type]
+        return False, False
     if chain.failed:
         return False, similarity(f.fp_shape, chain.fp_shape) >= c.args_similarity
     # a success chain takes lexical variants only (case, whitespace, punctuation): similar

@@ -9,24 +9,26 @@ more model call to read its result.
 from __future__ import annotations
 
 from ..config import AgentBreakerConfig
+from ..detectors.base import Trip
 from ..heuristics import (
-    GLOBAL_BUDGET,
     BUDGET_SOFT_LIMIT,
     COST_BUDGET,
     DEPTH_LIMIT,
+    GLOBAL_BUDGET,
     STEP_LIMIT,
     TOKEN_BUDGET,
     TOKEN_VELOCITY,
     TOOL_TOKEN_BUDGET,
 )
-from ..detectors.base import Trip
 from ..session import MAX_TOOLS, SessionState, put_bounded
 from ..windows import BucketWindow
 
 _FINISH = "Stop calling tools and write your final answer from what you already have."
 
 
-def step_cost_usd(cfg: AgentBreakerConfig, input_tokens: int, output_tokens: int, cost_usd: float | None, model: str | None) -> float:
+def step_cost_usd(
+    cfg: AgentBreakerConfig, input_tokens: int, output_tokens: int, cost_usd: float | None, model: str | None
+) -> float:
     if cost_usd is not None:
         return cost_usd
     price = cfg.budget.prices.get(model or cfg.budget.default_model or "")
@@ -55,7 +57,13 @@ def check_step_limit(s: SessionState, cfg: AgentBreakerConfig) -> Trip | None:
     limit = cfg.step_limit.max_steps
     if s.spend.steps <= limit:
         return None
-    return Trip(STEP_LIMIT, "session", f"step {s.spend.steps} is over the ceiling of {limit} steps", _FINISH, {"steps": s.spend.steps, "max_steps": limit})
+    return Trip(
+        STEP_LIMIT,
+        "session",
+        f"step {s.spend.steps} is over the ceiling of {limit} steps",
+        _FINISH,
+        {"steps": s.spend.steps, "max_steps": limit},
+    )
 
 
 def check_depth_limit(depth: int, cfg: AgentBreakerConfig) -> Trip | None:
@@ -71,9 +79,7 @@ def check_depth_limit(depth: int, cfg: AgentBreakerConfig) -> Trip | None:
     )
 
 
-def _over(
-    heuristic: str, s: SessionState, spent: float, limit: float | None, unit: str, digits: int | None
-) -> Trip | None:
+def _over(heuristic: str, s: SessionState, spent: float, limit: float | None, unit: str, digits: int | None) -> Trip | None:
     """A session ceiling: trips when the projected spend passes the limit (None: off).
     `unit` names it in counters ("tokens", "cost_usd"); `digits` rounds them (None: whole)."""
     if limit is None:

@@ -8,7 +8,8 @@ state: under a lock in memory, in one Lua script or one compare-and-set on Redis
 from __future__ import annotations
 
 import re
-from typing import Callable, Protocol, TypeVar
+from collections.abc import Callable
+from typing import Protocol, TypeVar
 
 from ..breaker import BreakerState, BreakerStateName, Permission, Recorded, Transition
 from ..config import BreakerConfig

@@ -5,7 +5,8 @@ from __future__ import annotations
 import random
 import threading
 from collections import OrderedDict
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from ..breaker import BreakerState, BreakerStateName, Permission, Recorded, Transition
 from ..breaker import core as breaker_core

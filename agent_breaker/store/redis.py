@@ -55,11 +55,12 @@ import random
 import secrets
 import threading
 import time
-from urllib.parse import urlsplit, urlunsplit
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar, cast
+from urllib.parse import urlsplit, urlunsplit
 
 import redis as redis_lib
 
@@ -161,7 +162,9 @@ def _script(name: str) -> str:
 def breaker_script() -> str:
     """breaker.lua with its table of legal moves written in from breaker/states.py: the one
     transition table, not a copy kept by hand."""
-    legal = ", ".join(f'["{src.value}>{dst.value}"] = true' for src, dst in sorted(TRANSITIONS, key=lambda t: (t[0].value, t[1].value)))
+    legal = ", ".join(
+        f'["{src.value}>{dst.value}"] = true' for src, dst in sorted(TRANSITIONS, key=lambda t: (t[0].value, t[1].value))
+    )
     return _script("breaker.lua").replace("__TRANSITIONS__", "{" + legal + "}")
 
 
@@ -238,6 +241,9 @@ class RedisStore:
         """A fresh write-back marker key, in the hash slot of the key it marks."""
         return f"{rkey}:merged:{secrets.token_hex(8)}"
 
+    def _get(self, key: str) -> bytes | None:
+        return cast("bytes | None", self.redis.get(key))
+
     def _available(self) -> bool:
         return time.monotonic() >= self._down_until
 
@@ -262,8 +268,13 @@ class RedisStore:
     def _failed(self, exc: Exception) -> None:
         self.failures += 1
         self._down_until = time.monotonic() + self.retry_s
-        log.warning("agent-breaker: Redis at %s failed (%s); %s for %.1fs", self.shown_url, type(exc).__name__,
-                    "using in-process state" if self.on_error == "local" else "failing decisions", self.retry_s)
+        log.warning(
+            "agent-breaker: Redis at %s failed (%s); %s for %.1fs",
+            self.shown_url,
+            type(exc).__name__,
+            "using in-process state" if self.on_error == "local" else "failing decisions",
+            self.retry_s,
+        )
         if self.on_error == "raise":
             raise StorageError(f"Redis at {self.shown_url}: {type(exc).__name__}") from exc
 
@@ -277,7 +288,7 @@ class RedisStore:
             if attempt:
                 # another worker wrote this session in between: back off, then decide again
                 time.sleep(min(0.02, CAS_BACKOFF_S * 2**attempt) * self._rng.uniform(0.5, 1.5))
-            raw = self.redis.get(skey)
+            raw = self._get(skey)
             state = _decode_session(raw)
             if self._keep:
                 self._saw_session(key, now, raw if state is not None else None)
@@ -285,7 +296,8 @@ class RedisStore:
             new_state, result = fn(state)
             if new_state is None:
                 return result
-            new_state.version = version + 1  # type: ignore[attr-defined]
+            assert isinstance(new_state, SessionState)  # the engine's decisions return sessions
+            new_state.version = version + 1
             data = codec.encode(new_state)
             if self._cas_script(keys=[skey], args=[version, data, max(1, int(self.ttl_s)), codec.FORMAT]):
                 if self._keep:
@@ -335,7 +347,7 @@ class RedisStore:
         return run()
 
     def peek_session(self, key: str) -> object | None:
-        return self._redis_or_local(lambda: _decode_session(self.redis.get(self.session_key(key))), lambda: self._local_peek(key))
+        return self._redis_or_local(lambda: _decode_session(self._get(self.session_key(key))), lambda: self._local_peek(key))
 
     # ------------------------------------------------------------- global spend
     def add_spend(self, key: str, tokens: float, cost_usd: float, window_s: float, now: float) -> tuple[float, float]:
@@ -355,9 +367,7 @@ class RedisStore:
             if seen is None or seen[0] <= index:
                 _lru_put(self._spend_seen, key, (index, *totals), MIRROR_SPEND_WINDOWS)
 
-    def _local_spend(
-        self, key: str, tokens: float, cost_usd: float, window_s: float, now: float
-    ) -> tuple[float, float]:
+    def _local_spend(self, key: str, tokens: float, cost_usd: float, window_s: float, now: float) -> tuple[float, float]:
         index = int(now // window_s)
         with self._lock:
             self._dirty = True
@@ -452,9 +462,7 @@ class RedisStore:
 
         return self._redis_or_local(remote, lambda: self._local_record(key, cfg, now, failed, slow, probe))
 
-    def _local_record(
-        self, key: str, cfg: BreakerConfig, now: float, failed: bool, slow: bool, probe: int | None
-    ) -> Recorded:
+    def _local_record(self, key: str, cfg: BreakerConfig, now: float, failed: bool, slow: bool, probe: int | None) -> Recorded:
         with self._lock:
             self._outcomes.append(_Outcome(key, cfg, now, failed, slow))
             return self._local_breaker(
@@ -462,14 +470,17 @@ class RedisStore:
             )
 
     def breaker_release(self, key: str, cfg: BreakerConfig, probe: int) -> None:
-        self._redis_or_local(lambda: self._run("release", key, cfg, 0.0, {"probe": probe}),
-                             lambda: self._local.breaker_release(key, cfg, probe))
+        self._redis_or_local(
+            lambda: self._run("release", key, cfg, 0.0, {"probe": probe}), lambda: self._local.breaker_release(key, cfg, probe)
+        )
 
     def breaker_force(self, key: str, cfg: BreakerConfig, now: float, state: BreakerStateName) -> Transition | None:
         from ..breaker.core import OPERATOR_STATES
 
         if state not in OPERATOR_STATES:
-            raise ValueError(f"breaker {key!r}: an operator may set {sorted(s.value for s in OPERATOR_STATES)}, not {state.value}")
+            raise ValueError(
+                f"breaker {key!r}: an operator may set {sorted(s.value for s in OPERATOR_STATES)}, not {state.value}"
+            )
         return self._redis_or_local(
             lambda: self._transition(key, self._run("force", key, cfg, now, {"state": state.value})),
             lambda: self._local_breaker(key, lambda: self._local.breaker_force(key, cfg, now, state)),
@@ -503,7 +514,7 @@ class RedisStore:
                 if told == "forced_open" and (st is None or st.state is not _S.FORCED_OPEN):
                     st = st or BreakerState(key)
                     st.state = _S.FORCED_OPEN
-                elif told == "open" and not _refuses_until(st, cached[1]):  # type: ignore[index]
+                elif cached is not None and told == "open" and not _refuses_until(st, cached[1]):
                     st = st or BreakerState(key)
                     # only the reopen time opened_at + open_interval_s is known; an interval of
                     # 0 lets a failed probe back off from open_s
@@ -533,8 +544,13 @@ class RedisStore:
             self._local = MemoryStore(ttl_s=self.ttl_s, max_sessions=self.max_sessions)
             self._dirty = False
             self._down_until = 0.0
-        log.info("agent-breaker: Redis at %s is back; wrote back %d sessions, %d breaker outcomes, %d spend windows",
-                 self.shown_url, sessions, outcomes, windows)
+        log.info(
+            "agent-breaker: Redis at %s is back; wrote back %d sessions, %d breaker outcomes, %d spend windows",
+            self.shown_url,
+            sessions,
+            outcomes,
+            windows,
+        )
         return True
 
     def _replay_outcomes(self) -> int:
@@ -569,10 +585,10 @@ class RedisStore:
         if not isinstance(local, SessionState):
             return False  # nothing in-process any more (evicted)
         for _ in range(MAX_CAS_ATTEMPTS):
-            raw = self.redis.get(skey)
+            raw = self._get(skey)
             current = _decode_session(raw)
             version = 0 if current is None else current.version
-            if current is None or _digest(raw) == t.base:
+            if current is None or raw is None or _digest(raw) == t.base:
                 new = local  # nobody else wrote it meanwhile: the local state is the session
             else:
                 new = _with_outage_spend(current, local, t.start)

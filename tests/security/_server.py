@@ -36,8 +36,12 @@ class Server:
     def post(self, path: str, body: Any = None, *, headers: dict[str, str] | None = None, **kw: Any) -> httpx.Response:
         return httpx.post(self.base + path, json=body, headers={**self.headers, **(headers or {})}, timeout=60, **kw)
 
-    def events(self, session: str, *events: dict[str, Any], config_id: str = "agent_breaker", headers: dict[str, str] | None = None) -> httpx.Response:
-        return self.post("/v1/agent-breaker/events", {"config_id": config_id, "session_id": session, "events": list(events)}, headers=headers)
+    def events(
+        self, session: str, *events: dict[str, Any], config_id: str = "agent_breaker", headers: dict[str, str] | None = None
+    ) -> httpx.Response:
+        return self.post(
+            "/v1/agent-breaker/events", {"config_id": config_id, "session_id": session, "events": list(events)}, headers=headers
+        )
 
     def verdicts(self, session: str, *events: dict[str, Any], **kw: Any) -> list[dict[str, Any]]:
         r = self.events(session, *events, **kw)
@@ -59,20 +63,45 @@ class Server:
 
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_BREAKER_")}
-    env.update({"AGENT_BREAKER_RECEIPT_KEYS": RECEIPT_KEY, "NEMO_GUARDRAILS_NO_USAGE_STATS": "1",
-                "AGENT_BREAKER_FINGERPRINT_SECRET": "security-test-secret"})
+    env.update(
+        {
+            "AGENT_BREAKER_RECEIPT_KEYS": RECEIPT_KEY,
+            "NEMO_GUARDRAILS_NO_USAGE_STATS": "1",
+            "AGENT_BREAKER_FINGERPRINT_SECRET": "security-test-secret",
+        }
+    )
     env.update(extra or {})
     return env
 
 
-def start(extra_env: dict[str, str] | None = None, *, host: str = "127.0.0.1", log_level: str = "warning",
-          args: tuple[str, ...] = (), token: str | None = None) -> Server:
+def start(
+    extra_env: dict[str, str] | None = None,
+    *,
+    host: str = "127.0.0.1",
+    log_level: str = "warning",
+    args: tuple[str, ...] = (),
+    token: str | None = None,
+) -> Server:
     port = free_port()
     log_path = Path(tempfile.mkstemp(prefix="agent-breaker-serve-", suffix=".log")[1])
     with log_path.open("wb") as log_file:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "agent_breaker.cli", "serve", "--host", host, "--port", str(port), "--log-level", log_level, *args],
-            env=child_env(extra_env), stdout=log_file, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "agent_breaker.cli",
+                "serve",
+                "--host",
+                host,
+                "--port",
+                str(port),
+                "--log-level",
+                log_level,
+                *args,
+            ],
+            env=child_env(extra_env),
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
         )
     server = Server(f"http://127.0.0.1:{port}", proc, log_path, {"Authorization": f"Bearer {token}"} if token else {})
     deadline = time.monotonic() + 90
@@ -89,9 +118,22 @@ def start(extra_env: dict[str, str] | None = None, *, host: str = "127.0.0.1", l
 
 
 def call(i: int | str, tool: str = "run_sql", args: dict[str, Any] | None = None, **kw: Any) -> dict[str, Any]:
-    return {"type": "ToolCallRequested", "call_id": f"c{i}", "tool_name": tool, "tool_args": {"q": "SELECT 1"} if args is None else args, **kw}
+    return {
+        "type": "ToolCallRequested",
+        "call_id": f"c{i}",
+        "tool_name": tool,
+        "tool_args": {"q": "SELECT 1"} if args is None else args,
+        **kw,
+    }
 
 
 def result(i: int | str, tool: str = "run_sql", ok: bool = False, payload: Any = None, **kw: Any) -> dict[str, Any]:
-    return {"type": "ToolResultReceived", "call_id": f"c{i}", "tool_name": tool, "ok": ok, "result": payload,
-            "error": None if ok else "HTTP 500", **kw}
+    return {
+        "type": "ToolResultReceived",
+        "call_id": f"c{i}",
+        "tool_name": tool,
+        "ok": ok,
+        "result": payload,
+        "error": None if ok else "HTTP 500",
+        **kw,
+    }

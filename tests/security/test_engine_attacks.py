@@ -9,11 +9,10 @@ import secrets
 import uuid
 
 import pytest
+from conftest import call, final, result, run
 
 from agent_breaker import InvalidEventError
 from agent_breaker.store import codec
-
-from conftest import call, final, result, run  # noqa: E402
 
 
 def loop_until_blocked(engine, clock, session="s1", tool="run_sql", args=None, n=3, **kw):
@@ -146,7 +145,9 @@ def test_a_random_salt_field_does_not_make_a_call_new(make_engine, clock):
     engine = make_engine()
     for salt in (lambda: secrets.token_hex(8), lambda: str(uuid.uuid4()), random.random):
         session = f"salt-{uuid.uuid4().hex[:6]}"
-        verdicts = [run(engine, clock, "search", {"q": "pricing", "salt": salt()}, True, {"hits": 0}, session=session) for _ in range(4)]
+        verdicts = [
+            run(engine, clock, "search", {"q": "pricing", "salt": salt()}, True, {"hits": 0}, session=session) for _ in range(4)
+        ]
         assert verdicts[-1].heuristic == "identical_call", [v.heuristic for v in verdicts]
 
 
@@ -176,13 +177,28 @@ def test_loops_over_fresh_session_ids_are_caught_by_the_agent_view(make_engine, 
     engine = make_engine()
     verdicts = []
     for i in range(12):
-        verdicts.append(run(engine, clock, "check_inbox", {"folder": "inbox"}, True, {"messages": 0}, session=f"fresh-{i}",
-                            tenant="acme", agent="mailer"))
+        verdicts.append(
+            run(
+                engine,
+                clock,
+                "check_inbox",
+                {"folder": "inbox"},
+                True,
+                {"messages": 0},
+                session=f"fresh-{i}",
+                tenant="acme",
+                agent="mailer",
+            )
+        )
     heuristics = [v.heuristic for v in verdicts]
     assert "session_churn" in heuristics and heuristics.index("session_churn") == 10, heuristics
     # another agent of the tenant, and the same agent with another call, are not held back
-    assert run(engine, clock, "check_inbox", {"folder": "inbox"}, True, {"messages": 0}, session="x", tenant="acme", agent="other").allowed
-    assert run(engine, clock, "check_inbox", {"folder": "sent"}, True, {"messages": 2}, session="y", tenant="acme", agent="mailer").allowed
+    assert run(
+        engine, clock, "check_inbox", {"folder": "inbox"}, True, {"messages": 0}, session="x", tenant="acme", agent="other"
+    ).allowed
+    assert run(
+        engine, clock, "check_inbox", {"folder": "sent"}, True, {"messages": 2}, session="y", tenant="acme", agent="mailer"
+    ).allowed
 
 
 def test_parallel_runs_that_go_on_to_other_calls_are_no_churn(make_engine, clock):
@@ -232,9 +248,15 @@ MAX_SESSION_BYTES = 640 * 1024
 
 
 def test_a_session_cannot_grow_past_its_bound(make_engine, clock):
-    engine = make_engine({"step_limit": {"max_steps": 10**6}, "budget": {"max_tokens": None, "max_cost_usd": None},
-                          "token_velocity": {"max_tokens_per_s": 1e12}, "identical_call": {"max_repeats": 1000},
-                          "stuck_polling": {"max_polls": 1000}})
+    engine = make_engine(
+        {
+            "step_limit": {"max_steps": 10**6},
+            "budget": {"max_tokens": None, "max_cost_usd": None},
+            "token_velocity": {"max_tokens_per_s": 1e12},
+            "identical_call": {"max_repeats": 1000},
+            "stuck_polling": {"max_polls": 1000},
+        }
+    )
     rng = random.Random(7)
 
     def words(n):
@@ -243,7 +265,9 @@ def test_a_session_cannot_grow_past_its_bound(make_engine, clock):
     for t in range(300):  # every tool once: chains, keys, receipts, references
         clock.advance(1)
         v = engine.check_tool_call(call(f"create_{t}", {"q": words(300)}, thought=words(300)))
-        engine.record_tool_result(result(f"create_{t}", True, {"ids": [f"ID-{rng.randrange(10**6)}" for _ in range(40)]}, call_id=v.call_id))
+        engine.record_tool_result(
+            result(f"create_{t}", True, {"ids": [f"ID-{rng.randrange(10**6)}" for _ in range(40)]}, call_id=v.call_id)
+        )
     for t in range(200):  # calls left in flight
         clock.advance(1)
         engine.check_tool_call(call(f"send_{t}", {"q": words(300)}, thought=words(300)))

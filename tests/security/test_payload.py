@@ -22,9 +22,8 @@ httpx = pytest.importorskip("httpx")
 
 from _chat_cli import ChatCLI  # noqa: E402
 from _server import TOKEN, call, child_env, result, start  # noqa: E402
-from conftest import REDIS_URL, redis_or_skip  # noqa: E402
-
 from agent_breaker.configs import config_path  # noqa: E402
+from conftest import REDIS_URL, redis_or_skip  # noqa: E402
 
 
 def _marker() -> str:
@@ -58,9 +57,19 @@ def _trace_events(marker: str) -> list[dict]:
     """The same, in the trace format, plus a looping session that trips and logs incidents."""
     out = []
     for i in range(4):
-        out.append({"session": "loop", "type": "tool_call", "tool": "run_sql", "args": {"q": marker}, "call_id": f"c{i}",
-                    "thought": marker})
-        out.append({"session": "loop", "type": "tool_result", "tool": "run_sql", "call_id": f"c{i}", "ok": False, "error": marker})
+        out.append(
+            {
+                "session": "loop",
+                "type": "tool_call",
+                "tool": "run_sql",
+                "args": {"q": marker},
+                "call_id": f"c{i}",
+                "thought": marker,
+            }
+        )
+        out.append(
+            {"session": "loop", "type": "tool_result", "tool": "run_sql", "call_id": f"c{i}", "ok": False, "error": marker}
+        )
     out.append({"session": "loop", "type": "final", "text": f"Done {marker} TX-77310"})
     out.append({"session": "bad", "type": "tool_call", "tool": "t", "args": {"q": marker}, "input_tokens": -1})
     return out
@@ -143,8 +152,13 @@ def test_replay_prints_no_payload(tmp_path):
     marker = _marker()
     trace = tmp_path / "trace.jsonl"
     trace.write_text("\n".join(json.dumps(e) for e in _trace_events(marker)) + "\n")
-    proc = subprocess.run([sys.executable, "-m", "agent_breaker.cli", "replay", str(trace), "--incidents", "-"],
-                          env=child_env(), capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "agent_breaker.cli", "replay", str(trace), "--incidents", "-"],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert '"tripped": true' in proc.stdout and "identical_failure" in proc.stderr  # it did run and trip
     assert not _found_in(proc.stdout + proc.stderr, marker)
 
@@ -173,8 +187,16 @@ def test_the_server_logs_and_stores_no_payload(debug_server, config_id):
         r = srv.events(session, event, config_id=config_id)
         assert r.status_code in (200, 413, 422), r.text
         assert not _found_in(r.text, marker), r.text  # no verdict repeats the payload
-    body = {"model": "m", "guardrails": {"config_id": config_id},
-            "messages": [{"role": "context", "content": {"agent_breaker_events": [{**e, "session_id": session + "-cc"} for e in _payload_events(marker)[:9]]}}]}
+    body = {
+        "model": "m",
+        "guardrails": {"config_id": config_id},
+        "messages": [
+            {
+                "role": "context",
+                "content": {"agent_breaker_events": [{**e, "session_id": session + "-cc"} for e in _payload_events(marker)[:9]]},
+            }
+        ],
+    }
     r = srv.post("/v1/chat/completions", body)
     assert r.status_code == 200 and not _found_in(r.text, marker), r.text
     # a request the guard refuses: its body reaches no log either
@@ -198,6 +220,7 @@ def test_live_colang_state_between_requests_holds_no_payload(tmp_path, monkeypat
     no object on the heap (Colang states, caches, tables) holds the payload."""
     monkeypatch.setenv("AGENT_BREAKER_RECEIPT_KEYS", "k1:" + "ef" * 32)
     from agent_breaker.configs import ROOT
+
     from agent_breaker.server import build_app
 
     marker = _marker()
@@ -210,8 +233,18 @@ def test_live_colang_state_between_requests_holds_no_payload(tmp_path, monkeypat
             for event in _payload_events(marker):
                 r = await client.post("/v1/agent-breaker/events", json={"session_id": "live", "events": [event]}, headers=headers)
                 assert r.status_code in (200, 413, 422)
-            body = {"model": "m", "guardrails": {"config_id": "agent_breaker"}, "messages": [
-                {"role": "context", "content": {"agent_breaker_events": [{**e, "session_id": "live-cc"} for e in _payload_events(marker)[:9]]}}]}
+            body = {
+                "model": "m",
+                "guardrails": {"config_id": "agent_breaker"},
+                "messages": [
+                    {
+                        "role": "context",
+                        "content": {
+                            "agent_breaker_events": [{**e, "session_id": "live-cc"} for e in _payload_events(marker)[:9]]
+                        },
+                    }
+                ],
+            }
             r = await client.post("/v1/chat/completions", json=body, headers=headers)
             assert r.status_code == 200
 
@@ -228,7 +261,10 @@ def test_the_chat_cli_shows_no_payload_in_its_verdicts():
     try:
         assert chat.read_until(b"> ", 90), chat.tail(1000)
         lines = [f'tool run_sql {{"q": "{marker}"}}', f"result run_sql error {marker}"] * 3 + [
-            f'tool run_sql {{"q": "{marker}"}}', f"tool bad {{not json {marker}", f"final Transferred to {marker}"]
+            f'tool run_sql {{"q": "{marker}"}}',
+            f"tool bad {{not json {marker}",
+            f"final Transferred to {marker}",
+        ]
         for line in lines:
             chat.say(line, b"ED")  # ALLOWED / BLOCKED
         text = chat.screen.decode(errors="replace")

@@ -37,7 +37,7 @@ def hash_tag(key: str) -> str:
 def test_escaping_is_injective(parts):
     escaped = [escape_key_part(p) for p in parts]
     assert len(set(escaped)) == len(parts)
-    for p, e in zip(parts, escaped):
+    for p, e in zip(parts, escaped, strict=True):
         assert unquote(e, errors="surrogatepass") == p  # it can be undone: distinct in, distinct out
         assert not set(e) & set(":{}")
 
@@ -112,11 +112,11 @@ def test_ids_full_of_key_syntax_round_trip_on_redis(redis_store):
 def test_engine_keeps_the_spend_of_tenants_that_join_alike_apart(make_engine, clock):
     engine = make_engine({"global_budget": {"max_tokens": 15_000, "window_s": 3600}, "budget": {"max_tokens": None}})
     clock.advance(1)
-    assert engine.check_tool_call({"session": "x", "tenant": "a:b", "feature": "c", "tool": "t", "args": {},
-                                   "input_tokens": 10_000}).allowed
+    assert engine.check_tool_call(
+        {"session": "x", "tenant": "a:b", "feature": "c", "tool": "t", "args": {}, "input_tokens": 10_000}
+    ).allowed
     clock.advance(1)
-    v = engine.check_tool_call({"session": "y", "tenant": "a", "feature": "b:c", "tool": "t", "args": {},
-                                "input_tokens": 10_000})
+    v = engine.check_tool_call({"session": "y", "tenant": "a", "feature": "b:c", "tool": "t", "args": {}, "input_tokens": 10_000})
     assert v.allowed, v.heuristic
 
 

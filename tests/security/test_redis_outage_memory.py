@@ -10,10 +10,10 @@ directly: retry_s is an hour, so the store never tries on its own and no test wa
 from __future__ import annotations
 
 import pytest
+from test_redis_fleet import RedisServer
 
 from agent_breaker import Engine, FakeClock, ReceiptKeys
 from agent_breaker.breaker import BreakerStateName as S
-from test_redis_fleet import RedisServer
 
 redis = pytest.importorskip("redis")
 from agent_breaker.store.redis import CHANNEL, RedisStore  # noqa: E402
@@ -70,15 +70,23 @@ def fleet():
     f.close()
 
 
-def step(engine: Engine, clock: FakeClock, session: str, tool: str = "search", args: dict | None = None,
-         ok: bool = True, tokens: int = 0):
+def step(
+    engine: Engine,
+    clock: FakeClock,
+    session: str,
+    tool: str = "search",
+    args: dict | None = None,
+    ok: bool = True,
+    tokens: int = 0,
+):
     """One call and, if it is let through, its result."""
     clock.advance(2)
     v = engine.check_tool_call({"session": session, "tool": tool, "args": args or {}, "input_tokens": tokens})
     if v.allowed:
         clock.advance(0.5)
-        engine.record_tool_result({"session": session, "tool": tool, "ok": ok, "result": {"n": 1} if ok else None,
-                                   "call_id": v.call_id})
+        engine.record_tool_result(
+            {"session": session, "tool": tool, "ok": ok, "result": {"n": 1} if ok else None, "call_id": v.call_id}
+        )
     return v
 
 
@@ -209,8 +217,9 @@ def test_a_session_nobody_else_wrote_is_written_back_whole(fleet):
     assert step(a, fleet.clock, "run", "t", {}, ok=False).allowed
     assert refused(step(a, fleet.clock, "run", "t", {}, ok=False), "identical_failure")
     fleet.clock.advance(1)
-    done = a.record_tool_result({"session": "run", "tool": "slow_job", "ok": True, "result": {"n": 1},
-                                 "call_id": waiting.call_id})
+    done = a.record_tool_result(
+        {"session": "run", "tool": "slow_job", "ok": True, "result": {"n": 1}, "call_id": waiting.call_id}
+    )
     assert done.accepted and done.heuristic is None
 
 

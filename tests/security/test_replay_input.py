@@ -10,8 +10,12 @@ from _server import child_env
 
 
 def replay(path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "agent_breaker.cli", "replay", str(path), *extra],
-                          env=child_env(), capture_output=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "agent_breaker.cli", "replay", str(path), *extra],
+        env=child_env(),
+        capture_output=True,
+        timeout=120,
+    )
 
 
 def test_bad_lines_are_reported_by_number_and_the_replay_goes_on(tmp_path):
@@ -20,8 +24,14 @@ def test_bad_lines_are_reported_by_number_and_the_replay_goes_on(tmp_path):
     trace.write_bytes(
         ok
         + b"\xff\xfe not UTF-8\n"
-        + b'{"session": "a", "type": "tool_call", "tool": "t", "args": ' + b"[" * 100_000 + b"]" * 100_000 + b"}\n"
-        + b'{"session": "a", "type": "tool_call", "tool": "t", "args": {"x": ' + b"[" * 200 + b"]" * 200 + b"}}\n"
+        + b'{"session": "a", "type": "tool_call", "tool": "t", "args": '
+        + b"[" * 100_000
+        + b"]" * 100_000
+        + b"}\n"
+        + b'{"session": "a", "type": "tool_call", "tool": "t", "args": {"x": '
+        + b"[" * 200
+        + b"]" * 200
+        + b"}}\n"
         + b'{"session": "a", "type": "tool_call", "tool": "t", "args": {"x": "\\ud800"}}\n'
         + b'{"session": "b", "type": "tool_call", "tool": "t", "args": {}}\n'
     )
@@ -36,7 +46,12 @@ def test_bad_lines_are_reported_by_number_and_the_replay_goes_on(tmp_path):
 def test_a_reader_that_stops_early_is_no_error(tmp_path):
     trace = tmp_path / "trace.jsonl"
     trace.write_text("".join(f'{{"session": "s{i}", "type": "tool_call", "tool": "t", "args": {{}}}}\n' for i in range(20_000)))
-    proc = subprocess.run(f"{sys.executable} -m agent_breaker.cli replay {trace} | head -1", shell=True, env=child_env(),
-                          capture_output=True, timeout=120)
+    proc = subprocess.run(
+        f"{sys.executable} -m agent_breaker.cli replay {trace} | head -1",
+        shell=True,
+        env=child_env(),
+        capture_output=True,
+        timeout=120,
+    )
     assert proc.stdout.count(b"\n") == 1
     assert b"BrokenPipe" not in proc.stderr and b"Traceback" not in proc.stderr

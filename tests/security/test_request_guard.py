@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("nemoguardrails")
 
-from agent_breaker.server import Limits, RequestGuard, Tokens  # noqa: E402
+from agent_breaker.server import Limits, RequestGuard, Tokens
 
 
 def _guard() -> tuple[RequestGuard, list]:

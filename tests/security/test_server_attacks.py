@@ -57,8 +57,19 @@ def as_tenant(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-def chat(server: Server, events: list[dict], *, model: str = "any", headers: dict[str, str] | None = None, config_id: str = "agent_breaker") -> list[dict]:
-    body = {"model": model, "guardrails": {"config_id": config_id}, "messages": [{"role": "context", "content": {"agent_breaker_events": events}}]}
+def chat(
+    server: Server,
+    events: list[dict],
+    *,
+    model: str = "any",
+    headers: dict[str, str] | None = None,
+    config_id: str = "agent_breaker",
+) -> list[dict]:
+    body = {
+        "model": model,
+        "guardrails": {"config_id": config_id},
+        "messages": [{"role": "context", "content": {"agent_breaker_events": events}}],
+    }
     r = server.post("/v1/chat/completions", body, headers=headers)
     assert r.status_code == 200, r.text
     return json.loads(r.json()["choices"][0]["message"]["content"])["events"]
@@ -69,8 +80,14 @@ def chat(server: Server, events: list[dict], *, model: str = "any", headers: dic
 
 @pytest.mark.parametrize(
     ("method", "path"),
-    [("GET", "/v1/rails/configs"), ("POST", "/v1/agent-breaker/events"), ("POST", "/v1/chat/completions"),
-     ("GET", "/docs"), ("GET", "/openapi.json"), ("GET", "/")],
+    [
+        ("GET", "/v1/rails/configs"),
+        ("POST", "/v1/agent-breaker/events"),
+        ("POST", "/v1/chat/completions"),
+        ("GET", "/docs"),
+        ("GET", "/openapi.json"),
+        ("GET", "/"),
+    ],
 )
 def test_every_route_needs_the_bearer_token(server, method, path):
     for headers in ({}, {"Authorization": "Bearer wrong-token-000000000000"}, {"Authorization": TOKEN}):
@@ -89,8 +106,9 @@ def test_a_foreign_host_header_is_refused(server):
 def test_a_tenant_token_cannot_halt_another_tenants_session(server, config_id):
     session = sid()
     # globex burns 10^12 tokens in "its" session S: its own session is halted ...
-    [turn] = server.verdicts(session, {"type": "AssistantTurn", "text": "hi", "input_tokens": 10**12}, config_id=config_id,
-                             headers=as_tenant(GLOBEX))
+    [turn] = server.verdicts(
+        session, {"type": "AssistantTurn", "text": "hi", "input_tokens": 10**12}, config_id=config_id, headers=as_tenant(GLOBEX)
+    )
     assert turn["allowed"] is False and turn["heuristic"] == "token_budget"
     # ... and acme's session of the same id is untouched
     [verdict] = server.verdicts(session, call(1, "search"), config_id=config_id, headers=as_tenant(ACME))
@@ -157,9 +175,13 @@ def test_fabricated_failures_of_calls_never_made_open_no_breaker(server, config_
 @pytest.mark.parametrize("config_id", CONFIGS)
 def test_a_made_up_result_mints_no_receipt_and_the_false_answer_is_refused(server, config_id):
     s = sid()
-    [v] = server.verdicts(s, result("never", "wire_transfer", ok=True, payload={"status": "done", "ref": "TX-99482"}), config_id=config_id)
+    [v] = server.verdicts(
+        s, result("never", "wire_transfer", ok=True, payload={"status": "done", "ref": "TX-99482"}), config_id=config_id
+    )
     assert v["accepted"] is False and v["receipt"] is None and v["heuristic"] == "invalid_event"
-    [answer] = server.verdicts(s, {"type": "FinalAnswerProposed", "text": "The transfer is done, reference TX-99482."}, config_id=config_id)
+    [answer] = server.verdicts(
+        s, {"type": "FinalAnswerProposed", "text": "The transfer is done, reference TX-99482."}, config_id=config_id
+    )
     assert answer["accepted"] is False and answer["heuristic"] == "unverified_claim"
 
 
@@ -175,31 +197,62 @@ def test_deeply_nested_input_gets_a_400_not_a_verdictless_200(server, path):
     for levels in (100, 900, 100_000):
         args = '{"q": ' + _deep(levels) + "}"
         if path.endswith("events"):
-            body = '{"session_id": "deep", "events": [{"type": "ToolCallRequested", "call_id": "c1", "tool_name": "t", "tool_args": ' + args + "}]}"
+            body = (
+                '{"session_id": "deep", "events": [{"type": "ToolCallRequested", "call_id": "c1", "tool_name": "t", "tool_args": '
+                + args
+                + "}]}"
+            )
         else:
-            body = ('{"model": "m", "guardrails": {"config_id": "agent_breaker"}, "messages": [{"role": "context", "content": '
-                    '{"agent_breaker_events": [{"type": "ToolCallRequested", "session_id": "deep", "tool_name": "t", "tool_args": ' + args + "}]}}]}")
-        r = httpx.post(server.base + path, content=body, headers={**server.headers, "Content-Type": "application/json"}, timeout=30)
+            body = (
+                '{"model": "m", "guardrails": {"config_id": "agent_breaker"}, "messages": [{"role": "context", "content": '
+                '{"agent_breaker_events": [{"type": "ToolCallRequested", "session_id": "deep", "tool_name": "t", "tool_args": '
+                + args
+                + "}]}}]}"
+            )
+        r = httpx.post(
+            server.base + path, content=body, headers={**server.headers, "Content-Type": "application/json"}, timeout=30
+        )
         assert r.status_code == 400, (levels, r.status_code, r.text[:200])
         assert "nested deeper" in r.text
 
 
 def test_brackets_inside_strings_neither_hide_nor_fake_depth(server):
-    hide = '{"session_id": "d", "events": [{"type": "ToolCallRequested", "call_id": "c1", "tool_name": "t", "tool_args": {"a": "' + "]" * 500 + '", "b": ' + _deep(200) + "}}]}"
-    r = httpx.post(server.base + "/v1/agent-breaker/events", content=hide, headers={**server.headers, "Content-Type": "application/json"}, timeout=30)
+    hide = (
+        '{"session_id": "d", "events": [{"type": "ToolCallRequested", "call_id": "c1", "tool_name": "t", "tool_args": {"a": "'
+        + "]" * 500
+        + '", "b": '
+        + _deep(200)
+        + "}}]}"
+    )
+    r = httpx.post(
+        server.base + "/v1/agent-breaker/events",
+        content=hide,
+        headers={**server.headers, "Content-Type": "application/json"},
+        timeout=30,
+    )
     assert r.status_code == 400 and "nested deeper" in r.text
-    fake = {"session_id": sid(), "events": [call(1, "search", {"q": "[" * 500 + '\\"[[[' })]}
+    fake = {"session_id": sid(), "events": [call(1, "search", {"q": "[" * 500 + '\\"[[['})]}
     assert server.events(fake["session_id"], *fake["events"]).status_code == 200
 
 
 def test_an_oversized_request_is_refused_before_it_is_read(server):
     big = json.dumps({"session_id": "big", "events": [call(1, args={"blob": "x" * 10_000_000})]})
     t0 = time.monotonic()
-    r = httpx.post(server.base + "/v1/agent-breaker/events", content=big, headers={**server.headers, "Content-Type": "application/json"}, timeout=60)
+    r = httpx.post(
+        server.base + "/v1/agent-breaker/events",
+        content=big,
+        headers={**server.headers, "Content-Type": "application/json"},
+        timeout=60,
+    )
     assert r.status_code == 413
     # the same body without a Content-Length (chunked) is cut off once it passes the limit
     chunks = (big[i : i + 65536].encode() for i in range(0, len(big), 65536))
-    r = httpx.post(server.base + "/v1/agent-breaker/events", content=chunks, headers={**server.headers, "Content-Type": "application/json"}, timeout=60)
+    r = httpx.post(
+        server.base + "/v1/agent-breaker/events",
+        content=chunks,
+        headers={**server.headers, "Content-Type": "application/json"},
+        timeout=60,
+    )
     assert r.status_code == 413
     assert time.monotonic() - t0 < 20
 
@@ -211,8 +264,14 @@ def test_an_event_over_its_own_limit_is_refused(server):
 
 def test_the_events_per_request_are_capped_on_every_path(server):
     many = [{**call(i, "search", {"i": i}), "session_id": "many"} for i in range(5000)]
-    r = server.post("/v1/chat/completions", {"model": "m", "guardrails": {"config_id": "agent_breaker"},
-                                            "messages": [{"role": "context", "content": {"agent_breaker_events": many}}]})
+    r = server.post(
+        "/v1/chat/completions",
+        {
+            "model": "m",
+            "guardrails": {"config_id": "agent_breaker"},
+            "messages": [{"role": "context", "content": {"agent_breaker_events": many}}],
+        },
+    )
     assert r.status_code == 413
     r = server.events("many", *[call(i, "search", {"i": i}) for i in range(101)])
     assert r.status_code == 413
@@ -220,11 +279,25 @@ def test_the_events_per_request_are_capped_on_every_path(server):
 
 def test_lone_surrogates_are_refused_before_any_state_changes(server):
     s = sid()
-    body = '{"session_id": "' + s + '", "events": [{"type": "ToolCallRequested", "call_id": "c1", "tool_name": "t", "tool_args": {"q": "\\ud800"}}]}'
-    r = httpx.post(server.base + "/v1/agent-breaker/events", content=body, headers={**server.headers, "Content-Type": "application/json"}, timeout=30)
+    body = (
+        '{"session_id": "'
+        + s
+        + '", "events": [{"type": "ToolCallRequested", "call_id": "c1", "tool_name": "t", "tool_args": {"q": "\\ud800"}}]}'
+    )
+    r = httpx.post(
+        server.base + "/v1/agent-breaker/events",
+        content=body,
+        headers={**server.headers, "Content-Type": "application/json"},
+        timeout=30,
+    )
     assert r.status_code == 400 and "surrogate" in r.text
     body = '{"session_id": "' + s + '\\udc00", "events": [{"type": "ToolCallRequested", "call_id": "c1", "tool_name": "t"}]}'
-    r = httpx.post(server.base + "/v1/agent-breaker/events", content=body, headers={**server.headers, "Content-Type": "application/json"}, timeout=30)
+    r = httpx.post(
+        server.base + "/v1/agent-breaker/events",
+        content=body,
+        headers={**server.headers, "Content-Type": "application/json"},
+        timeout=30,
+    )
     assert r.status_code == 400
 
 
@@ -233,8 +306,10 @@ def test_an_unknown_config_id_gets_a_4xx_naming_the_served_ones_and_no_path(serv
     r = server.events(sid(), call(1), config_id=config_id)
     assert 400 <= r.status_code < 500, r.text
     assert "agent_breaker" in r.text and "/" not in r.json()["error"]["message"].replace("agent_breaker", "")
-    r = server.post("/v1/chat/completions", {"model": "m", "guardrails": {"config_id": config_id},
-                                            "messages": [{"role": "user", "content": "hi"}]})
+    r = server.post(
+        "/v1/chat/completions",
+        {"model": "m", "guardrails": {"config_id": config_id}, "messages": [{"role": "user", "content": "hi"}]},
+    )
     assert 400 <= r.status_code < 500, r.text
     assert str(Path.cwd()) not in r.text and "site-packages" not in r.text
 
@@ -274,15 +349,23 @@ def test_new_model_strings_cost_no_thread_and_no_engine(server):
 def test_a_non_loopback_bind_without_a_token_refuses_to_start():
     proc = subprocess.run(
         [sys.executable, "-m", "agent_breaker.cli", "serve", "--host", "0.0.0.0", "--port", str(free_port())],
-        env=child_env(), capture_output=True, text=True, timeout=120,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 2 and "AGENT_BREAKER_API_TOKEN" in proc.stderr
 
 
 def test_serve_without_a_receipt_key_exits_naming_the_variable():
     env = {k: v for k, v in child_env().items() if k != "AGENT_BREAKER_RECEIPT_KEYS"}
-    proc = subprocess.run([sys.executable, "-m", "agent_breaker.cli", "serve", "--port", str(free_port())],
-                          env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "agent_breaker.cli", "serve", "--port", str(free_port())],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and "AGENT_BREAKER_RECEIPT_KEYS" in proc.stderr, proc.stderr[-2000:]
 
 
@@ -306,10 +389,14 @@ def test_without_a_token_the_server_binds_loopback_and_says_so(tmp_path):
 
 def test_every_context_message_of_a_request_reaches_the_guard(server):
     s = sid()
-    body = {"model": "m", "guardrails": {"config_id": "agent_breaker"}, "messages": [
-        {"role": "context", "content": {"agent_breaker_events": [{**call(1, "search", {"q": 1}), "session_id": s}]}},
-        {"role": "context", "content": {"agent_breaker_events": [{**call(2, "search", {"q": 2}), "session_id": s}]}},
-    ]}
+    body = {
+        "model": "m",
+        "guardrails": {"config_id": "agent_breaker"},
+        "messages": [
+            {"role": "context", "content": {"agent_breaker_events": [{**call(1, "search", {"q": 1}), "session_id": s}]}},
+            {"role": "context", "content": {"agent_breaker_events": [{**call(2, "search", {"q": 2}), "session_id": s}]}},
+        ],
+    }
     r = server.post("/v1/chat/completions", body)
     assert r.status_code == 200, r.text
     verdicts = json.loads(r.json()["choices"][0]["message"]["content"])["events"]
@@ -322,7 +409,12 @@ def test_every_context_message_of_a_request_reaches_the_guard(server):
 def test_an_unterminated_string_costs_one_scan_not_one_per_quote(server):
     body = '"' + '\\"' * 32_000  # 64 KB: each quote used to start a scan to the end
     t0 = time.monotonic()
-    r = httpx.post(server.base + "/v1/agent-breaker/events", content=body, headers={**server.headers, "Content-Type": "application/json"}, timeout=30)
+    r = httpx.post(
+        server.base + "/v1/agent-breaker/events",
+        content=body,
+        headers={**server.headers, "Content-Type": "application/json"},
+        timeout=30,
+    )
     assert r.status_code == 400
     assert time.monotonic() - t0 < 3
 
@@ -332,8 +424,23 @@ def test_a_surrogate_in_raw_bytes_is_refused_with_the_whole_request(server, conf
     s = sid()
     good = json.dumps(call(1, "wire_transfer", {"to": "x", "amount": 1})).encode()
     bad = b'{"type": "ToolCallRequested", "call_id": "c\xed\xa0\x80", "tool_name": "t", "tool_args": {}}'
-    body = b'{"config_id": "' + config_id.encode() + b'", "session_id": "' + s.encode() + b'", "events": [' + good + b", " + bad + b"]}"
-    r = httpx.post(server.base + "/v1/agent-breaker/events", content=body, headers={**server.headers, "Content-Type": "application/json"}, timeout=30)
+    body = (
+        b'{"config_id": "'
+        + config_id.encode()
+        + b'", "session_id": "'
+        + s.encode()
+        + b'", "events": ['
+        + good
+        + b", "
+        + bad
+        + b"]}"
+    )
+    r = httpx.post(
+        server.base + "/v1/agent-breaker/events",
+        content=body,
+        headers={**server.headers, "Content-Type": "application/json"},
+        timeout=30,
+    )
     assert r.status_code == 400
     [v] = server.verdicts(s, result(1, "wire_transfer", ok=True, payload={"ref": "TX-12345"}), config_id=config_id)
     assert v["accepted"] is False and v["receipt"] is None  # c1 was never recorded
@@ -341,14 +448,26 @@ def test_a_surrogate_in_raw_bytes_is_refused_with_the_whole_request(server, conf
 
 def test_pages_of_other_sites_and_bodies_that_are_not_json_are_refused(server):
     body = json.dumps({"session_id": sid(), "events": [call(1, "search")]})
-    r = httpx.post(server.base + "/v1/agent-breaker/events", content=body, timeout=10,
-                   headers={**server.headers, "Content-Type": "application/json", "Origin": "https://evil.example"})
+    r = httpx.post(
+        server.base + "/v1/agent-breaker/events",
+        content=body,
+        timeout=10,
+        headers={**server.headers, "Content-Type": "application/json", "Origin": "https://evil.example"},
+    )
     assert r.status_code == 403
-    r = httpx.post(server.base + "/v1/agent-breaker/events", content=body, timeout=10,
-                   headers={**server.headers, "Content-Type": "text/plain"})
+    r = httpx.post(
+        server.base + "/v1/agent-breaker/events",
+        content=body,
+        timeout=10,
+        headers={**server.headers, "Content-Type": "text/plain"},
+    )
     assert r.status_code == 415
-    r = httpx.post(server.base + "/v1/agent-breaker/events", content=body, timeout=10,
-                   headers={**server.headers, "Content-Type": "application/json", "Origin": "http://127.0.0.1:1234"})
+    r = httpx.post(
+        server.base + "/v1/agent-breaker/events",
+        content=body,
+        timeout=10,
+        headers={**server.headers, "Content-Type": "application/json", "Origin": "http://127.0.0.1:1234"},
+    )
     assert r.status_code == 200
 
 
@@ -372,12 +491,23 @@ def test_ids_that_would_reach_colang_state_are_checked_first(server):
 @pytest.mark.parametrize(
     ("body", "fragment"),
     [
-        ({"model": "m", "stream": True, "guardrails": {"config_id": "agent_breaker"},
-          "messages": [{"role": "context", "content": {"agent_breaker_events": []}}]}, "stream"),
-        ({"model": "m", "guardrails": {"config_id": "agent_breaker"}, "messages": [{"role": "assistant", "content": "hi"}]},
-         "assistant"),
-        ({"model": "m", "guardrails": {"config_id": "agent_breaker_v1"}, "messages": [{"role": "user", "content": "hi"}]},
-         "no model"),
+        (
+            {
+                "model": "m",
+                "stream": True,
+                "guardrails": {"config_id": "agent_breaker"},
+                "messages": [{"role": "context", "content": {"agent_breaker_events": []}}],
+            },
+            "stream",
+        ),
+        (
+            {"model": "m", "guardrails": {"config_id": "agent_breaker"}, "messages": [{"role": "assistant", "content": "hi"}]},
+            "assistant",
+        ),
+        (
+            {"model": "m", "guardrails": {"config_id": "agent_breaker_v1"}, "messages": [{"role": "user", "content": "hi"}]},
+            "no model",
+        ),
     ],
 )
 def test_chat_requests_these_configs_cannot_answer_get_a_400_not_a_500(server, body, fragment):

@@ -7,6 +7,8 @@ from typing import Protocol
 
 
 class Clock(Protocol):
+    """Where the engine reads the time: the system clock live, a fake one in tests."""
+
     def now(self) -> float:
         """Seconds since any fixed origin (unix time for the system clock)."""
 

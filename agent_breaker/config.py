@@ -111,6 +111,8 @@ class _Frozen(BaseModel):
 
 
 class BreakerConfig(_Frozen):
+    """Tool circuit breakers (circuit_open / circuit_half_open)."""
+
     key_by_tenant: bool = Field(
         True,
         description="One breaker per (tenant, tool): one tenant's failures cannot open a tool for the others "
@@ -156,6 +158,8 @@ class BreakerConfig(_Frozen):
 
 
 class ToolPolicy(_Frozen):
+    """What the guard knows of one tool (under `tools:`, by its normalized name)."""
+
     mutating: bool = Field(False, description="Changes the world (payments, writes, e-mail); results get receipts.")
     read_only: bool = Field(False, description="May still run past the budget's soft limit.")
     polling: bool = Field(False, description="A status tool polled on purpose: stuck_polling applies, not identical_call.")
@@ -166,6 +170,8 @@ class ToolPolicy(_Frozen):
 
 
 class IdenticalFailureConfig(_Frozen):
+    """identical_failure: the same call failing in a row."""
+
     max_failures: int = Field(
         DEFAULT_IDENTICAL_FAILURES, ge=1, description="The same call failing this many times in a row blocks the next."
     )
@@ -178,6 +184,8 @@ class IdenticalFailureConfig(_Frozen):
 
 
 class IdenticalCallConfig(_Frozen):
+    """identical_call: the same call again with no new result."""
+
     max_repeats: int = Field(
         DEFAULT_IDENTICAL_REPEATS, ge=2, description="Runs of the same call with no progress before the next is blocked."
     )
@@ -185,6 +193,8 @@ class IdenticalCallConfig(_Frozen):
 
 
 class StuckPollingConfig(_Frozen):
+    """stuck_polling: a poll whose result never changes."""
+
     max_polls: int = Field(DEFAULT_MAX_POLLS, ge=2, le=1000, description="Polls with an unchanged result allowed in the window.")
     window_s: float = Field(DEFAULT_POLL_WINDOW_S, gt=0)
     polling_tools: tuple[str, ...] = Field(
@@ -206,6 +216,8 @@ class StuckPollingConfig(_Frozen):
 
 
 class NearDuplicateConfig(_Frozen):
+    """near_duplicate: the same call in other words."""
+
     args_similarity: float = Field(DEFAULT_ARGS_SIMILARITY, gt=0, le=1)
     thought_similarity: float = Field(DEFAULT_THOUGHT_SIMILARITY, ge=0, le=1)
     max_repeats: int = Field(DEFAULT_NEAR_DUPLICATE_REPEATS, ge=2)
@@ -213,21 +225,29 @@ class NearDuplicateConfig(_Frozen):
 
 
 class OscillationConfig(_Frozen):
+    """oscillation: A-B-A-B and longer cycles with unchanged results."""
+
     max_period: int = Field(DEFAULT_MAX_PERIOD, ge=2, le=8, description="Longest cycle looked for (A-B: 2).")
     min_cycles: int = Field(DEFAULT_MIN_CYCLES, ge=2, le=5, description="Full turns of the cycle, the blocked call included.")
 
 
 class SemanticEchoConfig(_Frozen):
+    """semantic_echo: an assistant saying the same thing in other words."""
+
     similarity: float = Field(DEFAULT_ECHO_SIMILARITY, gt=0, le=1)
     max_repeats: int = Field(DEFAULT_ECHO_REPEATS, ge=2, description="Similar assistant turns in a row that trip.")
 
 
 class AgentDeadlockConfig(_Frozen):
+    """agent_deadlock: agents trading the same status messages."""
+
     similarity: float = Field(DEFAULT_DEADLOCK_SIMILARITY, gt=0, le=1)
     max_turns: int = Field(DEFAULT_DEADLOCK_TURNS, ge=2, description="Repeated status turns across agents that trip.")
 
 
 class SessionChurnConfig(_Frozen):
+    """session_churn: the same call repeated across new sessions of one tenant and agent."""
+
     max_calls: int = Field(
         DEFAULT_CHURN_CALLS,
         ge=2,
@@ -238,11 +258,15 @@ class SessionChurnConfig(_Frozen):
 
 
 class Price(_Frozen):
+    """A model's price per million tokens."""
+
     input_per_mtok_usd: float = Field(ge=0)
     output_per_mtok_usd: float = Field(ge=0)
 
 
 class BudgetConfig(_Frozen):
+    """Session budgets: token_budget, cost_budget, budget_soft_limit."""
+
     max_tokens: int | None = Field(DEFAULT_MAX_TOKENS, ge=1, description="Session tokens, input + output (null: off).")
     max_cost_usd: float | None = Field(DEFAULT_MAX_COST_USD, gt=0, description="Session spend (null: off).")
     soft_limit_pct: float = Field(
@@ -259,19 +283,27 @@ class BudgetConfig(_Frozen):
 
 
 class VelocityConfig(_Frozen):
+    """token_velocity: tokens per second over a short window."""
+
     max_tokens_per_s: float = Field(DEFAULT_MAX_TOKENS_PER_S, gt=0)
     window_s: float = Field(DEFAULT_VELOCITY_WINDOW_S, gt=0)
 
 
 class StepLimitConfig(_Frozen):
+    """step_limit: model steps per session."""
+
     max_steps: int = Field(DEFAULT_MAX_STEPS, ge=1, description="Model steps (tool calls and assistant turns) per session.")
 
 
 class DepthLimitConfig(_Frozen):
+    """depth_limit: how deep agents may delegate."""
+
     max_depth: int = Field(DEFAULT_MAX_DEPTH, ge=0, description="Deepest agent nesting allowed (0 = top level only).")
 
 
 class ReceiptsConfig(_Frozen):
+    """Execution receipts and the final-answer check (unverified_claim)."""
+
     key_env: str = Field(DEFAULT_RECEIPT_KEY_ENV, description="Environment variable holding 'kid:key[,kid:key]'.")
     key_file: str | None = Field(None, description='JSON file {"current": kid, "keys": {kid: key}}; wins over key_env.')
     dev_ephemeral_key: bool = Field(False, description="Development only: sign with a random per-process key.")
@@ -296,6 +328,8 @@ class ReceiptsConfig(_Frozen):
 
 
 class StorageConfig(_Frozen):
+    """Where guard state lives (process-level: not per tenant)."""
+
     url: str = Field("memory://", description="memory:// (in process) or redis://host:port/db (shared by a fleet).")
     url_env: str | None = Field(None, description="An environment variable that, when set, holds the URL instead.")
     key_prefix: str = Field("ab", min_length=1, description="Prefix of every Redis key.")
@@ -322,17 +356,23 @@ class StorageConfig(_Frozen):
 
 
 class GlobalBudgetConfig(_Frozen):
+    """global_budget: spend per tenant and feature across every worker."""
+
     max_tokens: int | None = Field(None, ge=1, description="Tokens per tenant and feature in the window, all workers.")
     max_cost_usd: float | None = Field(None, gt=0, description="Spend per tenant and feature in the window, all workers.")
     window_s: float = Field(86_400.0, gt=0, description="The window (fixed, aligned on the epoch).")
 
 
 class SessionsConfig(_Frozen):
+    """How long idle sessions are kept, and how many (process-level)."""
+
     ttl_s: float = Field(DEFAULT_SESSION_TTL_S, gt=0, description="Idle sessions are forgotten after this.")
     max_sessions: int = Field(DEFAULT_MAX_SESSIONS, ge=1, description="Least recently used sessions go past this.")
 
 
 class Override(_Frozen):
+    """Settings for one tenant / feature / agent, merged over the base config."""
+
     tenant: str | None = None
     feature: str | None = None
     agent: str | None = None
@@ -350,6 +390,8 @@ class Override(_Frozen):
 
 
 class AgentBreakerConfig(_Frozen):
+    """The whole config tree (`custom_data: agent_breaker:`), frozen and validated when built."""
+
     mode: Mode = Field("enforce", description="enforce: block; observe: report only; off: do nothing.")
     modes: dict[str, Mode] = Field(default_factory=dict, description="Mode per heuristic, over `mode`.")
     volatile_fields: tuple[str, ...] = Field(

@@ -78,6 +78,8 @@ class _Spend(BaseModel):
 
 
 class ToolCall(_Event, _Spend):
+    """The agent asks to run a tool; the guard decides before it runs."""
+
     type: Literal["tool_call"] = "tool_call"
     tool: _ToolName
     args: dict[str, Any] = Field(default_factory=dict)
@@ -87,6 +89,8 @@ class ToolCall(_Event, _Spend):
 
 
 class ToolResult(_Event):
+    """What a tool returned; it counts only for a call the guard let through."""
+
     type: Literal["tool_result"] = "tool_result"
     tool: _ToolName
     ok: bool
@@ -98,16 +102,22 @@ class ToolResult(_Event):
 
 
 class Assistant(_Event, _Spend):
+    """An assistant turn with text and no tool call."""
+
     type: Literal["assistant"] = "assistant"
     text: _Text = ""
 
 
 class User(_Event):
+    """A user turn: new information."""
+
     type: Literal["user"] = "user"
     text: _Text = ""
 
 
 class Final(_Event):
+    """A final answer, checked before it reaches the user."""
+
     type: Literal["final"] = "final"
     text: _Text = ""
 

@@ -28,6 +28,8 @@ _NOT_DONE_FIELDS = ("done", "ready", "complete", "completed", "finished")
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
+    """What one result says about its call."""
+
     failed: bool
     slow: bool
     transient: bool

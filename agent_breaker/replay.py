@@ -57,6 +57,8 @@ class _SessionReplay:
 
 
 class Replayer:
+    """Feeds a recorded trace through an engine and keeps each session's replay verdict."""
+
     def __init__(self, engine: Engine, *, errors: IO[str] | None = None) -> None:
         self.engine = engine
         self.sessions: dict[str, _SessionReplay] = {}

@@ -507,6 +507,8 @@ def _first_line(exc: BaseException) -> str:
 
 
 class EventsRequest(BaseModel):
+    """The events endpoint's request body."""
+
     model_config = ConfigDict(extra="forbid")
 
     config_id: str = Field("agent_breaker", max_length=256, description="A config the server serves.")

@@ -14,6 +14,8 @@ from typing import Any
 
 @dataclass(slots=True)
 class BucketWindow:
+    """A sliding window of a few numeric series over fixed buckets."""
+
     window_s: float
     bucket_s: float
     width: int

@@ -140,3 +140,23 @@ def test_a_handler_refuses_an_event_of_another_type(engine):
 def test_unknown_keys_are_ignored():
     ev = parse_event({"type": "user", "session": "s", "text": "hi", "x_custom": 1})
     assert ev.text == "hi"
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"storage": {"url": "redis://elsewhere:6379/0"}},
+        {"sessions": {"ttl_s": 5}},
+        {"fingerprint_secret": "per-tenant"},
+        {"receipts": {"key_env": "OTHER_KEYS"}},
+        {"receipts": {"dev_ephemeral_key": True}},
+    ],
+)
+def test_process_level_settings_are_refused_inside_overrides(settings):
+    with pytest.raises(ConfigError, match="process-level setting"):
+        parse_config({"overrides": [{"tenant": "acme", "settings": settings}]})
+
+
+def test_per_tenant_receipt_patterns_stay_allowed_in_overrides():
+    cfg = parse_config({"overrides": [{"tenant": "acme", "settings": {"receipts": {"reference_patterns": [r"\bACME-\d+\b"]}}}]})
+    assert cfg.resolve("acme", None, None).receipts.reference_patterns == (r"\bACME-\d+\b",)

@@ -21,6 +21,8 @@ from .states import check_transition
 
 @dataclass(slots=True)
 class BreakerState:
+    """One tool's breaker: its state, sliding window of outcomes, open interval and probes in flight."""
+
     name: str
     state: S = S.CLOSED
     window: BucketWindow | None = None
@@ -71,6 +73,8 @@ class BreakerState:
 
 @dataclass(frozen=True, slots=True)
 class Transition:
+    """A move between breaker states, with when and why (an incident when it happens)."""
+
     breaker: str
     src: S
     dst: S
@@ -89,6 +93,8 @@ class Recorded:
 
 @dataclass(frozen=True, slots=True)
 class Permission:
+    """A breaker's answer to one call: allowed or not, its state, and a probe id in HALF_OPEN."""
+
     allowed: bool
     state: S
     probe: int | None = None  # the probe's id in HALF_OPEN: hand it back to record()

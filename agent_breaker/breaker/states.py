@@ -6,6 +6,8 @@ from enum import Enum
 
 
 class BreakerStateName(str, Enum):
+    """The states of a breaker: the three of the pattern and three an operator sets."""
+
     CLOSED = "closed"
     OPEN = "open"
     HALF_OPEN = "half_open"
@@ -34,6 +36,8 @@ TRANSITIONS: frozenset[tuple[BreakerStateName, BreakerStateName]] = frozenset(
 
 
 class IllegalTransition(RuntimeError):
+    """A move the transition table does not allow; names the breaker and both states."""
+
     def __init__(self, breaker: str, src: BreakerStateName, dst: BreakerStateName) -> None:
         super().__init__(f"breaker {breaker!r}: illegal transition from {src.value} to {dst.value}")
         self.breaker = breaker

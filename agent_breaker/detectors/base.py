@@ -12,6 +12,8 @@ from ..verdicts import Scope
 
 @dataclass(frozen=True, slots=True)
 class Trip:
+    """What a check returns when it trips: the heuristic, its scope, why, and what the agent should do."""
+
     heuristic: str
     scope: Scope
     reason: str

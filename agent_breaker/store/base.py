@@ -44,6 +44,8 @@ class StorageError(RuntimeError):
 
 
 class Store(Protocol):
+    """What a storage backend offers the engine: atomic session updates and breaker decisions."""
+
     #: whether a call waits on another process (a server): async callers then call it from a thread
     remote: bool
 

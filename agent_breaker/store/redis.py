@@ -169,6 +169,8 @@ def breaker_script() -> str:
 
 
 class RedisStore:
+    """Guard state shared by a fleet through Redis (see the module docstring)."""
+
     remote = True  # every decision waits on the network: async callers run it in a thread
 
     def __init__(

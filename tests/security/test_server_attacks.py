@@ -513,3 +513,16 @@ def test_ids_that_would_reach_colang_state_are_checked_first(server):
 def test_chat_requests_these_configs_cannot_answer_get_a_400_not_a_500(server, body, fragment):
     r = server.post("/v1/chat/completions", body)
     assert r.status_code == 400 and fragment in r.text, r.text
+
+
+def test_serve_on_one_config_folder_serves_its_events_endpoint():
+    from agent_breaker.configs import config_path
+
+    srv = start({"AGENT_BREAKER_API_TOKEN": TOKEN}, args=("--config", str(config_path("agent_breaker_observe"))), token=TOKEN)
+    try:
+        [v] = srv.verdicts(sid(), call(1, "search"), config_id="agent_breaker_observe")
+        assert v["allowed"] is True
+        r = srv.events(sid(), call(1), config_id="agent_breaker")
+        assert r.status_code == 404 and "agent_breaker_observe" in r.text
+    finally:
+        srv.stop()

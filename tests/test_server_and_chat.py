@@ -4,12 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 
 import pytest
 
@@ -17,60 +11,16 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("nemoguardrails")
 
 from _chat_cli import ChatCLI  # noqa: E402
+from _server import child_env, start  # noqa: E402
 from agent_breaker.configs import config_path  # noqa: E402
 
-KEY = "k1:" + "cd" * 32
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def child_env() -> dict[str, str]:
-    return {**os.environ, "AGENT_BREAKER_RECEIPT_KEYS": KEY, "NEMO_GUARDRAILS_NO_USAGE_STATS": "1"}
 
 
 @pytest.fixture(scope="module")
 def server():
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "agent_breaker.cli",
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-        ],
-        env=child_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    while True:
-        try:
-            if httpx.get(f"{base}/v1/rails/configs", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"server did not start: {proc.stderr.read().decode()[-2000:] if proc.stderr else ''}")
-        time.sleep(0.3)
-    yield base
-    os.kill(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    srv = start()
+    yield srv.base
+    srv.stop()
 
 
 def events(base, session, *evs):

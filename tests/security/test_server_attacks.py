@@ -209,9 +209,7 @@ def test_deeply_nested_input_gets_a_400_not_a_verdictless_200(server, path):
                 + args
                 + "}]}}]}"
             )
-        r = httpx.post(
-            server.base + path, content=body, headers={**server.headers, "Content-Type": "application/json"}, timeout=30
-        )
+        r = server.post_raw(path, body)
         assert r.status_code == 400, (levels, r.status_code, r.text[:200])
         assert "nested deeper" in r.text
 
@@ -224,12 +222,7 @@ def test_brackets_inside_strings_neither_hide_nor_fake_depth(server):
         + _deep(200)
         + "}}]}"
     )
-    r = httpx.post(
-        server.base + "/v1/agent-breaker/events",
-        content=hide,
-        headers={**server.headers, "Content-Type": "application/json"},
-        timeout=30,
-    )
+    r = server.post_raw("/v1/agent-breaker/events", hide)
     assert r.status_code == 400 and "nested deeper" in r.text
     fake = {"session_id": sid(), "events": [call(1, "search", {"q": "[" * 500 + '\\"[[['})]}
     assert server.events(fake["session_id"], *fake["events"]).status_code == 200
@@ -238,21 +231,11 @@ def test_brackets_inside_strings_neither_hide_nor_fake_depth(server):
 def test_an_oversized_request_is_refused_before_it_is_read(server):
     big = json.dumps({"session_id": "big", "events": [call(1, args={"blob": "x" * 10_000_000})]})
     t0 = time.monotonic()
-    r = httpx.post(
-        server.base + "/v1/agent-breaker/events",
-        content=big,
-        headers={**server.headers, "Content-Type": "application/json"},
-        timeout=60,
-    )
+    r = server.post_raw("/v1/agent-breaker/events", big)
     assert r.status_code == 413
     # the same body without a Content-Length (chunked) is cut off once it passes the limit
     chunks = (big[i : i + 65536].encode() for i in range(0, len(big), 65536))
-    r = httpx.post(
-        server.base + "/v1/agent-breaker/events",
-        content=chunks,
-        headers={**server.headers, "Content-Type": "application/json"},
-        timeout=60,
-    )
+    r = server.post_raw("/v1/agent-breaker/events", chunks)
     assert r.status_code == 413
     assert time.monotonic() - t0 < 20
 
@@ -284,20 +267,10 @@ def test_lone_surrogates_are_refused_before_any_state_changes(server):
         + s
         + '", "events": [{"type": "ToolCallRequested", "call_id": "c1", "tool_name": "t", "tool_args": {"q": "\\ud800"}}]}'
     )
-    r = httpx.post(
-        server.base + "/v1/agent-breaker/events",
-        content=body,
-        headers={**server.headers, "Content-Type": "application/json"},
-        timeout=30,
-    )
+    r = server.post_raw("/v1/agent-breaker/events", body)
     assert r.status_code == 400 and "surrogate" in r.text
     body = '{"session_id": "' + s + '\\udc00", "events": [{"type": "ToolCallRequested", "call_id": "c1", "tool_name": "t"}]}'
-    r = httpx.post(
-        server.base + "/v1/agent-breaker/events",
-        content=body,
-        headers={**server.headers, "Content-Type": "application/json"},
-        timeout=30,
-    )
+    r = server.post_raw("/v1/agent-breaker/events", body)
     assert r.status_code == 400
 
 
@@ -409,12 +382,7 @@ def test_every_context_message_of_a_request_reaches_the_guard(server):
 def test_an_unterminated_string_costs_one_scan_not_one_per_quote(server):
     body = '"' + '\\"' * 32_000  # 64 KB: each quote used to start a scan to the end
     t0 = time.monotonic()
-    r = httpx.post(
-        server.base + "/v1/agent-breaker/events",
-        content=body,
-        headers={**server.headers, "Content-Type": "application/json"},
-        timeout=30,
-    )
+    r = server.post_raw("/v1/agent-breaker/events", body)
     assert r.status_code == 400
     assert time.monotonic() - t0 < 3
 
@@ -435,12 +403,7 @@ def test_a_surrogate_in_raw_bytes_is_refused_with_the_whole_request(server, conf
         + bad
         + b"]}"
     )
-    r = httpx.post(
-        server.base + "/v1/agent-breaker/events",
-        content=body,
-        headers={**server.headers, "Content-Type": "application/json"},
-        timeout=30,
-    )
+    r = server.post_raw("/v1/agent-breaker/events", body)
     assert r.status_code == 400
     [v] = server.verdicts(s, result(1, "wire_transfer", ok=True, payload={"ref": "TX-12345"}), config_id=config_id)
     assert v["accepted"] is False and v["receipt"] is None  # c1 was never recorded
@@ -448,26 +411,10 @@ def test_a_surrogate_in_raw_bytes_is_refused_with_the_whole_request(server, conf
 
 def test_pages_of_other_sites_and_bodies_that_are_not_json_are_refused(server):
     body = json.dumps({"session_id": sid(), "events": [call(1, "search")]})
-    r = httpx.post(
-        server.base + "/v1/agent-breaker/events",
-        content=body,
-        timeout=10,
-        headers={**server.headers, "Content-Type": "application/json", "Origin": "https://evil.example"},
-    )
-    assert r.status_code == 403
-    r = httpx.post(
-        server.base + "/v1/agent-breaker/events",
-        content=body,
-        timeout=10,
-        headers={**server.headers, "Content-Type": "text/plain"},
-    )
-    assert r.status_code == 415
-    r = httpx.post(
-        server.base + "/v1/agent-breaker/events",
-        content=body,
-        timeout=10,
-        headers={**server.headers, "Content-Type": "application/json", "Origin": "http://127.0.0.1:1234"},
-    )
+    path = "/v1/agent-breaker/events"
+    assert server.post_raw(path, body, Origin="https://evil.example").status_code == 403
+    assert server.post_raw(path, body, **{"Content-Type": "text/plain"}).status_code == 415
+    r = server.post_raw(path, body, Origin="http://127.0.0.1:1234")
     assert r.status_code == 200
 
 

@@ -36,6 +36,12 @@ class Server:
     def post(self, path: str, body: Any = None, *, headers: dict[str, str] | None = None, **kw: Any) -> httpx.Response:
         return httpx.post(self.base + path, json=body, headers={**self.headers, **(headers or {})}, timeout=60, **kw)
 
+    def post_raw(self, path: str, content: Any, **headers: str) -> httpx.Response:
+        """A body sent as it is (bytes, text or chunks), as JSON unless a Content-Type says otherwise."""
+        return httpx.post(
+            self.base + path, content=content, headers={**self.headers, "Content-Type": "application/json", **headers}, timeout=60
+        )
+
     def events(
         self, session: str, *events: dict[str, Any], config_id: str = "agent_breaker", headers: dict[str, str] | None = None
     ) -> httpx.Response:

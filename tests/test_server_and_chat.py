@@ -11,9 +11,8 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("nemoguardrails")
 
 from _chat_cli import ChatCLI  # noqa: E402
-from _server import child_env, start  # noqa: E402
+from _server import call, child_env, result, start  # noqa: E402
 from agent_breaker.configs import config_path  # noqa: E402
-
 
 
 @pytest.fixture(scope="module")
@@ -33,21 +32,6 @@ def events(base, session, *evs):
     body = r.json()
     assert body["session_id"] == session
     return body["events"]
-
-
-def call(i, tool="run_sql", args=None):
-    return {"type": "ToolCallRequested", "call_id": f"c{i}", "tool_name": tool, "tool_args": args or {"q": "SELECT 1"}}
-
-
-def result(i, tool="run_sql", ok=False, payload=None):
-    return {
-        "type": "ToolResultReceived",
-        "call_id": f"c{i}",
-        "tool_name": tool,
-        "ok": ok,
-        "result": payload,
-        "error": None if ok else "HTTP 500",
-    }
 
 
 def test_the_server_lists_the_shipped_configs(server):

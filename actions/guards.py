@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import difflib
 import json
 import logging
 from collections.abc import Iterable, Mapping
@@ -129,22 +128,6 @@ def _guard_action(kind: EventKind) -> Any:
 
 #: one action per event kind, as the protocol table names them
 GUARD_ACTIONS = tuple(_guard_action(kind) for kind in KINDS)
-
-
-@action(name="agent_breaker_unknown_event")
-async def agent_breaker_unknown_event(name: str) -> str | None:
-    """An unhandled event whose name looks like the protocol's: a warning naming the event types
-    the guard knows (a misspelled event type would otherwise get no verdict, silently)."""
-    close = difflib.get_close_matches(name, list(BY_COLANG), n=1, cutoff=0.6)
-    if not close:
-        return None
-    log.warning(
-        "agent-breaker: no guard takes events of type %r; did you mean %r? (known: %s)",
-        name[:80],
-        close[0],
-        ", ".join(sorted(BY_COLANG)),
-    )
-    return close[0]
 
 
 @action(name="report_incidents")
@@ -310,7 +293,6 @@ async def agent_breaker_context_events(data: Any, agent_breaker_engine: Engine) 
 
 ACTIONS = (
     *GUARD_ACTIONS,
-    agent_breaker_unknown_event,
     report_incidents,
     agent_breaker_chat_line,
     agent_breaker_context_events,

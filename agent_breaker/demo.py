@@ -118,34 +118,30 @@ class _Decision:
 
 class NemoRuntime:
     """The engine interface the replay bookkeeping uses, answered by the Colang flows of a
-    NeMo config: one event per `process_events_async` step, one live state per session."""
+    NeMo config (`sessions.GuardSessions`: one live state per session, one event per step)."""
 
     def __init__(self, config_name: str = "agent_breaker") -> None:
         from nemoguardrails import LLMRails, RailsConfig
 
         from .actions import ENGINE_PARAM
         from .configs import config_path
+        from .sessions import GuardSessions
 
-        self.rails = LLMRails(RailsConfig.from_path(str(config_path(config_name))))
-        self.engine = self.rails.runtime.registered_action_params[ENGINE_PARAM]
+        rails = LLMRails(RailsConfig.from_path(str(config_path(config_name))))
+        self.engine = rails.runtime.registered_action_params[ENGINE_PARAM]
         # a live engine decides on its own clock, not the caller's `ts`: the scripted agents'
         # time is theirs, so the demo moves the engine's clock to each event's time
         self.clock = FakeClock(0.0)
         self.engine.clock = self.clock
-        self._states: dict[str, Any] = {}
+        self.guards = GuardSessions(rails)
         self._loop = asyncio.new_event_loop()
 
     def _send(self, event: Any) -> dict[str, Any]:
         from .protocol import to_colang_event
 
         data = event.model_dump(exclude_none=True)
-        session = data["session"]
         self.clock.set(data["ts"])
-        out, self._states[session] = self._loop.run_until_complete(
-            self.rails.process_events_async([to_colang_event(data)], self._states.get(session))
-        )
-        [verdict] = [e for e in out if e["type"].endswith("Verdict")]
-        return verdict
+        return self._loop.run_until_complete(self.guards.send(to_colang_event(data)))
 
     def check_tool_call(self, ev: Any) -> _Decision:
         v = self._send(ev)

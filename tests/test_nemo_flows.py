@@ -9,6 +9,8 @@ import shutil
 
 import pytest
 
+from agent_breaker.events import InvalidEventError
+
 pytest.importorskip("nemoguardrails")
 
 from agent_breaker.actions import ENGINE_PARAM
@@ -179,11 +181,15 @@ def test_an_event_batched_behind_another_of_its_kind_is_refused_not_dropped(rail
     assert "one event per process_events_async call" in verdicts["c2"]["reason"]
 
 
-def test_a_misspelled_event_type_is_logged_with_the_type_it_looks_like(rails, caplog):
-    with caplog.at_level(logging.WARNING, logger="agent_breaker.nemo"):
-        asyncio.run(rails.process_events_async([{**tool_call(1), "type": "ToolCallRequest"}], None))
-        asyncio.run(asyncio.sleep(0.05))
-    assert "did you mean 'ToolCallRequested'" in caplog.text
+def test_in_process_an_unknown_event_type_raises_and_a_batch_is_sent_one_event_at_a_time(rails):
+    from agent_breaker.sessions import GuardSessions
+
+    guards = GuardSessions(rails)
+    with pytest.raises(InvalidEventError, match="did you mean 'ToolCallRequested'"):
+        asyncio.run(guards.send({**tool_call(1, session_id="typo"), "type": "ToolCallRequest"}))
+    batch = [tool_call(1, session_id="batch-ok"), tool_call(2, "other", session_id="batch-ok")]
+    verdicts = asyncio.run(guards.send_all(batch))
+    assert [(v["call_id"], v["allowed"]) for v in verdicts] == [("c1", True), ("c2", True)]
 
 
 def test_the_flows_keep_a_flat_number_of_flow_instances_over_two_rounds_of_each_guard_loop(rails):

@@ -72,13 +72,22 @@ async def record_native_tool_message(
     context: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A tool message (the tool's output) recorded against its call. The content is parsed
-    as JSON when it is JSON; a text that starts with "Error" counts as a failed call."""
+    as JSON when it is JSON; a text that starts with "Error" counts as a failed call, and is its
+    error text."""
     result = tool_message
     if isinstance(result, str):
         with contextlib.suppress(json.JSONDecodeError):
             result = json.loads(result)
     ok = not (isinstance(result, str) and result.lstrip().lower().startswith("error"))
-    fields = {**_from_context(context), "tool_name": tool_name, "call_id": tool_call_id or None, "ok": ok, "result": result}
+    fields = {
+        **_from_context(context),
+        "tool_name": tool_name,
+        "call_id": tool_call_id or None,
+        "ok": ok,
+        "result": result,
+        # the text is the error: it says whose failure it is (an outage or the call's own)
+        "error": None if ok else result,
+    }
     out = await decide(agent_breaker_engine, TOOL_RESULT, fields)
     deliver_incidents(out["incidents"])
     return out

@@ -167,6 +167,11 @@ class ToolPolicy(_Frozen):
     claim_phrases: tuple[str, ...] = Field(
         (), description="Phrases by which a final answer claims this tool's action happened (unverified_claim)."
     )
+    failures: Literal["auto", "dependency", "call"] = Field(
+        "auto",
+        description="Whose are this tool's failures: read from each error (auto), always the dependency's (they "
+        "count for its breaker), or always the call's own (they feed the loop detectors only).",
+    )
 
 
 class IdenticalFailureConfig(_Frozen):

@@ -206,7 +206,7 @@ class Engine:
             bkey, probe, out = decided.breaker
             try:
                 recorded = self.store.breaker_record(
-                    bkey, step.p.cfg.breaker, step.now, failed=out.failed, slow=out.slow, probe=probe
+                    bkey, step.p.cfg.breaker, step.now, failed=out.dependency, slow=out.slow, probe=probe
                 )
                 decided.verdict = replace(decided.verdict, breaker_state=recorded.state.value)
             except StorageError as exc:
@@ -408,7 +408,8 @@ class Engine:
                 decided.breaker = (pending.breaker_key, pending.probe, out)
             else:
                 st = s.breaker(pending.breaker_key)
-                breaker_core.record(st, cfg.breaker, now, failed=out.failed, slow=out.slow, probe=pending.probe)
+                # a breaker judges the dependency: the call's own failures are not its failures
+                breaker_core.record(st, cfg.breaker, now, failed=out.dependency, slow=out.slow, probe=pending.probe)
                 decided.verdict = replace(decided.verdict, breaker_state=st.state.value)
             f = pending.facts
             if s.loops.only_key == f.key and churn_on:

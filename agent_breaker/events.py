@@ -99,6 +99,9 @@ class ToolResult(_Event):
     error: _Text | None = None
     latency_ms: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
     mutating: bool | None = None
+    # whose failure: the dependency's (transport, timeout, 5xx, 429) or the call's own; when
+    # absent the engine reads it from the error and the payload
+    error_kind: Literal["dependency", "call"] | None = None
 
 
 class Assistant(_Event, _Spend):

@@ -1,8 +1,9 @@
 """Result classification: what a tool result says about its call.
 
-Failed (the transport said so, or the payload does, or the tool's own predicate), slow (over the
-breaker's slow-call threshold), transient (an error expected to clear by itself), in progress
-(a status that says "not finished yet": the call is a poll). Pure functions of the result.
+Failed (the transport said so, or the payload does, or the tool's own predicate); whose failure
+(the dependency's: transport, timeout, 5xx, 429 -- or the call's own: a non-zero exit, a
+validation error, not found); slow (over the breaker's slow-call threshold); in progress (a
+status that says "not finished yet": the call is a poll). Pure functions of the result.
 """
 
 from __future__ import annotations
@@ -10,19 +11,26 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from .config import AgentBreakerConfig
 from .events import ToolResult
 
 FailurePredicate = Callable[[Any], bool]
+FailureKind = Literal["dependency", "call"]
 
 _FAILED_STATUS = frozenset({"error", "failed", "failure", "fail"})
-_TRANSIENT = re.compile(
-    r"\b(?:429|502|503|504)\b|time[ds]? ?out|temporar|unavailable|rate.?limit|too many requests|try again"
-    r"|connection (?:reset|refused|aborted)|overloaded|throttl",
+# a dependency failure: the tool (or what it calls) did not answer properly; the call itself
+# may be fine. Status codes count only where they read as HTTP statuses, not as any number.
+_DEPENDENCY = re.compile(
+    r"\b(?:http(?:/\d(?:\.\d)?)?|status(?:[ _]code)?|code|error)\W{0,3}(?:5\d\d|429|408)\b"
+    r"|\b(?:502|503|504)\b|time[ds]? ?out|timeout|temporar|unavailable|rate.?limit|too many requests|try again"
+    r"|connection (?:reset|refused|aborted|closed|error)|econn(?:refused|reset)|overloaded|throttl|bad gateway"
+    r"|internal server error|could not resolve|name or service not known|network (?:is )?unreachable|broken pipe",
     re.IGNORECASE,
 )
+_DEPENDENCY_STATUSES = frozenset({408, 429, *range(500, 600)})
+_STATUS_FIELDS = ("status", "status_code", "code", "http_status", "statuscode")
 _NOT_DONE_FIELDS = ("done", "ready", "complete", "completed", "finished")
 
 
@@ -32,12 +40,22 @@ class Outcome:
 
     failed: bool
     slow: bool
-    transient: bool
+    # a failure of the dependency (transport, timeout, 5xx, 429): it counts for the tool's breaker
+    # and gets the retries of a transient error; any other failure is the call's own (it feeds
+    # the loop detectors only)
+    dependency: bool
     in_progress: bool
+
+    @property
+    def transient(self) -> bool:
+        return self.dependency
 
 
 def classify(
-    ev: ToolResult, cfg: AgentBreakerConfig, in_progress_values: frozenset[str], predicate: FailurePredicate | None
+    ev: ToolResult,
+    cfg: AgentBreakerConfig,
+    in_progress_values: frozenset[str],
+    predicate: FailurePredicate | None,
 ) -> Outcome:
     failed = (
         not ev.ok
@@ -45,7 +63,37 @@ def classify(
         or (predicate is not None and bool(predicate(ev.result)))
     )
     slow = cfg.breaker.slow_call_ms is not None and ev.latency_ms is not None and ev.latency_ms > cfg.breaker.slow_call_ms
-    return Outcome(failed, slow, failed and is_transient(ev), in_progress(ev.result, in_progress_values))
+    return Outcome(failed, slow, failed and failure_kind(ev, cfg) == "dependency", in_progress(ev.result, in_progress_values))
+
+
+def failure_kind(ev: ToolResult, cfg: AgentBreakerConfig) -> FailureKind:
+    """Whose failure is it: the event says (`error_kind`), else the tool's config
+    (`tools.<name>.failures`), else the error and the payload do."""
+    if ev.error_kind is not None:
+        return ev.error_kind
+    configured = cfg.tool(ev.tool).failures
+    if configured != "auto":
+        return configured
+    if ev.error and _DEPENDENCY.search(ev.error[:_SCANNED_CHARS]):
+        return "dependency"
+    return "dependency" if _dependency_payload(ev.result, 0) else "call"
+
+
+_SCANNED_CHARS = 4096
+
+
+def _dependency_payload(value: Any, depth: int) -> bool:
+    """A payload that reports a dependency failure: an HTTP-ish status field (at the top or in an
+    `error` object), or an error message that names one."""
+    if not isinstance(value, dict) or depth > 2:
+        return isinstance(value, str) and depth > 0 and _DEPENDENCY.search(value[:_SCANNED_CHARS]) is not None
+    for name in _STATUS_FIELDS:
+        status = value.get(name)
+        if isinstance(status, str) and status.isdigit():
+            status = int(status)
+        if isinstance(status, int) and not isinstance(status, bool) and status in _DEPENDENCY_STATUSES:
+            return True
+    return any(_dependency_payload(value.get(name), depth + 1) for name in ("error", "message", "detail", "errors"))
 
 
 def is_semantic_failure(result: Any) -> bool:
@@ -69,16 +117,3 @@ def in_progress(result: Any, values: frozenset[str]) -> bool:
         if isinstance(v, str) and v.lower().replace(" ", "_").replace("-", "_") in values:
             return True
     return any(result.get(name) is False for name in _NOT_DONE_FIELDS)
-
-
-def is_transient(ev: ToolResult) -> bool:
-    """An error that is expected to clear by itself (timeouts, rate limits, 502-504)."""
-    if ev.error and _TRANSIENT.search(ev.error):
-        return True
-    result = ev.result
-    if isinstance(result, dict):
-        for name in ("error", "message", "status", "code", "status_code"):
-            v = result.get(name)
-            if isinstance(v, (str, int)) and not isinstance(v, bool) and _TRANSIENT.search(str(v)):
-                return True
-    return False

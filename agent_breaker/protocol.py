@@ -87,6 +87,7 @@ KINDS: tuple[EventKind, ...] = (
             "error": "error",
             "latency_ms": "latency_ms",
             "mutating": "mutating",
+            "error_kind": "error_kind",
         },
         ("tool_name", "ok"),
         ("session_id", "call_id", "accepted", "heuristic", "reason", "receipt"),

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from conftest import CALL_ERROR
 
 RECEIPT_KEY = "k1:" + "cd" * 32
 TOKEN = "admin-token-" + "a" * 24
@@ -140,6 +141,6 @@ def result(i: int | str, tool: str = "run_sql", ok: bool = False, payload: Any =
         "tool_name": tool,
         "ok": ok,
         "result": payload,
-        "error": None if ok else "HTTP 500",
+        "error": None if ok else CALL_ERROR,
         **kw,
     }

@@ -119,15 +119,32 @@ def final(text: str, *, session: str = SESSION) -> dict[str, Any]:
     return {"type": "final", "session": session, "text": text}
 
 
+# a dependency's failure (the only kind a tool breaker counts); a bare `ok: false` is the call's own
+OUTAGE = "HTTP 503 Service Unavailable"
+# the call's own failure: it feeds the loop detectors, never a breaker
+CALL_ERROR = 'relation "orders" does not exist'
+
+
 def run(
-    engine: Engine, clock: FakeClock, tool: str, args: dict | None, ok: bool, payload: Any, *, step_s: float = 2.0, **kw: Any
+    engine: Engine,
+    clock: FakeClock,
+    tool: str,
+    args: dict | None,
+    ok: bool,
+    payload: Any,
+    *,
+    step_s: float = 2.0,
+    error: str | None = None,
+    **kw: Any,
 ):
-    """One call and, if it is let through, its result; returns the call's verdict."""
+    """One call and, if it is let through, its result (failing with `error`, if given); returns
+    the call's verdict."""
     clock.advance(step_s)
     verdict = engine.check_tool_call(call(tool, args, **kw))
     if verdict.allowed:
         clock.advance(0.5)
         session = kw.get("session", SESSION)
         tenant = {"tenant": kw["tenant"]} if "tenant" in kw else {}
-        engine.record_tool_result(result(tool, ok, payload, call_id=verdict.call_id, session=session, **tenant))
+        failure = {"error": error} if error is not None else {}
+        engine.record_tool_result(result(tool, ok, payload, call_id=verdict.call_id, session=session, **tenant, **failure))
     return verdict

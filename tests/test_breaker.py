@@ -7,7 +7,7 @@ import itertools
 import random
 
 import pytest
-from conftest import call, result, run
+from conftest import OUTAGE, call, result, run
 
 from agent_breaker import BreakerStateName, IllegalTransition
 from agent_breaker.breaker import TRANSITIONS, BreakerState, Transition, acquire, check_transition, force, record
@@ -595,7 +595,7 @@ TOOL = "fetch_page"
 def test_tool_failing_in_five_sessions_is_blocked_in_a_sixth_then_recovers(make_engine, clock, incidents):
     engine = make_engine({"breaker": {"open_s": 30.0, "half_open_probes": 2}})
     for i in range(5):
-        v = run(engine, clock, TOOL, {"url": f"https://x/{i}"}, False, None, session=f"s{i}")
+        v = run(engine, clock, TOOL, {"url": f"https://x/{i}"}, False, None, session=f"s{i}", error=OUTAGE)
         assert v.allowed and v.heuristic is None
     assert engine.breaker_state(TOOL) is S.OPEN
     opened_at = clock.now()
@@ -630,11 +630,11 @@ def test_tool_failing_in_five_sessions_is_blocked_in_a_sixth_then_recovers(make_
 def test_a_failed_probe_through_the_engine_reopens_for_longer(make_engine, clock):
     engine = make_engine({"breaker": {"open_s": 30.0, "half_open_probes": 1}})
     for i in range(5):
-        run(engine, clock, TOOL, {"url": i}, False, None, session=f"s{i}")
+        run(engine, clock, TOOL, {"url": i}, False, None, session=f"s{i}", error=OUTAGE)
     clock.advance(30.0)
     probe = engine.check_tool_call(call(TOOL, {"url": "p"}, session="p"))
     assert probe.allowed
-    r = engine.record_tool_result(result(TOOL, False, None, call_id=probe.call_id, session="p"))
+    r = engine.record_tool_result(result(TOOL, False, None, call_id=probe.call_id, session="p", error=OUTAGE))
     assert r.breaker_state == "open"
     clock.advance(59.0)
     v = engine.check_tool_call(call(TOOL, {"url": "q"}, session="q"))
@@ -658,7 +658,7 @@ def test_forced_open_breaker_blocks_every_session_until_reset(make_engine, clock
 def test_metrics_only_breaker_never_blocks_and_warns_once_tripped(make_engine, clock):
     engine = make_engine()
     engine.force_breaker(TOOL, "metrics_only")
-    verdicts = [run(engine, clock, TOOL, {"url": i}, False, None, session=f"s{i}") for i in range(12)]
+    verdicts = [run(engine, clock, TOOL, {"url": i}, False, None, session=f"s{i}", error=OUTAGE) for i in range(12)]
     assert all(v.allowed for v in verdicts)
     assert [v.heuristic for v in verdicts[:5]] == [None] * 5
     assert [(v.heuristic, v.severity) for v in verdicts[5:]] == [("circuit_open", "warn")] * 7

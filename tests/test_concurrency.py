@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import call, result
+from conftest import OUTAGE, call, result
 
 from agent_breaker import BreakerStateName, MemoryStore
 from agent_breaker.breaker import Transition
@@ -162,7 +162,7 @@ def test_fifty_sessions_failing_concurrently_open_the_breaker_after_exactly_ten_
         v = engine.check_tool_call(call(TOOL, {"url": f"https://x/{i}"}, session=session))
         r = None
         if v.allowed:
-            r = engine.record_tool_result(result(TOOL, False, None, call_id=v.call_id, session=session))
+            r = engine.record_tool_result(result(TOOL, False, None, call_id=v.call_id, session=session, error=OUTAGE))
         return v, r
 
     out = race(50, one)
@@ -194,7 +194,7 @@ def _half_open_engine(make_engine, clock, k: int):
     for i in range(5):
         v = engine.check_tool_call(call(TOOL, {"url": f"https://x/fail/{i}"}, session=f"f{i}"))
         assert v.allowed
-        engine.record_tool_result(result(TOOL, False, None, call_id=v.call_id, session=f"f{i}"))
+        engine.record_tool_result(result(TOOL, False, None, call_id=v.call_id, session=f"f{i}", error=OUTAGE))
     assert engine.breaker_state(TOOL) is S.OPEN
     clock.advance(30.0)
     return engine
@@ -254,7 +254,6 @@ def test_one_session_hammered_by_identical_failing_calls_stays_consistent(make_e
         assert [(i.heuristic, i.severity) for i in incidents] == [("identical_failure", "block")]
     else:
         assert incidents == []
-    # the shared breaker saw the same failures, up to its trip at 5
+    # the call's own failures (a missing table) are no outage: the shared breaker counted none
     st = engine.store.breaker_state(engine.breaker_key(TOOL))
-    assert st.consecutive_failures == min(allowed, 5)
-    assert st.state is (S.OPEN if allowed >= 5 else S.CLOSED)
+    assert (st.consecutive_failures, st.state) == (0, S.CLOSED)

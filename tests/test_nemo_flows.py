@@ -8,6 +8,7 @@ import logging
 import shutil
 
 import pytest
+from conftest import CALL_ERROR
 
 from agent_breaker.events import InvalidEventError
 
@@ -74,7 +75,7 @@ def test_a_runaway_tool_loop_gets_a_blocking_tool_call_verdict(rails, caplog):
     s = Session(rails)
     for i in range(3):
         assert s.verdict(tool_call(i))["allowed"] is True
-        assert s.verdict(tool_result(i, error="HTTP 500"))["accepted"] is True
+        assert s.verdict(tool_result(i, error=CALL_ERROR))["accepted"] is True
     with caplog.at_level(logging.WARNING, logger="agent_breaker.incidents"):
         v = s.verdict(tool_call(3))
     assert v["type"] == "ToolCallVerdict" and v["call_id"] == "c3"
@@ -113,7 +114,7 @@ def test_a_user_turn_restarts_loop_streaks():
     s = Session(make_rails())
     for i in range(3):
         s.verdict(tool_call(i))
-        s.verdict(tool_result(i, error="HTTP 500"))
+        s.verdict(tool_result(i, error=CALL_ERROR))
     v = s.verdict({"type": "UserTurn", "session_id": "s1", "text": "The table is back, try again."})
     assert (v["type"], v["allowed"]) == ("TurnVerdict", True)
     assert s.verdict(tool_call(9))["allowed"] is True
@@ -123,7 +124,7 @@ def test_observe_config_reports_would_trip_verdicts_and_blocks_nothing():
     s = Session(make_rails("agent_breaker_observe"))
     for i in range(3):
         s.verdict(tool_call(i))
-        s.verdict(tool_result(i, error="HTTP 500"))
+        s.verdict(tool_result(i, error=CALL_ERROR))
     v = s.verdict(tool_call(3))
     assert (v["allowed"], v["heuristic"], v["severity"]) == (True, "identical_failure", "warn")
 
@@ -226,10 +227,10 @@ def test_the_chat_line_flow_answers_allowed_or_blocked():
         return [e["script"] for e in said]
 
     assert say('tool run_sql {"q": 1}') == ["ALLOWED"]
-    assert say("result run_sql error HTTP 500") == ["ALLOWED"]
+    assert say("result run_sql error relation orders does not exist") == ["ALLOWED"]
     for _ in range(2):
         say('tool run_sql {"q": 1}')
-        say("result run_sql error HTTP 500")
+        say("result run_sql error relation orders does not exist")
     [line] = say('tool run_sql {"q": 1}')
     assert line.startswith("BLOCKED identical_failure:")
     [bad] = say("launch the rockets")
@@ -293,7 +294,7 @@ def test_colang_1_tool_rails_block_a_looping_native_tool_call():
     for i in range(3):
         reply = asyncio.run(rails.generate_async(messages=native_turn(i)))
         assert reply["content"] == ""  # allowed: the tool call goes through
-        asyncio.run(rails.generate_async(messages=native_turn(i) + [tool_message(i, "Error: HTTP 500")]))
+        asyncio.run(rails.generate_async(messages=native_turn(i) + [tool_message(i, f"Error: {CALL_ERROR}")]))
     reply = asyncio.run(rails.generate_async(messages=native_turn(3)))
     assert reply["content"].startswith("BLOCKED identical_failure:")
 
@@ -319,7 +320,7 @@ def test_the_redis_config_shares_guard_state_between_two_rails(monkeypatch):
         for i in range(3):  # the run's calls land on alternating workers
             w = a if i % 2 else b
             assert w.verdict({**tool_call(i), "session_id": session})["allowed"] is True
-            w.verdict({**tool_result(i, error="HTTP 500"), "session_id": session})
+            w.verdict({**tool_result(i, error=CALL_ERROR), "session_id": session})
         v = a.verdict({**tool_call(3), "session_id": session})
         assert (v["allowed"], v["heuristic"]) == (False, "identical_failure")
     finally:

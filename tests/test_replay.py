@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import CALL_ERROR
 
 from agent_breaker.cli import main
 
@@ -47,7 +48,7 @@ def failing_loop(session, n=6, ts0=100.0):
                 "tool": "q",
                 "call_id": f"c{i}",
                 "ok": False,
-                "error": "HTTP 500",
+                "error": CALL_ERROR,
             }
         )
     return events
@@ -160,5 +161,6 @@ def test_shipped_defaults_catch_every_runaway_of_the_sample_and_no_legit_session
     summary = json.loads(score.stdout)
     assert summary["recall"] == 1.0
     assert summary["fpr"] == 0.0
-    assert summary["median_wasted"] <= 3
+    # a transient error (the sample's HTTP 500s) gets 5 tries before identical_failure, not 3
+    assert summary["median_wasted"] <= 4
     assert summary["missing"] == 0

@@ -98,7 +98,7 @@ def test_nemoguardrails_chat_shows_blocked_for_a_runaway_typed_by_hand():
     chat = ChatCLI(str(config_path()), child_env())
     try:
         assert chat.read_until(b"> ", 90), chat.tail(1000)
-        for line in ['tool run_sql {"q": 1}', "result run_sql error HTTP 500"] * 3:
+        for line in ['tool run_sql {"q": 1}', "result run_sql error relation orders does not exist"] * 3:
             chat.say(line, b"ALLOWED")
         chat.say('tool run_sql {"q": 1}', b"BLOCKED")
         assert b"identical_failure" in chat.screen[chat.screen.rindex(b"BLOCKED") :]

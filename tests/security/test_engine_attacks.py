@@ -9,7 +9,7 @@ import secrets
 import uuid
 
 import pytest
-from conftest import call, final, result, run
+from conftest import OUTAGE, call, final, result, run
 
 from agent_breaker import InvalidEventError
 from agent_breaker.store import codec
@@ -36,7 +36,7 @@ def test_failures_stamped_far_ahead_open_the_breaker_for_its_interval_only(make_
     for i in range(5):
         clock.advance(1)
         v = engine.check_tool_call(call("flaky", {"i": i}, session=f"s{i}", ts=1e11))
-        engine.record_tool_result(result("flaky", False, None, session=f"s{i}", call_id=v.call_id, ts=1e11))
+        engine.record_tool_result(result("flaky", False, None, session=f"s{i}", call_id=v.call_id, ts=1e11, error=OUTAGE))
     refused = engine.check_tool_call(call("flaky", {"i": 9}, session="other", ts=1e11))
     assert refused.heuristic == "circuit_open" and refused.observation["retry_after_s"] <= 30
     clock.advance(31)
@@ -46,7 +46,7 @@ def test_failures_stamped_far_ahead_open_the_breaker_for_its_interval_only(make_
 def test_probes_stamped_in_the_future_do_not_close_an_open_breaker(make_engine, clock):
     engine = make_engine()
     for i in range(5):
-        run(engine, clock, "flaky", {"i": i}, False, None, session=f"s{i}")
+        run(engine, clock, "flaky", {"i": i}, False, None, session=f"s{i}", error=OUTAGE)
     for i in range(3):
         v = engine.check_tool_call(call("flaky", {"i": 20 + i}, session=f"p{i}", ts=clock.now() + 40))
         assert not v.allowed and v.heuristic == "circuit_open"
@@ -56,7 +56,7 @@ def test_replay_keeps_the_traces_own_clock(make_engine, clock):
     engine = make_engine(trust_event_time=True)
     for i in range(5):
         v = engine.check_tool_call(call("flaky", {"i": i}, session=f"s{i}", ts=100.0 + i))
-        engine.record_tool_result(result("flaky", False, None, session=f"s{i}", call_id=v.call_id, ts=100.5 + i))
+        engine.record_tool_result(result("flaky", False, None, session=f"s{i}", call_id=v.call_id, ts=100.5 + i, error=OUTAGE))
     assert engine.check_tool_call(call("flaky", {"i": 9}, session="x", ts=110.0)).heuristic == "circuit_open"
     assert engine.check_tool_call(call("flaky", {"i": 9}, session="x", ts=200.0)).allowed  # its open interval passed
 

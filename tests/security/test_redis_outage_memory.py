@@ -10,6 +10,7 @@ directly: retry_s is an hour, so the store never tries on its own and no test wa
 from __future__ import annotations
 
 import pytest
+from conftest import OUTAGE
 from test_redis_fleet import RedisServer
 
 from agent_breaker import Engine, FakeClock, ReceiptKeys
@@ -78,14 +79,15 @@ def step(
     args: dict | None = None,
     ok: bool = True,
     tokens: int = 0,
+    error: str | None = None,
 ):
-    """One call and, if it is let through, its result."""
+    """One call and, if it is let through, its result (failing with `error`, if given)."""
     clock.advance(2)
     v = engine.check_tool_call({"session": session, "tool": tool, "args": args or {}, "input_tokens": tokens})
     if v.allowed:
         clock.advance(0.5)
         engine.record_tool_result(
-            {"session": session, "tool": tool, "ok": ok, "result": {"n": 1} if ok else None, "call_id": v.call_id}
+            {"session": session, "tool": tool, "ok": ok, "result": {"n": 1} if ok else None, "call_id": v.call_id, "error": error}
         )
     return v
 
@@ -96,7 +98,7 @@ def halt_by_looping(engine: Engine, clock: FakeClock, session: str) -> None:
 
 
 def open_breaker(engine: Engine, clock: FakeClock, tool: str) -> None:
-    verdicts = [step(engine, clock, f"{tool}-{i}", tool, {"i": i}, ok=False) for i in range(4)]
+    verdicts = [step(engine, clock, f"{tool}-{i}", tool, {"i": i}, ok=False, error=OUTAGE) for i in range(4)]
     assert [v.heuristic for v in verdicts] == [None, None, None, "circuit_open"]
 
 
@@ -236,10 +238,10 @@ def test_breaker_failures_recorded_during_the_outage_reach_the_redis_breaker(fle
 
 def test_breaker_failures_during_the_outage_add_to_failures_other_workers_recorded(fleet):
     a, b = fleet.worker(BREAKER, cut_off_able=True), fleet.worker(BREAKER)
-    assert step(b, fleet.clock, "b0", "flaky", {"i": 0}, ok=False).allowed
+    assert step(b, fleet.clock, "b0", "flaky", {"i": 0}, ok=False, error=OUTAGE).allowed
     fleet.cut_off()
     for i in (1, 2):
-        assert step(a, fleet.clock, f"a{i}", "flaky", {"i": i}, ok=False).allowed
+        assert step(a, fleet.clock, f"a{i}", "flaky", {"i": i}, ok=False, error=OUTAGE).allowed
     assert b.breaker_state("flaky") is S.CLOSED
     fleet.reconnect()
     assert a.store.resync()
@@ -258,7 +260,7 @@ def outage_work(fleet: Fleet):
     fleet.cut_off()
     for i in (1, 2):
         assert step(a, fleet.clock, "run", args={"q": i}, tokens=100).allowed
-        assert step(a, fleet.clock, f"f{i}", "flaky", {"i": i}, ok=False).allowed  # 1 token-free step each
+        assert step(a, fleet.clock, f"f{i}", "flaky", {"i": i}, ok=False, error=OUTAGE).allowed  # 1 token-free step each
     fleet.reconnect()
     return a, b
 

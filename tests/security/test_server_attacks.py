@@ -18,7 +18,7 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("nemoguardrails")
 
 from _server import TOKEN, Server, call, child_env, free_port, result, start  # noqa: E402
-from conftest import REDIS_URL, redis_or_skip  # noqa: E402
+from conftest import OUTAGE, REDIS_URL, redis_or_skip  # noqa: E402
 
 ACME = "acme-token-" + "b" * 24
 GLOBEX = "globex-token-" + "c" * 24
@@ -142,7 +142,9 @@ def test_failures_stamped_far_ahead_cannot_hold_a_breaker_open_for_ages(server, 
     tool = f"flaky_{uuid.uuid4().hex[:6]}"
     for i in range(5):  # five real failures in a row: the breaker opens, on the server's clock
         s = sid()
-        server.verdicts(s, {**call(i, tool, {"n": i}), "ts": 1e11}, {**result(i, tool), "ts": 1e11}, config_id=config_id)
+        server.verdicts(
+            s, {**call(i, tool, {"n": i}), "ts": 1e11}, {**result(i, tool, error=OUTAGE), "ts": 1e11}, config_id=config_id
+        )
     [refused] = server.verdicts(sid(), {**call(9, tool), "ts": 1e11}, config_id=config_id)
     assert refused["heuristic"] == "circuit_open"
     assert 0 < refused["observation"]["retry_after_s"] <= 30
@@ -152,7 +154,7 @@ def test_failures_stamped_far_ahead_cannot_hold_a_breaker_open_for_ages(server, 
 def test_a_probe_stamped_in_the_future_cannot_close_an_open_breaker(server, config_id):
     tool = f"flaky_{uuid.uuid4().hex[:6]}"
     for i in range(5):
-        server.verdicts(sid(), call(i, tool, {"n": i}), result(i, tool), config_id=config_id)
+        server.verdicts(sid(), call(i, tool, {"n": i}), result(i, tool, error=OUTAGE), config_id=config_id)
     future = time.time() + 40
     for i in range(2):
         [v] = server.verdicts(sid(), {**call(10 + i, tool), "ts": future}, config_id=config_id)
@@ -298,7 +300,7 @@ def test_events_to_the_colang_1_config_get_a_4xx(server):
 def test_one_engine_serves_a_config_whatever_the_model_string(server):
     tool = f"flaky_{uuid.uuid4().hex[:6]}"
     for i in range(5):
-        server.verdicts(sid(), call(i, tool, {"n": i}), result(i, tool))
+        server.verdicts(sid(), call(i, tool, {"n": i}), result(i, tool, error=OUTAGE))
     for model in ("gpt-4o", "another-model", ""):
         [v] = chat(server, [{**call(1, tool), "session_id": sid()}], model=model)
         assert v["allowed"] is False and v["heuristic"] == "circuit_open", (model, v)
@@ -422,11 +424,26 @@ def test_pages_of_other_sites_and_bodies_that_are_not_json_are_refused(server):
 def test_one_tenants_failures_do_not_open_a_tool_for_another(server, config_id):
     tool = f"payments_{uuid.uuid4().hex[:6]}"
     for i in range(6):
-        server.verdicts(sid(), call(i, tool, {"n": i}), result(i, tool), config_id=config_id, headers=as_tenant(ACME))
+        server.verdicts(
+            sid(), call(i, tool, {"n": i}), result(i, tool, error=OUTAGE), config_id=config_id, headers=as_tenant(ACME)
+        )
     [refused] = server.verdicts(sid(), call(9, tool), config_id=config_id, headers=as_tenant(ACME))
     assert refused["heuristic"] == "circuit_open"
     [v] = server.verdicts(sid(), call(9, tool), config_id=config_id, headers=as_tenant(GLOBEX))
     assert v["allowed"] is True, v
+
+
+@pytest.mark.parametrize("config_id", CONFIGS)
+def test_calls_that_fail_on_their_own_open_the_tool_for_nobody(server, config_id):
+    """Bad calls (a missing table, a failing command) are the caller's, not an outage: however
+    many a tenant makes, the tool stays closed, for it and for everyone else."""
+    tool = f"run_sql_{uuid.uuid4().hex[:6]}"
+    for i in range(12):
+        _, r = server.verdicts(sid(), call(i, tool, {"n": i}), result(i, tool), config_id=config_id, headers=as_tenant(ACME))
+        assert r["accepted"] is True, r
+    for tenant in (ACME, GLOBEX):
+        [v] = server.verdicts(sid(), call(99, tool), config_id=config_id, headers=as_tenant(tenant))
+        assert v["allowed"] is True and v["heuristic"] is None, v
 
 
 def test_ids_that_would_reach_colang_state_are_checked_first(server):

@@ -48,6 +48,42 @@ DEFAULT_VOLATILE_FIELDS: tuple[str, ...] = (
 
 MAX_FINGERPRINT_TOKENS = 256
 
+#: what churns in a result while nothing changes, as regexes over its canonical JSON: matches
+#: are ignored when judging whether a result is new (progress). Ids, timestamps, durations,
+#: element refs and run numbers change on every call of a stuck tool; counts, states and
+#: messages are kept, so "3 passed" -> "4 passed" is still progress.
+BUILTIN_CHURN_PATTERNS: tuple[str, ...] = (
+    # a scalar under an id-like key: "id", "message_id", "messageId", "run_number", "took_ms", ...
+    r'"(?:[^"\\]{0,64}?(?:[_\-. ]|(?<=[a-z0-9])(?=[A-Z]))(?:[iI][dD][sS]?|[uU][uU][iI][dD]|[gG][uU][iI][dD]|[rR][eE][fF])'
+    r"|(?i:id|ids|uuid|guid|ref|etag|run_?(?:number|no)|runnumber|attempts?|durations?(?:_?(?:ms|s))?|took(?:_?ms)?"
+    r'|latency(?:_?ms)?|pid))":(?:"(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)',
+    r"(?i:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})",  # a UUID
+    # a hex token of 8+ characters with letters and digits (a commit, a container, a trace id)
+    r"(?<![0-9A-Za-z])(?=[0-9a-f]{0,63}[a-f])(?=[0-9a-f]{0,63}[0-9])[0-9a-f]{8,64}(?![0-9A-Za-z])",
+    r"0x[0-9a-fA-F]{4,16}",  # a memory address
+    # a date with a time, or a time of day
+    r"(?<!\d)\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?",
+    r"(?<![\d:])\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?",
+    r"(?<![\d.])\d+(?:\.\d+)?\s?(?:ms|s|sec|secs|seconds)(?![A-Za-z])",  # a duration: "in 0.53s"
+    r"\[ref=[^\]\s\"]{1,32}\]|(?<![A-Za-z])ref[=:]\s?[A-Za-z]?\d+",  # an element ref of a page snapshot
+    r"(?<![\w&])#\d+",  # a run / build number: "run #45"
+)
+
+
+class ChurnMask:
+    """Masks what churns in a result's canonical JSON (BUILTIN_CHURN_PATTERNS plus the
+    config's own): two results equal after masking are the same answer."""
+
+    __slots__ = ("_re",)
+
+    def __init__(self, patterns: Iterable[str]) -> None:
+        patterns = tuple(patterns)
+        self._re = re.compile("|".join(f"(?:{p})" for p in patterns)) if patterns else None
+
+    def __call__(self, canonical: str) -> str:
+        return canonical if self._re is None else self._re.sub("~", canonical)
+
+
 _KEY_NORMALIZER = re.compile(r"[^0-9a-z]+")
 
 

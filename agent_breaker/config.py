@@ -41,6 +41,48 @@ DEFAULT_IDENTICAL_REPEATS = 3
 DEFAULT_IDENTICAL_WINDOW_S = 600.0
 DEFAULT_MAX_POLLS = 15
 DEFAULT_POLL_WINDOW_S = 600.0
+DEFAULT_MAX_WAIT_S = 3600.0
+DEFAULT_MIN_SLOW_POLLS = 5
+DEFAULT_SILENT_REPEATS = 6
+DEFAULT_SAME_ANSWER_CALLS = 5
+DEFAULT_DUPLICATE_WINDOW_S = 3600.0
+DEFAULT_IDEMPOTENCY_FIELDS = (
+    "idempotency_key",
+    "idempotencykey",
+    "idempotency_token",
+    "dedup_key",
+    "dedupe_key",
+    "deduplication_id",
+    "client_token",
+    "client_request_id",
+)
+# user turns that carry no information: a bare nudge to go on (compared normalized: case,
+# punctuation and spacing aside)
+DEFAULT_NUDGES = (
+    "continue",
+    "please continue",
+    "continue please",
+    "go on",
+    "please go on",
+    "keep going",
+    "carry on",
+    "proceed",
+    "please proceed",
+    "next",
+    "resume",
+    "keep trying",
+    "try again",
+    "retry",
+    "and",
+    "so",
+    "",
+)
+DEFAULT_AUTO_REPLY_PATTERNS = (
+    r"\bauto(?:matic|mated)?[- ]?(?:reply|response|generated)\b",
+    r"\bout of (?:the )?office\b",
+    r"\bdo not reply\b",
+    r"\bthis (?:is an? )?(?:automated|automatic) (?:message|reply|response)\b",
+)
 DEFAULT_POLLING_TOOLS = ("*status*", "*poll*", "*wait*", "*progress*")
 DEFAULT_IN_PROGRESS_VALUES = (
     "pending",
@@ -66,7 +108,9 @@ DEFAULT_DEADLOCK_TURNS = 3
 DEFAULT_CHURN_CALLS = 10
 DEFAULT_CHURN_WINDOW_S = 60.0
 
-DEFAULT_MAX_TOKENS = 5_000_000
+# room for a long run: max_steps (500) at a 40k-token context each; a coding agent re-sends its
+# whole context every step, so 100 steps of a big repository can pass 5M
+DEFAULT_MAX_TOKENS = 20_000_000
 DEFAULT_MAX_COST_USD = 10.0
 DEFAULT_SOFT_LIMIT_PCT = 85.0
 DEFAULT_MAX_TOKENS_PER_S = 50_000.0
@@ -167,6 +211,9 @@ class ToolPolicy(_Frozen):
     claim_phrases: tuple[str, ...] = Field(
         (), description="Phrases by which a final answer claims this tool's action happened (unverified_claim)."
     )
+    idempotent: bool = Field(
+        False, description="Running the same call twice has the effect of once: duplicate_mutation leaves it alone."
+    )
     failures: Literal["auto", "dependency", "call"] = Field(
         "auto",
         description="Whose are this tool's failures: read from each error (auto), always the dependency's (they "
@@ -194,6 +241,12 @@ class IdenticalCallConfig(_Frozen):
     max_repeats: int = Field(
         DEFAULT_IDENTICAL_REPEATS, ge=2, description="Runs of the same call with no progress before the next is blocked."
     )
+    max_silent_repeats: int = Field(
+        DEFAULT_SILENT_REPEATS,
+        ge=2,
+        description="The same for a call whose result is empty (a command that prints nothing, cd, export): "
+        "re-running one is cheap and often a recovery step.",
+    )
     window_s: float = Field(DEFAULT_IDENTICAL_WINDOW_S, gt=0, description="Repeats further apart than this start over.")
 
 
@@ -202,6 +255,13 @@ class StuckPollingConfig(_Frozen):
 
     max_polls: int = Field(DEFAULT_MAX_POLLS, ge=2, le=1000, description="Polls with an unchanged result allowed in the window.")
     window_s: float = Field(DEFAULT_POLL_WINDOW_S, gt=0)
+    max_wait_s: float | None = Field(
+        DEFAULT_MAX_WAIT_S,
+        gt=0,
+        description="Slow polls: a poll whose result has not changed for this long (wall time, at least "
+        "min_slow_polls polls) blocks the next, however far apart the polls are (null: off).",
+    )
+    min_slow_polls: int = Field(DEFAULT_MIN_SLOW_POLLS, ge=2, description="Unchanged polls max_wait_s needs.")
     polling_tools: tuple[str, ...] = Field(
         DEFAULT_POLLING_TOOLS, description="Glob patterns of tool names that are polled on purpose."
     )
@@ -234,6 +294,71 @@ class OscillationConfig(_Frozen):
 
     max_period: int = Field(DEFAULT_MAX_PERIOD, ge=2, le=8, description="Longest cycle looked for (A-B: 2).")
     min_cycles: int = Field(DEFAULT_MIN_CYCLES, ge=2, le=5, description="Full turns of the cycle, the blocked call included.")
+
+
+class SameAnswerConfig(_Frozen):
+    """same_answer: many calls of one tool, with other arguments each time, and one answer."""
+
+    max_calls: int = Field(
+        DEFAULT_SAME_ANSWER_CALLS,
+        ge=2,
+        description="Calls of one tool with different arguments in a row that all returned the same non-empty "
+        "result; the next is blocked. Mutating and polling tools, failures and empty results do not count.",
+    )
+
+
+class DuplicateMutationConfig(_Frozen):
+    """duplicate_mutation: a mutating call repeated after it succeeded."""
+
+    window_s: float = Field(
+        DEFAULT_DUPLICATE_WINDOW_S, gt=0, description="A repeat later than this after the success is allowed."
+    )
+    idempotency_fields: tuple[str, ...] = Field(
+        DEFAULT_IDEMPOTENCY_FIELDS,
+        description="Argument keys (top level, compared ignoring case and punctuation) holding an idempotency "
+        "key: a call with a distinct key is a distinct action.",
+    )
+
+
+class UserTurnsConfig(_Frozen):
+    """Which user turns are new information (they restart loop streaks and lift loop halts)."""
+
+    nudges: tuple[str, ...] = Field(
+        DEFAULT_NUDGES, description="Bare nudges (compared without case or punctuation): not new information."
+    )
+    auto_reply_patterns: tuple[str, ...] = Field(
+        DEFAULT_AUTO_REPLY_PATTERNS, description="Regexes (case-insensitive) of auto-replies: not new information."
+    )
+
+    @field_validator("auto_reply_patterns")
+    @classmethod
+    def _patterns_compile(cls, patterns: tuple[str, ...]) -> tuple[str, ...]:
+        return _compiled(patterns, "auto_reply pattern")
+
+
+class ProgressConfig(_Frozen):
+    """What is not progress in a result: what churns while nothing changes."""
+
+    result_churn_patterns: tuple[str, ...] = Field(
+        (),
+        description="Regexes over a result's canonical JSON whose matches are ignored when judging whether "
+        "a result is new, added to the built-in ones (ids, timestamps, durations, element refs, run numbers).",
+    )
+    builtin_churn_patterns: bool = Field(True, description="Use the built-in churn patterns.")
+
+    @field_validator("result_churn_patterns")
+    @classmethod
+    def _patterns_compile(cls, patterns: tuple[str, ...]) -> tuple[str, ...]:
+        return _compiled(patterns, "result churn pattern")
+
+
+def _compiled(patterns: tuple[str, ...], what: str) -> tuple[str, ...]:
+    for p in patterns:
+        try:
+            re.compile(p)
+        except re.error as exc:
+            raise ValueError(f"{what} {p!r} is not a valid regex: {exc}") from None
+    return patterns
 
 
 class SemanticEchoConfig(_Frozen):
@@ -275,7 +400,12 @@ class BudgetConfig(_Frozen):
     max_tokens: int | None = Field(DEFAULT_MAX_TOKENS, ge=1, description="Session tokens, input + output (null: off).")
     max_cost_usd: float | None = Field(DEFAULT_MAX_COST_USD, gt=0, description="Session spend (null: off).")
     soft_limit_pct: float = Field(
-        DEFAULT_SOFT_LIMIT_PCT, gt=0, le=100, description="Past this share of a limit only read-only tools run."
+        DEFAULT_SOFT_LIMIT_PCT, gt=0, le=100, description="Past this share of a limit, soft_limit_blocks are refused."
+    )
+    soft_limit_blocks: Literal["mutating", "all_but_read_only"] = Field(
+        "mutating",
+        description="What the soft limit refuses: tools that act (mutating; the rest may finish the work), or "
+        "every tool not marked read_only.",
     )
     prices: dict[str, Price] = Field(default_factory=dict, description="Price per model, used when cost_usd is absent.")
     default_model: str | None = Field(None, description="Model priced when an event names none.")
@@ -324,12 +454,7 @@ class ReceiptsConfig(_Frozen):
     @field_validator("reference_patterns")
     @classmethod
     def _patterns_compile(cls, patterns: tuple[str, ...]) -> tuple[str, ...]:
-        for p in patterns:
-            try:
-                re.compile(p)
-            except re.error as exc:
-                raise ValueError(f"reference pattern {p!r} is not a valid regex: {exc}") from None
-        return patterns
+        return _compiled(patterns, "reference pattern")
 
 
 class StorageConfig(_Frozen):
@@ -415,6 +540,10 @@ class AgentBreakerConfig(_Frozen):
     stuck_polling: StuckPollingConfig = StuckPollingConfig()
     near_duplicate: NearDuplicateConfig = NearDuplicateConfig()
     oscillation: OscillationConfig = OscillationConfig()
+    same_answer: SameAnswerConfig = SameAnswerConfig()
+    duplicate_mutation: DuplicateMutationConfig = DuplicateMutationConfig()
+    user_turns: UserTurnsConfig = UserTurnsConfig()
+    progress: ProgressConfig = ProgressConfig()
     semantic_echo: SemanticEchoConfig = SemanticEchoConfig()
     agent_deadlock: AgentDeadlockConfig = AgentDeadlockConfig()
     session_churn: SessionChurnConfig = SessionChurnConfig()

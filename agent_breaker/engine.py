@@ -35,10 +35,10 @@ from .detectors.base import Trip
 from .events import Assistant, Final, InvalidEventError, ToolCall, ToolResult, User, parse_event, parse_typed
 from .failure_policy import storage_unavailable
 from .governor import budget
-from .outcomes import FailurePredicate, Outcome, classify
-from .policy import CheckContext, Policies, Policy, judge, run_checks
+from .outcomes import FailurePredicate, Outcome, classify, is_blank
+from .policy import CheckContext, Policies, Policy, judge, plain_words, run_checks
 from .receipts import ReceiptKeys, empty_mutation_trip, is_empty_result, mint, verify
-from .session import FAILED, MAX_PENDING, MIXED, CallFacts, ChurnView, Pending, SessionState
+from .session import FAILED, MAX_PENDING, MAX_SAID, MIXED, CallFacts, ChurnView, Pending, SessionState, put_bounded
 from .store import MemoryStore, StorageError, Store, store_from_uri
 from .store.base import key_parts
 from .verdicts import ALLOW, Incident, ResultVerdict, Verdict, verdict_for
@@ -159,16 +159,24 @@ class Engine:
         except CanonicalError as exc:
             raise InvalidEventError.of([("args", str(exc))]) from None
         fp = self.fingerprints
+        key = fp.hash64(ev.tool, canonical)
+        mutating = ev.mutating if ev.mutating is not None else p.mutating(ev.tool)
+        effect = None
+        if mutating and not p.cfg.tool(ev.tool).idempotent:
+            # the canonical args drop idempotency keys (volatile): a distinct key is a distinct action
+            idempotency_key = p.idempotency_key(ev.args)
+            effect = key if idempotency_key is None else fp.hash64(ev.tool, canonical, idempotency_key)
         return CallFacts(
             tool=ev.tool,
-            key=fp.hash64(ev.tool, canonical),
+            key=key,
             fp_text=fp.tokens(canonical),
             fp_shape=fp.shapes(canonical),
             fp_thought=None if not ev.thought else tuple(sorted(fp.shapes(normalize_text(ev.thought)))),
             tokens=ev.input_tokens + ev.output_tokens,
             cost_usd=budget.step_cost_usd(p.cfg, ev.input_tokens, ev.output_tokens, ev.cost_usd, ev.model),
             depth=ev.depth or 0,
-            mutating=ev.mutating if ev.mutating is not None else p.mutating(ev.tool),
+            mutating=mutating,
+            effect=effect,
         )
 
     @staticmethod
@@ -390,6 +398,11 @@ class Engine:
         out = classify(ev, cfg, p.in_progress, self.failure_predicates.get(ev.tool))
         canonical = self._result_canonical(p, ev.result)
         result_hash = self.fingerprints.hash64(canonical)
+        # the loop detectors compare results without what churns (ids, timings, refs)
+        masked = p.churn(canonical)
+        answer_hash = result_hash if masked == canonical else self.fingerprints.hash64(masked)
+        blank = is_blank(ev.result)
+        polling = p.polling(ev.tool)
         references = p.claims.result_references(canonical) if not out.failed else None
         churn_on = p.mode(H.SESSION_CHURN) != "off"
 
@@ -413,9 +426,9 @@ class Engine:
                 decided.verdict = replace(decided.verdict, breaker_state=st.state.value)
             f = pending.facts
             if s.loops.only_key == f.key and churn_on:
-                outcome_hash = FAILED if out.failed else result_hash
+                outcome_hash = FAILED if out.failed else answer_hash
                 decided.view = (_view_key(s), lambda v: churn.record_outcome(v, step.key, f.key, outcome_hash, now, cfg))
-            if loops.record_result(s, pending, result_hash, out.failed, out.transient, out.in_progress, now, cfg):
+            if loops.record_result(s, pending, answer_hash, out, blank, polling, now, cfg):
                 # new information: assistant turns start a new stretch, and so do this
                 # session's own breaker streaks
                 s.turns.clear()
@@ -502,18 +515,26 @@ class Engine:
         return self._commit(step, decide, None)
 
     def record_user(self, event: User | Mapping[str, Any]) -> Verdict:
-        """A user turn is new information: loop streaks start over, loop halts are lifted."""
+        """A user turn with new information: loop streaks start over, loop halts are lifted. A
+        bare nudge ("continue"), an auto-reply, or a turn the user already sent adds nothing:
+        the streaks go on."""
         step = self._begin(event, User)
-        if step.p.cfg.mode == "off":
+        p = step.p
+        if p.cfg.mode == "off":
             return ALLOW
-        references = step.p.claims.references_in(step.ev.text)
+        text = step.ev.text
+        references = p.claims.references_in(text)
+        said = self.fingerprints.hash64("user", plain_words(text))
+        informative = p.informative(text)
 
         def decide(s: SessionState) -> tuple[SessionState, _Decided]:
-            s.reset_streaks()
+            if informative and said not in s.loops.said:
+                s.reset_streaks()
+                if s.halted is not None and s.halted[0] in H.LOOPS:  # budget halts stay
+                    s.halted = None
+            put_bounded(s.loops.said, said, None, MAX_SAID)
             if references:
                 s.ledger.observe(references)  # the user's own references may be quoted back
-            if s.halted is not None and s.halted[0] in H.LOOPS:  # budget halts stay
-                s.halted = None
             return s, _Decided(ALLOW)
 
         return self._commit(step, decide, None)

@@ -11,6 +11,8 @@ IDENTICAL_CALL = "identical_call"
 STUCK_POLLING = "stuck_polling"
 NEAR_DUPLICATE = "near_duplicate"
 OSCILLATION = "oscillation"
+SAME_ANSWER = "same_answer"
+DUPLICATE_MUTATION = "duplicate_mutation"
 SEMANTIC_ECHO = "semantic_echo"
 AGENT_DEADLOCK = "agent_deadlock"
 SESSION_CHURN = "session_churn"
@@ -41,6 +43,8 @@ CONFIGURABLE: tuple[str, ...] = (
     STUCK_POLLING,
     NEAR_DUPLICATE,
     OSCILLATION,
+    SAME_ANSWER,
+    DUPLICATE_MUTATION,
     SEMANTIC_ECHO,
     AGENT_DEADLOCK,
     SESSION_CHURN,
@@ -58,7 +62,16 @@ CONFIGURABLE: tuple[str, ...] = (
 
 #: the loop heuristics: their halts end when the user says something new
 LOOPS: frozenset[str] = frozenset(
-    {IDENTICAL_FAILURE, IDENTICAL_CALL, STUCK_POLLING, NEAR_DUPLICATE, OSCILLATION, SEMANTIC_ECHO, AGENT_DEADLOCK}
+    {
+        IDENTICAL_FAILURE,
+        IDENTICAL_CALL,
+        STUCK_POLLING,
+        NEAR_DUPLICATE,
+        OSCILLATION,
+        SAME_ANSWER,
+        SEMANTIC_ECHO,
+        AGENT_DEADLOCK,
+    }
 )
 
 #: trips that end the session: every later call of it is refused (enforce mode)

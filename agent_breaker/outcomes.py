@@ -21,10 +21,11 @@ FailureKind = Literal["dependency", "call"]
 
 _FAILED_STATUS = frozenset({"error", "failed", "failure", "fail"})
 # a dependency failure: the tool (or what it calls) did not answer properly; the call itself
-# may be fine. Status codes count only where they read as HTTP statuses, not as any number.
+# may be fine. Status codes count only where they read as HTTP statuses, not as any number;
+# "try again" does not count (tools say it of bad calls too: "fix your command and try again").
 _DEPENDENCY = re.compile(
     r"\b(?:http(?:/\d(?:\.\d)?)?|status(?:[ _]code)?|code|error)\W{0,3}(?:5\d\d|429|408)\b"
-    r"|\b(?:502|503|504)\b|time[ds]? ?out|timeout|temporar|unavailable|rate.?limit|too many requests|try again"
+    r"|\b(?:502|503|504)\b|time[ds]? ?out|timeout|temporar|unavailable|rate.?limit|too many requests"
     r"|connection (?:reset|refused|aborted|closed|error)|econn(?:refused|reset)|overloaded|throttl|bad gateway"
     r"|internal server error|could not resolve|name or service not known|network (?:is )?unreachable|broken pipe",
     re.IGNORECASE,
@@ -94,6 +95,20 @@ def _dependency_payload(value: Any, depth: int) -> bool:
         if isinstance(status, int) and not isinstance(status, bool) and status in _DEPENDENCY_STATUSES:
             return True
     return any(_dependency_payload(value.get(name), depth + 1) for name in ("error", "message", "detail", "errors"))
+
+
+def is_blank(result: Any, depth: int = 0) -> bool:
+    """A result that says nothing: null, blank text, an empty container, or a wrapper of only
+    blank text ({"output": ""}). A command that prints nothing returns one. An empty list
+    under a name ({"orders": []}) is an answer: nothing matched."""
+    if result is None or (isinstance(result, str) and not result.strip()):
+        return True
+    if depth >= 3 or not isinstance(result, (dict, list)):
+        return False
+    if not result:
+        return depth == 0
+    values = result.values() if isinstance(result, dict) else result
+    return all(is_blank(v, depth + 1) for v in values)
 
 
 def is_semantic_failure(result: Any) -> bool:

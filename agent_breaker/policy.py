@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import heuristics as H
-from ._canonical import Canonicalizer, Fingerprinter
+from ._canonical import BUILTIN_CHURN_PATTERNS, Canonicalizer, ChurnMask, Fingerprinter, normalize_key
 from .config import AgentBreakerConfig, Mode
 from .detectors import loops
 from .detectors.base import Trip
@@ -21,6 +21,13 @@ RESULT_MAX_BYTES = 16 * 1024 * 1024
 RESULT_MAX_DEPTH = 64
 MAX_CACHED = 10_000  # policies, and per-tool answers within one
 _NAME_TOKENS = re.compile(r"[a-z]+")
+_WORDS = re.compile(r"\w+")
+_SCANNED_TURN_CHARS = 4096
+
+
+def plain_words(text: str) -> str:
+    """A turn's words, lower-cased, without punctuation or extra spacing ("Continue!" -> "continue")."""
+    return " ".join(_WORDS.findall(text[:_SCANNED_TURN_CHARS].lower()))
 
 
 @dataclass(slots=True)
@@ -54,13 +61,15 @@ SESSION_LIMITS: tuple[tuple[str, Check], ...] = (
 #: the checks of a tool call, in this order; the breaker comes after them
 CALL_CHECKS: tuple[tuple[str, Check], ...] = SESSION_LIMITS + (
     (H.DEPTH_LIMIT, lambda c: budget.check_depth_limit(_facts(c).depth, c.cfg)),
-    (H.BUDGET_SOFT_LIMIT, lambda c: budget.check_soft_limit(c.s, c.cfg, _facts(c).tool)),
+    (H.BUDGET_SOFT_LIMIT, lambda c: budget.check_soft_limit(c.s, c.cfg, _facts(c).tool, _facts(c).mutating)),
     (H.TOOL_TOKEN_BUDGET, lambda c: budget.check_tool_token_budget(c.s, c.cfg, _facts(c).tool)),
+    (H.DUPLICATE_MUTATION, lambda c: loops.check_duplicate_mutation(c.s, _facts(c), c.cfg, c.now)),
     (H.IDENTICAL_FAILURE, lambda c: loops.check_identical_failure(c.s, _facts(c), c.cfg, c.now)),
     (H.IDENTICAL_CALL, lambda c: loops.check_identical_call(c.s, _facts(c), c.cfg, c.now, c.polling)),
     (H.STUCK_POLLING, lambda c: loops.check_stuck_polling(c.s, _facts(c), c.cfg, c.now, c.polling)),
     (H.NEAR_DUPLICATE, lambda c: loops.check_near_duplicate(c.s, _facts(c), c.cfg, c.similar, c.polling)),
     (H.OSCILLATION, lambda c: loops.check_oscillation(c.s, _facts(c), c.cfg)),
+    (H.SAME_ANSWER, lambda c: loops.check_same_answer(c.s, _facts(c), c.cfg, c.polling)),
 )
 
 
@@ -103,8 +112,12 @@ class Policy:
     cfg: AgentBreakerConfig
     canon: Canonicalizer
     result_canon: Canonicalizer
+    churn: ChurnMask
     in_progress: frozenset[str]
     claims: ClaimChecker
+    nudges: frozenset[str]
+    auto_reply: re.Pattern[str] | None
+    idempotency_fields: frozenset[str]
     call_checks: tuple[EnabledCheck, ...]
     session_limits: tuple[EnabledCheck, ...]
     _mutating: dict[str, bool]
@@ -116,13 +129,36 @@ class Policy:
             cfg,
             Canonicalizer(cfg.volatile_fields, max_bytes=cfg.max_args_bytes, fold=True),
             Canonicalizer(cfg.volatile_fields, max_bytes=RESULT_MAX_BYTES, max_depth=RESULT_MAX_DEPTH),
+            ChurnMask(
+                (BUILTIN_CHURN_PATTERNS if cfg.progress.builtin_churn_patterns else ()) + cfg.progress.result_churn_patterns
+            ),
             frozenset(cfg.stuck_polling.in_progress_values),
             ClaimChecker(cfg, fingerprints),
+            frozenset(plain_words(n) for n in cfg.user_turns.nudges),
+            re.compile("|".join(f"(?:{p})" for p in cfg.user_turns.auto_reply_patterns), re.IGNORECASE)
+            if cfg.user_turns.auto_reply_patterns
+            else None,
+            frozenset(normalize_key(k) for k in cfg.duplicate_mutation.idempotency_fields),
             enabled(cfg, CALL_CHECKS),
             enabled(cfg, SESSION_LIMITS),
             {},
             {},
         )
+
+    def informative(self, text: str) -> bool:
+        """A user turn that may carry information: not a bare nudge, not an auto-reply."""
+        if plain_words(text) in self.nudges:
+            return False
+        return self.auto_reply is None or self.auto_reply.search(text[:_SCANNED_TURN_CHARS]) is None
+
+    def idempotency_key(self, args: Any) -> str | None:
+        """The idempotency key a call carries in its top-level arguments, if any."""
+        if not isinstance(args, dict) or not self.idempotency_fields:
+            return None
+        for k, v in args.items():
+            if isinstance(k, str) and normalize_key(k) in self.idempotency_fields and v not in (None, ""):
+                return str(v)
+        return None
 
     def mode(self, heuristic: str) -> Mode:
         return self.cfg.mode_of(heuristic)

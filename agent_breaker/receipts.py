@@ -39,7 +39,7 @@ MAX_MUTATING_TOOLS = 256
 #: a reference written in lower or mixed case (tx-99482) counts only with this many digits:
 #: with fewer it cannot be told from prose ("top-100")
 MIN_CASELESS_REFERENCE_DIGITS = 5
-MAX_SCANNED_CHARS = 65_536  # of a result's canonical text
+MAX_SCANNED_CHARS = 1 << 20  # of a result's canonical text (a page snapshot runs long)
 # each rewrite runs only where a cheap search (a literal prefix, or a short class) finds a place
 # for it: most texts have none
 _SPACED_ID = re.compile(r"\b(?=([A-Z]{2,}))\1[ _]+(\d{3,})\b")  # TX 99482 -> TX-99482
@@ -69,6 +69,32 @@ _NEGATIONS = frozenset(
         "nor",
         "unsuccessful",
         "unfortunately",
+    }
+)
+# words that make a claim phrase no claim of a done deed: a condition, a possibility, a future,
+# an instruction ("once the form is submitted", "the refund will be completed", "please pay")
+_NOT_ASSERTED = frozenset(
+    {
+        "if",
+        "once",
+        "when",
+        "whenever",
+        "after",
+        "before",
+        "until",
+        "unless",
+        "will",
+        "would",
+        "should",
+        "can",
+        "could",
+        "may",
+        "might",
+        "must",
+        "need",
+        "needs",
+        "please",
+        "to",
     }
 )
 _WORD = re.compile(r"[A-Za-z']+")
@@ -349,14 +375,16 @@ class ClaimChecker:
 
     def _claims(self, text: str) -> set[str]:
         """Claim phrases asserted (not negated) in the text, lower-cased. A negation counts
-        when it stands in the same clause, at most four words before the phrase."""
+        when it stands in the same clause, at most four words before the phrase; a condition,
+        modal or instruction word ("once", "will", "please") at most six words before."""
         lowered = normalize_text(text)
         found = set()
         for phrase, pattern in self._phrase_patterns:
             for m in pattern.finditer(lowered):
                 clause = _CLAUSE_END.split(lowered[max(0, m.start() - 80) : m.start()])[-1]
-                before = _WORD.findall(clause)[-4:]
-                if not any(w in _NEGATIONS or w.endswith("n't") for w in before):
+                words = _WORD.findall(clause)
+                negated = any(w in _NEGATIONS or w.endswith("n't") for w in words[-4:])
+                if not negated and not any(w in _NOT_ASSERTED for w in words[-6:]):
                     found.add(phrase)
                     break
         return found

@@ -24,6 +24,8 @@ MAX_TURNS = 16
 MAX_SEEN = 512
 MAX_TOOLS = 256  # per-tool counters a session keeps (spend, session-scoped breakers)
 MAX_CHAINS = 32  # near-duplicate chains, one per recently used tool (each holds fingerprints)
+MAX_ANSWER_KEYS = 64  # same_answer: the distinct calls of one streak kept
+MAX_SAID = 64  # user turns remembered (hashes), to tell a repeated answer from new information
 
 FAILED = -1  # result hash of a failed execution: any two failures compare equal
 MIXED = -1  # SessionState.only_key once the session's calls differ (call hashes are >= 0)
@@ -50,6 +52,9 @@ class CallFacts:
     cost_usd: float
     depth: int
     mutating: bool
+    # duplicate_mutation: what the call does, for a mutating, non-idempotent tool (its canonical
+    # args plus any idempotency key); None for every other call
+    effect: int | None = None
 
 
 @dataclass(slots=True)
@@ -63,6 +68,8 @@ class KeyStat:
     poll_ts: list[float] = field(default_factory=list)  # unchanged polls in the window
     transient: bool = False  # the streak's last failure looked transient (timeout, 429, 503)
     epoch: int = 0  # the session's progress epoch at the last run
+    since: float = 0.0  # when the current streak began (stuck_polling's wall-time budget)
+    silent: bool = False  # the last result was blank (a command that prints nothing)
 
 
 @dataclass(slots=True)
@@ -78,6 +85,22 @@ class Chain:
     transient: bool = False
     epoch: int = 0
     last_ts: float = 0.0
+
+
+@dataclass(slots=True)
+class Answer:
+    """same_answer: the latest streak of one tool's calls with different arguments and one result."""
+
+    result: int
+    keys: list[int]  # the distinct calls of the streak
+    epoch: int  # the session's progress epoch after the streak's last call
+
+    def to_wire(self) -> list[Any]:
+        return [self.result, self.keys, self.epoch]
+
+    @classmethod
+    def from_wire(cls, d: list[Any]) -> Answer:
+        return cls(d[0], list(d[1]), d[2])
 
 
 @dataclass(slots=True)
@@ -155,6 +178,9 @@ class Loops:
     # session_churn: the one call key every allowed call so far had (None: no call yet;
     # MIXED: calls differ)
     only_key: int | None = None
+    answers: dict[str, Answer] = field(default_factory=dict)  # same_answer, per tool
+    done: dict[int, float] = field(default_factory=dict)  # duplicate_mutation: effect -> when it succeeded
+    said: dict[int, None] = field(default_factory=dict)  # hashes of the user turns so far
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -164,7 +190,7 @@ class Loops:
             },
             "auto_ids": self.auto_ids,
             "keys": [
-                [k, st.runs, st.last_result, st.last_ts, st.polling, st.poll_ts, st.transient, st.epoch]
+                [k, st.runs, st.last_result, st.last_ts, st.polling, st.poll_ts, st.transient, st.epoch, st.since, st.silent]
                 for k, st in self.keys.items()
             ],
             "fail": [self.fail_key, self.fail_run, self.fail_transient],
@@ -186,6 +212,9 @@ class Loops:
             "history": [self.history, self.history_base],
             "seen": list(self.seen),
             "only_key": self.only_key,
+            "answers": {tool: a.to_wire() for tool, a in self.answers.items()},
+            "done": [[k, t] for k, t in self.done.items()],
+            "said": list(self.said),
         }
 
     @classmethod
@@ -195,7 +224,7 @@ class Loops:
         return cls(
             pending={cid: Pending(_unfacts(p[0]), p[1], p[2], p[3], p[4], p[5], p[6]) for cid, p in d["pending"].items()},
             auto_ids=d["auto_ids"],
-            keys={k[0]: KeyStat(k[1], k[2], k[3], k[4], list(k[5]), k[6], k[7]) for k in d["keys"]},
+            keys={k[0]: KeyStat(k[1], k[2], k[3], k[4], list(k[5]), *k[6:]) for k in d["keys"]},
             fail_key=fail_key,
             fail_run=fail_run,
             fail_transient=fail_transient,
@@ -208,6 +237,10 @@ class Loops:
             history_base=history_base,
             seen=dict.fromkeys(d["seen"]),
             only_key=d["only_key"],
+            # sessions written before these detectors existed have none of their state
+            answers={tool: Answer.from_wire(a) for tool, a in d.get("answers", {}).items()},
+            done={k: t for k, t in d.get("done", [])},
+            said=dict.fromkeys(d.get("said", [])),
         )
 
 
@@ -259,9 +292,12 @@ class SessionState:
         return st
 
     def reset_streaks(self) -> None:
-        """New information from outside (a user turn): the run starts over."""
+        """New information from outside (a user turn): the run starts over, and an action
+        already done may be asked for again."""
         loops = self.loops
         loops.keys.clear()
+        loops.answers.clear()
+        loops.done.clear()
         loops.fail_key = None
         loops.fail_run = 0
         loops.epoch += 1
@@ -294,8 +330,19 @@ def _unfp_or_none(d: str | None) -> tuple[int, ...] | None:
 
 
 def _facts(f: CallFacts) -> list[Any]:
-    return [f.tool, f.key, _fp(f.fp_text), _fp(f.fp_shape), _fp(f.fp_thought), f.tokens, f.cost_usd, f.depth, f.mutating]
+    return [
+        f.tool,
+        f.key,
+        _fp(f.fp_text),
+        _fp(f.fp_shape),
+        _fp(f.fp_thought),
+        f.tokens,
+        f.cost_usd,
+        f.depth,
+        f.mutating,
+        f.effect,
+    ]
 
 
 def _unfacts(d: list[Any]) -> CallFacts:
-    return CallFacts(d[0], d[1], _unfp(d[2]), _unfp(d[3]), _unfp_or_none(d[4]), d[5], d[6], d[7], d[8])
+    return CallFacts(d[0], d[1], _unfp(d[2]), _unfp(d[3]), _unfp_or_none(d[4]), d[5], d[6], d[7], d[8], *d[9:10])

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from agent_breaker.breaker import BreakerState, BreakerStateName
 from agent_breaker.receipts import Ledger
-from agent_breaker.session import CallFacts, Chain, ChurnView, KeyStat, Loops, Pending, SessionState, Spend
+from agent_breaker.session import Answer, CallFacts, Chain, ChurnView, KeyStat, Loops, Pending, SessionState, Spend
 from agent_breaker.store import codec
 from agent_breaker.windows import BucketWindow
 
@@ -35,7 +35,17 @@ def windows(draw, width: int) -> BucketWindow:
 
 
 facts = st.builds(
-    CallFacts, ids, u64, fps, fps, st.one_of(st.none(), fps), st.integers(0, 10**12), money, st.integers(0, 100), st.booleans()
+    CallFacts,
+    ids,
+    u64,
+    fps,
+    fps,
+    st.one_of(st.none(), fps),
+    st.integers(0, 10**12),
+    money,
+    st.integers(0, 100),
+    st.booleans(),
+    st.one_of(st.none(), u64),
 )
 pending = st.builds(
     Pending, facts, ids, ids, st.one_of(st.none(), st.integers(0, 100)), st.booleans(), st.booleans(), st.integers(0, 10**6)
@@ -49,6 +59,8 @@ keystats = st.builds(
     st.lists(times, max_size=3),
     st.booleans(),
     st.integers(0, 1000),
+    times,
+    st.booleans(),
 )
 chains = st.builds(
     Chain,
@@ -107,6 +119,13 @@ def sessions(draw) -> SessionState:
             history_base=draw(st.integers(0, 10**6)),
             seen=dict.fromkeys(draw(st.lists(u64, max_size=4, unique=True))),
             only_key=draw(st.one_of(st.none(), u64, st.just(-1))),
+            answers=draw(
+                st.dictionaries(
+                    ids, st.builds(Answer, hash_or_failed, st.lists(u64, max_size=3), st.integers(0, 1000)), max_size=2
+                )
+            ),
+            done=draw(st.dictionaries(u64, times, max_size=3)),
+            said=dict.fromkeys(draw(st.lists(u64, max_size=3, unique=True))),
         ),
         turns=draw(st.lists(st.tuples(u32, fps, st.booleans(), st.booleans()), max_size=3)),
         breakers={b.name: b for b in draw(st.lists(breakers, max_size=2))},

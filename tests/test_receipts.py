@@ -32,10 +32,20 @@ RECEIPT_FIELDS = {"v", "kid", "tenant", "session", "call_id", "tool", "args_hash
 
 
 # ----------------------------------------------------------------- helpers
-def pay(engine: Engine, clock: FakeClock, *, ok: bool, payload, tool: str = "wire_transfer", session: str = SESSION, **kw):
+def pay(
+    engine: Engine,
+    clock: FakeClock,
+    *,
+    ok: bool,
+    payload,
+    tool: str = "wire_transfer",
+    session: str = SESSION,
+    args: dict | None = None,
+    **kw,
+):
     """One payment call and its result; returns (call verdict, result verdict)."""
     clock.advance(2.0)
-    v = engine.check_tool_call(call(tool, PAYMENT_ARGS, session=session, **kw))
+    v = engine.check_tool_call(call(tool, args or PAYMENT_ARGS, session=session, **kw))
     assert v.allowed, v
     clock.advance(0.5)
     rv = engine.record_tool_result(result(tool, ok, payload, session=session, call_id=v.call_id, **kw))
@@ -48,8 +58,10 @@ def failed_transfer(engine: Engine, clock: FakeClock, session: str = SESSION) ->
     assert rv.receipt is None
 
 
-def receipted_transfer(engine: Engine, clock: FakeClock, session: str = SESSION, payload=None):
-    v, rv = pay(engine, clock, ok=True, payload=dict(RECEIPTED_PAYLOAD) if payload is None else payload, session=session)
+def receipted_transfer(engine: Engine, clock: FakeClock, session: str = SESSION, payload=None, args=None):
+    v, rv = pay(
+        engine, clock, ok=True, payload=dict(RECEIPTED_PAYLOAD) if payload is None else payload, session=session, args=args
+    )
     assert rv.receipt is not None
     return v, rv
 
@@ -462,8 +474,9 @@ def test_verify_receipt_rejects_replay_for_another_call(minted):
 
 
 def test_receipt_for_one_call_does_not_vouch_for_the_next_identical_call(engine, clock):
-    v1, rv1 = receipted_transfer(engine, clock)
-    v2, rv2 = receipted_transfer(engine, clock)
+    # the same transfer twice, on purpose: each with its own idempotency key
+    v1, rv1 = receipted_transfer(engine, clock, args={**PAYMENT_ARGS, "idempotency_key": "k-1"})
+    v2, rv2 = receipted_transfer(engine, clock, args={**PAYMENT_ARGS, "idempotency_key": "k-2"})
     assert v1.call_id != v2.call_id
 
     assert check(engine, rv1.receipt, call_id=v2.call_id) == (False, "receipt belongs to another call")

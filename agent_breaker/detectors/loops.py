@@ -8,8 +8,30 @@ changes is work, not a loop, so every streak restarts when a result is new.
 from __future__ import annotations
 
 from ..config import AgentBreakerConfig
-from ..heuristics import IDENTICAL_CALL, IDENTICAL_FAILURE, NEAR_DUPLICATE, OSCILLATION, STUCK_POLLING
-from ..session import FAILED, MAX_CHAINS, MAX_KEYS, MAX_SEEN, CallFacts, Chain, KeyStat, Pending, SessionState, put_bounded
+from ..heuristics import (
+    DUPLICATE_MUTATION,
+    IDENTICAL_CALL,
+    IDENTICAL_FAILURE,
+    NEAR_DUPLICATE,
+    OSCILLATION,
+    SAME_ANSWER,
+    STUCK_POLLING,
+)
+from ..outcomes import Outcome
+from ..session import (
+    FAILED,
+    MAX_ANSWER_KEYS,
+    MAX_CHAINS,
+    MAX_KEYS,
+    MAX_SEEN,
+    Answer,
+    CallFacts,
+    Chain,
+    KeyStat,
+    Pending,
+    SessionState,
+    put_bounded,
+)
 from .base import Trip, similarity
 
 
@@ -36,14 +58,15 @@ def check_identical_call(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig,
     c = cfg.identical_call
     if st is None or polling or st.epoch != s.loops.epoch or now - st.last_ts > c.window_s:
         return None
-    if st.runs < failure_limit(cfg, c.max_repeats, st.transient):
+    limit = c.max_silent_repeats if st.silent else failure_limit(cfg, c.max_repeats, st.transient)
+    if st.runs < limit:
         return None
     return Trip(
         IDENTICAL_CALL,
         "session",
         f"{f.tool} was called {st.runs} times with the same arguments and no new result",
         "You already have this result. Use it, or change your approach instead of repeating the call.",
-        {"repeats": st.runs, "max_repeats": c.max_repeats, "window_s": c.window_s},
+        {"repeats": st.runs, "max_repeats": limit, "window_s": c.window_s},
     )
 
 
@@ -52,6 +75,16 @@ def check_stuck_polling(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig, 
     if st is None or not polling or not st.poll_ts or st.epoch != s.loops.epoch:
         return None
     c = cfg.stuck_polling
+    waited = now - st.since
+    if c.max_wait_s is not None and waited >= c.max_wait_s and st.runs >= c.min_slow_polls:
+        # slow polls: too few to fill the window, but nothing has changed for too long
+        return Trip(
+            STUCK_POLLING,
+            "session",
+            f"{f.tool} was polled {st.runs} times over {waited:.0f}s and its result never changed",
+            "The job is not moving. Stop polling; report its current state, or escalate to a human.",
+            {"polls": st.runs, "waited_s": round(waited, 3), "max_wait_s": c.max_wait_s},
+        )
     horizon = now - c.window_s
     if st.poll_ts[0] < horizon:
         st.poll_ts = [t for t in st.poll_ts if t >= horizon]
@@ -110,6 +143,36 @@ def check_near_duplicate(
     )
 
 
+def check_same_answer(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig, polling: bool) -> Trip | None:
+    a = s.loops.answers.get(f.tool)
+    limit = cfg.same_answer.max_calls
+    # stale once another call taught the agent something: it has moved on
+    if a is None or polling or f.mutating or len(a.keys) < limit or a.epoch != s.loops.epoch:
+        return None
+    return Trip(
+        SAME_ANSWER,
+        "session",
+        f"{len(a.keys)} calls to {f.tool} with different arguments in a row all returned the same result",
+        "Changing the arguments is not changing the answer. Use what you have, or report that the information is not available.",
+        {"calls": len(a.keys), "max_calls": limit},
+    )
+
+
+def check_duplicate_mutation(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig, now: float) -> Trip | None:
+    done = s.loops.done.get(f.effect) if f.effect is not None else None
+    window = cfg.duplicate_mutation.window_s
+    if done is None or now - done > window:
+        return None
+    return Trip(
+        DUPLICATE_MUTATION,
+        "call",
+        f"{f.tool} already succeeded with these arguments {now - done:.0f}s ago; running it again would repeat the action",
+        "This action already happened: do not repeat it. Use the earlier result; if it must happen again, ask the "
+        "user to confirm.",
+        {"since_s": round(now - done, 3), "window_s": window},
+    )
+
+
 def check_oscillation(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig) -> Trip | None:
     c = cfg.oscillation
     history = s.loops.history
@@ -127,16 +190,21 @@ def check_oscillation(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig) ->
             continue
         if any(keys[i] != keys[i + period] for i in range(span - period)):
             continue
-        compared = 0
+        # a call that returns something else the next time it comes round is work: the calls
+        # between changed the world (edit, test, undo the edit, test is a bisection)
+        results: dict[int, int] = {}
+        compared = False
         progress = False
-        for i in range(len(window) - period):
-            a, b = window[i][1], window[i + period][1]
-            if a is None or b is None:
+        for key, result in window:
+            if result is None:
                 continue
-            compared += 1
-            if a != b:
+            if key not in results:
+                results[key] = result
+            elif results[key] != result:
                 progress = True
                 break
+            else:
+                compared = True
         if progress or not compared:
             continue
         return Trip(
@@ -166,16 +234,18 @@ def record_result(
     s: SessionState,
     p: Pending,
     result_hash: int,
-    failed: bool,
-    transient: bool,
-    in_progress: bool,
+    out: Outcome,
+    blank: bool,
+    polling: bool,
     now: float,
     cfg: AgentBreakerConfig,
 ) -> bool:
-    """Update every streak with one result. Returns True when the result is progress: a
-    success this call had not returned before. Progress anywhere restarts the streaks of
-    every other call (the `epoch` stamps), so work between repeats is not a loop."""
+    """Update every streak with one result (`result_hash`: its churn masked). Returns True
+    when the result is progress: a success this call had not returned before. Progress
+    anywhere restarts the streaks of every other call (the `epoch` stamps), so work between
+    repeats is not a loop."""
     f = p.facts
+    failed, transient = out.failed, out.transient
     outcome = FAILED if failed else result_hash
     progress = False
     if not failed:
@@ -204,8 +274,11 @@ def record_result(
     fresh = st.last_result is None or st.epoch != s.loops.epoch or now - st.last_ts > cfg.identical_call.window_s
     unchanged = not fresh and outcome == st.last_result
     st.runs = st.runs + 1 if unchanged or (failed and not fresh) else 1
+    if st.runs == 1:
+        st.since = now
     st.transient = failed and transient
-    st.polling = st.polling or in_progress
+    st.silent = not failed and blank
+    st.polling = st.polling or out.in_progress
     if unchanged:
         st.poll_ts.append(now)
         if len(st.poll_ts) > cfg.stuck_polling.max_polls:
@@ -217,7 +290,9 @@ def record_result(
 
     # near_duplicate: the tool's chain of similar calls without progress
     chain = s.loops.chains.get(f.tool)
-    if (
+    if blank and not failed and chain is not None:
+        chain = None  # a blank success neither extends nor ends a chain: re-running `cd` is identical_call's
+    elif (
         chain is not None
         and chain.epoch == s.loops.epoch
         and ((failed and chain.failed and p.similar_shape) or (not failed and not chain.failed and p.similar_text))
@@ -231,6 +306,21 @@ def record_result(
         chain = Chain(f.fp_text, f.fp_shape, f.fp_thought, 1, outcome, failed, failed and transient, s.loops.epoch, now)
         put_bounded(s.loops.chains, f.tool, chain, MAX_CHAINS)
 
+    # same_answer: the tool's calls with other arguments and this one answer, while nothing
+    # else was learned; a blank answer (a command that prints nothing) or a failure does not count
+    answer = None
+    if not (failed or blank or polling or out.in_progress or f.mutating):
+        answer = s.loops.answers.get(f.tool)
+        if answer is None or answer.result != result_hash or answer.epoch != s.loops.epoch:
+            answer = Answer(result_hash, [], 0)
+            put_bounded(s.loops.answers, f.tool, answer, MAX_CHAINS)
+        if f.key not in answer.keys and len(answer.keys) < MAX_ANSWER_KEYS:
+            answer.keys.append(f.key)
+
+    # duplicate_mutation: the action is done
+    if f.effect is not None and not failed:
+        put_bounded(s.loops.done, f.effect, now, MAX_KEYS)
+
     # oscillation: fill in the result of this call's place in the trajectory
     i = p.history_index - s.loops.history_base
     if 0 <= i < len(s.loops.history):
@@ -238,7 +328,10 @@ def record_result(
 
     if progress:
         s.loops.epoch += 1
-        chain.epoch = s.loops.epoch
+        if chain is not None:
+            chain.epoch = s.loops.epoch
+    if answer is not None:
+        answer.epoch = s.loops.epoch  # its own new calls are no news to the streak
     st.epoch = s.loops.epoch
     s.loops.keys[f.key] = st
     return progress

@@ -105,10 +105,10 @@ def check_cost_budget(s: SessionState, cfg: AgentBreakerConfig) -> Trip | None:
     return _over(COST_BUDGET, s, s.spend.cost_usd, cfg.budget.max_cost_usd, "cost_usd", 6)
 
 
-def check_soft_limit(s: SessionState, cfg: AgentBreakerConfig, tool: str) -> Trip | None:
-    if cfg.tool(tool).read_only:
-        return None
+def check_soft_limit(s: SessionState, cfg: AgentBreakerConfig, tool: str, mutating: bool) -> Trip | None:
     b = cfg.budget
+    if cfg.tool(tool).read_only or (b.soft_limit_blocks == "mutating" and not mutating):
+        return None
     share = b.soft_limit_pct / 100.0
     used = 0.0
     if b.max_tokens is not None:
@@ -120,8 +120,9 @@ def check_soft_limit(s: SessionState, cfg: AgentBreakerConfig, tool: str) -> Tri
     return Trip(
         BUDGET_SOFT_LIMIT,
         "call",
-        f"the session has used {used:.0%} of its budget; past {b.soft_limit_pct:g}% only read-only tools run",
-        "Budget is nearly spent: use read-only tools only, then write your final answer.",
+        f"the session has used {used:.0%} of its budget; past {b.soft_limit_pct:g}% "
+        + ("no tool that acts runs" if b.soft_limit_blocks == "mutating" else "only read-only tools run"),
+        "Budget is nearly spent: take no further action; use read-only tools only, then write your final answer.",
         {"budget_used_pct": round(used * 100, 1), "soft_limit_pct": b.soft_limit_pct},
     )
 

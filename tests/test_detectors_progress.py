@@ -1,0 +1,329 @@
+"""The second round of loop patterns, each as a runaway to cut and a legitimate near-miss to
+leave alone, on both stores: duplicate side effects, results that churn, many calls with one
+answer, slow stuck polls, user turns that add nothing, failures that are not the tool's."""
+
+from __future__ import annotations
+
+import uuid
+
+from conftest import CALL_ERROR, OUTAGE, call, final, run, say, user
+
+# ----------------------------------------------------------------------------- whose failure
+
+
+def test_three_identical_server_errors_then_a_success_after_backoff_is_legitimate(engine, clock):
+    args = {"url": "https://api.example.com/v1/items/14"}
+    for _ in range(3):
+        assert run(engine, clock, "fetch_url", args, False, None, error="HTTP 500 Internal Server Error").allowed
+    assert run(engine, clock, "fetch_url", args, True, {"item": "widget"}, step_s=30.0).allowed
+
+
+def test_a_rate_limit_in_the_payload_gets_a_transient_errors_retries(engine, clock):
+    args = {"q": "orders"}
+    for _ in range(4):
+        assert run(engine, clock, "crm_search", args, False, {"error": {"status": 429, "message": "slow down"}}).allowed
+    assert run(engine, clock, "crm_search", args, True, {"rows": [1]}).allowed
+
+
+def test_a_not_found_in_the_payload_is_the_calls_own_and_stops_at_three(engine, clock):
+    args = {"customer": "C-404"}
+    for _ in range(3):
+        assert run(engine, clock, "crm_lookup", args, False, {"error": {"status": 404, "message": "no such customer"}}).allowed
+    assert engine.check_tool_call(call("crm_lookup", args)).heuristic == "identical_failure"
+
+
+def test_a_dead_dependency_still_stops_after_the_transient_allowance(engine, clock):
+    args = {"q": "orders"}
+    for _ in range(5):
+        assert run(engine, clock, "crm_search", args, False, {"error": {"status": 503}}).allowed
+    assert engine.check_tool_call(call("crm_search", args)).heuristic == "identical_failure"
+
+
+def test_an_agents_failing_commands_never_open_the_tools_breaker(make_engine, clock):
+    """A shared breaker across tenants (key_by_tenant off): one tenant's failing commands are
+    no outage, so the tool stays closed for everyone."""
+    engine = make_engine({"breaker": {"key_by_tenant": False}})
+    for i in range(25):
+        run(engine, clock, "execute_bash", {"command": f"pytest -k case{i}"}, False, None, error="exit code 1", tenant="a")
+    assert engine.breaker_state("execute_bash").value == "closed"
+    assert engine.check_tool_call(call("execute_bash", {"command": "ls"}, session="b1", tenant="b")).allowed
+
+
+def test_dependency_failures_still_open_the_breaker(make_engine, clock):
+    engine = make_engine({"breaker": {"key_by_tenant": False}})
+    for i in range(5):
+        run(engine, clock, "warehouse", {"q": i}, False, None, error=OUTAGE, session=f"s{i}")
+    assert engine.check_tool_call(call("warehouse", {"q": 9}, session="other")).heuristic == "circuit_open"
+
+
+# ----------------------------------------------------------------------------- duplicate_mutation
+
+EMAIL = {"to": "dana@example.com", "subject": "Your invoice", "body": "Please find your invoice attached."}
+
+
+def send(engine, clock, args, *, tool="send_email", ok=True, **kw):
+    return run(engine, clock, tool, args, ok, {"message_id": uuid.uuid4().hex, "status": "sent"} if ok else None, **kw)
+
+
+def test_the_same_email_sent_again_after_it_succeeded_is_refused(engine, clock):
+    assert send(engine, clock, EMAIL).allowed
+    v = send(engine, clock, EMAIL)
+    assert (v.allowed, v.heuristic, v.scope) == (False, "duplicate_mutation", "call")
+    assert v.observation["error"] == "DUPLICATE_MUTATION"
+    # not a loop halt: the agent may go on with other work
+    assert send(engine, clock, {**EMAIL, "to": "lee@example.com"}).allowed
+
+
+def test_templated_sends_to_distinct_recipients_are_work(engine, clock):
+    for i in range(12):
+        assert send(engine, clock, {**EMAIL, "to": f"customer{i}@example.com"}).allowed
+
+
+def test_a_failed_send_may_be_retried(engine, clock):
+    assert send(engine, clock, EMAIL, ok=False, error=CALL_ERROR).allowed
+    assert send(engine, clock, EMAIL).allowed
+
+
+def test_distinct_idempotency_keys_are_distinct_actions_and_the_same_key_is_a_repeat(engine, clock):
+    assert send(engine, clock, {**EMAIL, "idempotency_key": "k-1"}).allowed
+    assert send(engine, clock, {**EMAIL, "Idempotency-Key": "k-2"}).allowed
+    assert send(engine, clock, {**EMAIL, "idempotency_key": "k-2"}).heuristic == "duplicate_mutation"
+
+
+def test_a_tool_declared_idempotent_may_repeat(make_engine, clock):
+    engine = make_engine({"tools": {"update_ticket": {"mutating": True, "idempotent": True}}})
+    for _ in range(3):
+        assert run(engine, clock, "update_ticket", {"id": "T-1", "status": "closed"}, True, {"ok": True}).allowed
+
+
+def test_a_repeat_after_the_window_or_a_new_instruction_is_allowed(make_engine, clock):
+    engine = make_engine({"duplicate_mutation": {"window_s": 600}})
+    assert send(engine, clock, EMAIL).allowed
+    clock.advance(601)
+    assert send(engine, clock, EMAIL).allowed
+    assert send(engine, clock, EMAIL).heuristic == "duplicate_mutation"
+    engine.record_user(user("Dana says it never arrived, please send it once more."))
+    assert send(engine, clock, EMAIL).allowed
+
+
+# ----------------------------------------------------------------------------- results that churn
+
+
+def test_the_same_failing_test_with_new_durations_and_ids_is_no_progress(engine, clock):
+    args = {"command": "pytest tests/test_io.py"}
+    verdicts = []
+    for i in range(4):
+        out = {
+            "output": f"FAILED tests/test_io.py::test_read\n1 failed, 4 passed in {0.4 + i / 7:.2f}s",
+            "run_id": uuid.uuid4().hex,
+        }
+        verdicts.append(run(engine, clock, "run_tests", args, True, out))
+    assert [v.heuristic for v in verdicts] == [None, None, None, "identical_call"]
+
+
+def test_a_rejected_login_with_fresh_element_refs_is_no_progress(engine, clock):
+    args = {"element": "Sign in button"}
+    verdicts = []
+    for i in range(4):
+        page = f'- textbox "Password" [ref=e{10 + i}]\n- alert "Invalid password" [ref=e{40 + 3 * i}]'
+        verdicts.append(run(engine, clock, "browser_click", args, True, {"snapshot": page}))
+    assert verdicts[-1].heuristic == "identical_call"
+
+
+def test_sub_agents_spawned_under_new_ids_reporting_the_same_failure_are_no_progress(engine, clock):
+    args = {"task": "migrate the billing table"}
+    verdicts = []
+    for _ in range(4):
+        report = {"agent_id": str(uuid.uuid4()), "report": "could not connect to billing-db"}
+        verdicts.append(run(engine, clock, "spawn_agent", args, True, report))
+    assert verdicts[-1].heuristic == "identical_call"
+
+
+def test_a_count_that_moves_is_progress_even_when_timings_churn(engine, clock):
+    args = {"command": "pytest"}
+    for i in range(8):
+        out = {"output": f"{8 - i} failed, {i} passed in {0.4 + i / 7:.2f}s"}
+        assert run(engine, clock, "run_tests", args, True, out).allowed
+
+
+def test_result_churn_patterns_are_configurable(make_engine, clock):
+    engine = make_engine({"progress": {"result_churn_patterns": [r"seq=\d+"]}})
+    verdicts = [run(engine, clock, "job_log", {"job": 1}, True, {"line": f"seq={i} idle"}) for i in range(4)]
+    assert verdicts[-1].heuristic == "identical_call"
+    engine = make_engine({"progress": {"builtin_churn_patterns": False}})
+    verdicts = [run(engine, clock, "t2", {"a": 1}, True, {"took_ms": i, "rows": 1}, session="x") for i in range(4)]
+    assert all(v.allowed for v in verdicts)  # without the built-ins, a timing is a change
+
+
+# ----------------------------------------------------------------------------- same_answer
+
+
+def test_reworded_searches_that_all_come_back_empty_are_cut(engine, clock):
+    queries = ["refund policy", "refund rules", "how do refunds work", "refund terms", "returns and refunds", "refund faq"]
+    verdicts = [run(engine, clock, "kb_search", {"q": q}, True, {"results": [], "total": 0}) for q in queries]
+    assert [v.heuristic for v in verdicts] == [None] * 5 + ["same_answer"]
+    assert (verdicts[-1].allowed, verdicts[-1].scope) == (False, "session")
+
+
+def test_a_growing_limit_with_the_same_rows_is_cut(engine, clock):
+    rows = {"rows": [["ORD-1", 20], ["ORD-2", 35]]}
+    verdicts = [
+        run(engine, clock, "run_sql", {"q": f"SELECT * FROM orders LIMIT {n}"}, True, rows) for n in (10, 20, 50, 100, 500, 1000)
+    ]
+    assert verdicts[-1].heuristic == "same_answer"
+
+
+def test_paging_past_the_last_page_is_cut(engine, clock):
+    last = {"orders": [], "next_page": None}
+    verdicts = [run(engine, clock, "list_orders", {"page": p}, True, last) for p in range(7, 13)]
+    assert verdicts[-1].heuristic == "same_answer"
+
+
+def test_reads_that_each_return_something_else_are_work(engine, clock):
+    for i in range(30):
+        assert run(engine, clock, "read_document", {"doc_id": f"D-{i}"}, True, {"summary": f"doc {i}: {i * 7 % 11}"}).allowed
+
+
+def test_commands_that_print_nothing_are_not_one_answer(engine, clock):
+    for i in range(12):
+        assert run(engine, clock, "execute_bash", {"command": f"mkdir -p /tmp/x{i}"}, True, {"output": ""}).allowed
+
+
+def test_the_same_acknowledgement_between_other_progress_is_not_one_answer(engine, clock):
+    for i in range(10):
+        assert run(engine, clock, "think", {"thought": f"step {i}: compare option {i}"}, True, "OK.").allowed
+        assert run(engine, clock, "search", {"q": f"option {i}"}, True, {"hits": [i]}).allowed
+
+
+def test_writes_that_each_return_the_same_acknowledgement_are_work(engine, clock):
+    for i in range(8):
+        assert run(engine, clock, "create_record", {"name": f"n{i}"}, True, {"status": "created"}, mutating=True).allowed
+
+
+def test_status_checks_of_many_jobs_are_polls_not_one_answer(engine, clock):
+    for i in range(8):
+        assert run(engine, clock, "check_status", {"job": f"J-{i}"}, True, {"state": "running"}).allowed
+
+
+# ----------------------------------------------------------------------------- slow polls
+
+
+def test_slow_polls_of_a_job_that_never_moves_are_cut_by_wall_time(engine, clock):
+    verdicts = []
+    for _ in range(40):  # every two minutes, for 80 minutes
+        verdicts.append(run(engine, clock, "get_job", {"job": "J-1"}, True, {"state": "running"}, step_s=120.0))
+        if not verdicts[-1].allowed:
+            break
+    v = verdicts[-1]
+    assert (v.allowed, v.heuristic) == (False, "stuck_polling")
+    assert v.counters["max_wait_s"] == 3600.0 and v.counters["waited_s"] >= 3600.0
+    assert 29 <= len(verdicts) <= 32  # an hour of unchanged polls, not fifteen within ten minutes
+
+
+def test_a_slow_job_whose_progress_is_nested_and_renamed_is_never_cut(engine, clock):
+    for i in range(80):  # every two minutes, for 160 minutes
+        status = {"job": {"state": "running", "stats": {"rows_done": 1000 * i}}, "checked_at": i}
+        assert run(engine, clock, "get_job", {"job": "J-2"}, True, status, step_s=120.0).allowed
+
+
+# ----------------------------------------------------------------------------- user turns
+
+
+def halt_on_a_failing_query(engine, clock):
+    for _ in range(3):
+        run(engine, clock, "run_sql", {"q": 1}, False, None)
+    assert engine.check_tool_call(call("run_sql", {"q": 1})).heuristic == "identical_failure"
+
+
+def test_a_bare_nudge_lifts_no_loop_halt(engine, clock):
+    halt_on_a_failing_query(engine, clock)
+    for nudge in ("continue", "Go on!", "please continue.", "keep going", ""):
+        engine.record_user(user(nudge))
+        assert engine.check_tool_call(call("run_sql", {"q": 1})).heuristic == "identical_failure", nudge
+
+
+def test_an_auto_reply_lifts_no_loop_halt(engine, clock):
+    halt_on_a_failing_query(engine, clock)
+    engine.record_user(user("Automatic reply: I am out of the office until Monday."))
+    assert not engine.check_tool_call(call("run_sql", {"q": 1})).allowed
+
+
+def test_a_repeated_answer_adds_nothing_but_new_content_does(engine, clock):
+    engine.record_user(user("The orders table is in the reporting schema."))
+    halt_on_a_failing_query(engine, clock)
+    engine.record_user(user("The orders table is in the reporting schema."))
+    assert not engine.check_tool_call(call("run_sql", {"q": 1})).allowed
+    engine.record_user(user("Sorry: it was renamed to orders_v2 yesterday."))
+    assert engine.check_tool_call(call("run_sql", {"q": 1})).allowed
+
+
+def test_re_asking_for_a_confirmation_already_given_is_an_echo(engine, clock):
+    asks = [
+        "Shall I go ahead and cancel reservation ABC123 for you?",
+        "Just to confirm: should I go ahead and cancel reservation ABC123?",
+        "Can you confirm I should go ahead and cancel reservation ABC123 for you?",
+    ]
+    engine.record_assistant(say(asks[0]))
+    engine.record_user(user("yes"))  # the first "yes" is an answer
+    verdicts = []
+    for ask in asks:
+        verdicts.append(engine.record_assistant(say(ask)))
+        engine.record_user(user("yes"))
+    assert [v.heuristic for v in verdicts] == [None, None, "semantic_echo"]
+
+
+# ----------------------------------------------------------------------------- other false positives
+
+
+def test_edit_test_revert_test_is_a_bisection_not_an_oscillation(engine, clock):
+    edit = {"path": "app.py", "old": "x = 1", "new": "x = 2"}
+    undo = {"path": "app.py", "old": "x = 2", "new": "x = 1"}
+    for _ in range(3):
+        assert run(engine, clock, "edit_file", edit, True, {"ok": True}).allowed
+        assert run(engine, clock, "run_tests", {"k": "io"}, True, {"output": "1 failed"}).allowed
+        assert run(engine, clock, "edit_file", undo, True, {"ok": True}).allowed
+        assert run(engine, clock, "run_tests", {"k": "io"}, True, {"output": "all passed"}).allowed
+
+
+def test_a_no_op_command_re_run_a_few_times_is_left_alone_but_not_forever(engine, clock):
+    verdicts = [run(engine, clock, "execute_bash", {"command": "cd /repo"}, True, {"output": ""}) for _ in range(7)]
+    assert [v.heuristic for v in verdicts] == [None] * 6 + ["identical_call"]
+
+
+def test_past_the_soft_limit_work_goes_on_but_no_action_is_taken(make_engine, clock):
+    engine = make_engine({"budget": {"max_tokens": 1_000_000, "max_cost_usd": None, "soft_limit_pct": 50}})
+    clock.advance(30)
+    assert engine.check_tool_call(call("execute_bash", {"c": 1}, input_tokens=400_000)).allowed
+    clock.advance(30)
+    assert engine.check_tool_call(call("execute_bash", {"c": 2}, input_tokens=10_000)).allowed
+    v = engine.check_tool_call(call("wire_transfer", {"to": "B"}, input_tokens=10_000))
+    assert (v.allowed, v.heuristic) == (False, "budget_soft_limit")
+    strict = {"max_tokens": 1_000_000, "max_cost_usd": None, "soft_limit_pct": 50, "soft_limit_blocks": "all_but_read_only"}
+    engine = make_engine({"budget": strict})
+    clock.advance(30)
+    v = engine.check_tool_call(call("execute_bash", {"c": 1}, input_tokens=400_000, session="t"))
+    assert (v.allowed, v.heuristic) == (False, "budget_soft_limit")
+
+
+def test_instructions_and_future_actions_are_no_claims(engine, clock):
+    for text in (
+        "Once you have submitted the form, you will receive a confirmation e-mail.",
+        "Your refund will be completed within 5 business days.",
+        "Please make sure the invoice is paid before Friday.",
+        "If the transfer is completed, the balance updates overnight.",
+    ):
+        v = engine.verify_final(final(text))
+        assert v.allowed, (text, v.reason)
+
+
+def test_a_done_deed_claimed_without_a_receipt_is_still_refused(engine, clock):
+    run(engine, clock, "submit_form", {"form": "F-1"}, False, None, error=CALL_ERROR)
+    run(engine, clock, "cancel_order", {"order": "O-1"}, False, None, error=CALL_ERROR)
+    for text in ("I have submitted the form for you.", "Your order has been cancelled."):
+        assert engine.verify_final(final(text)).heuristic == "unverified_claim", text
+
+
+def test_a_reference_deep_in_a_long_page_snapshot_may_be_cited(engine, clock):
+    page = "- row " * 20_000 + "- cell: Booking reference BKG-48213"
+    assert run(engine, clock, "browser_snapshot", {"url": "https://x/bookings"}, True, {"snapshot": page}).allowed
+    assert engine.verify_final(final("Your booking reference is BKG-48213.")).allowed

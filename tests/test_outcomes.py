@@ -1,0 +1,119 @@
+"""Whose failure a failed result is: the dependency's (it counts for the tool's breaker and gets
+a transient error's retries) or the call's own (it feeds the loop detectors only)."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent_breaker import AgentBreakerConfig
+from agent_breaker.config import parse_config
+from agent_breaker.events import parse_event
+from agent_breaker.outcomes import classify, failure_kind, is_blank
+
+CFG = AgentBreakerConfig()
+
+
+def failed(tool: str = "fetch", *, error: str | None = None, payload=None, **kw):
+    return parse_event(
+        {"type": "tool_result", "session": "s", "tool": tool, "ok": False, "error": error, "result": payload, **kw}
+    )
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        "HTTP 503 Service Unavailable",
+        "503 Service Unavailable",
+        "HTTP/1.1 502 Bad Gateway",
+        "status code 500",
+        "429 Too Many Requests",
+        "rate limit exceeded",
+        "request timed out after 30s",
+        "ReadTimeout",
+        "connection refused",
+        "ECONNRESET",
+        "Temporary failure in name resolution",
+        "Internal Server Error",
+    ],
+)
+def test_transport_and_server_errors_are_the_dependencys(error):
+    assert failure_kind(failed(error=error), CFG) == "dependency"
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        'relation "orders" does not exist',
+        "Command failed with exit code 1",
+        "404 Not Found",
+        "ValidationError: 1 validation error for Args: amount field required",
+        "Your changes have NOT been applied. Please fix your edit command and try again.",
+        "SyntaxError: invalid syntax",
+        "found 500 rows but expected 3",  # a number is not a status
+        "FAILED tests/test_io.py::test_read - AssertionError",
+    ],
+)
+def test_errors_of_the_call_itself_are_the_calls(error):
+    assert failure_kind(failed(error=error), CFG) == "call"
+
+
+@pytest.mark.parametrize(
+    ("payload", "kind"),
+    [
+        ({"error": {"status": 429, "message": "slow down"}}, "dependency"),
+        ({"error": {"code": "503"}}, "dependency"),
+        ({"status_code": 502}, "dependency"),
+        ({"error": {"message": "upstream timed out"}}, "dependency"),
+        ({"errors": [{"detail": "x"}], "status": 500}, "dependency"),
+        ({"error": {"status": 404, "message": "no such customer"}}, "call"),
+        ({"error": "amount must be positive"}, "call"),
+        ({"status": "error", "code": 1}, "call"),
+        ("test_timeout FAILED", "call"),  # a tool's own text output is not read as an error message
+        (None, "call"),
+    ],
+)
+def test_a_structured_payload_says_whose_failure_it_is(payload, kind):
+    assert failure_kind(failed(payload=payload), CFG) == kind
+
+
+def test_the_event_and_then_the_tools_config_override_what_the_text_says():
+    assert failure_kind(failed(error="HTTP 503", error_kind="call"), CFG) == "call"
+    assert failure_kind(failed(error="exit code 2", error_kind="dependency"), CFG) == "dependency"
+    cfg = parse_config({"tools": {"execute_bash": {"failures": "call"}, "warehouse": {"failures": "dependency"}}})
+    assert failure_kind(failed("execute_bash", error="curl: connection refused"), cfg) == "call"
+    assert failure_kind(failed("warehouse", error="no such table"), cfg) == "dependency"
+    assert failure_kind(failed("warehouse", error="no such table", error_kind="call"), cfg) == "call"
+
+
+def test_only_a_failed_result_has_a_dependency_failure():
+    ok = parse_event({"type": "tool_result", "session": "s", "tool": "t", "ok": True, "result": {"status_code": 503}})
+    out = classify(ok, CFG, frozenset(), None)
+    assert (out.failed, out.dependency) == (False, False)
+    out = classify(failed(error="HTTP 503"), CFG, frozenset(), None)
+    assert (out.failed, out.dependency, out.transient) == (True, True, True)
+
+
+def test_an_unknown_error_kind_is_refused():
+    with pytest.raises(Exception, match="error_kind"):
+        failed(error="x", error_kind="network")
+
+
+@pytest.mark.parametrize(
+    ("result", "blank"),
+    [
+        (None, True),
+        ("", True),
+        ("  \n", True),
+        ({}, True),
+        ([], True),
+        ({"output": ""}, True),
+        ({"output": "", "meta": {"stderr": None}}, True),
+        ({"output": "OK."}, False),
+        ({"results": [], "total": 0}, False),  # an answer: nothing matched
+        ({"orders": [], "next_page": None}, False),
+        (0, False),
+        (False, False),
+    ],
+)
+def test_a_blank_result_says_nothing(result, blank):
+    assert is_blank(result) is blank

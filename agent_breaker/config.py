@@ -56,32 +56,37 @@ DEFAULT_IDEMPOTENCY_FIELDS = (
     "client_token",
     "client_request_id",
 )
-# user turns that carry no information: a bare nudge to go on (compared normalized: case,
-# punctuation and spacing aside)
-DEFAULT_NUDGES = (
+# user turns that carry no information: a bare nudge to go on, every word of which is one of
+# these (case and punctuation aside): "continue", "Go on!", "please keep trying", an empty turn
+DEFAULT_NUDGE_WORDS = (
     "continue",
-    "please continue",
-    "continue please",
-    "go on",
-    "please go on",
-    "keep going",
-    "carry on",
+    "go",
+    "on",
+    "keep",
+    "going",
+    "trying",
+    "carry",
     "proceed",
-    "please proceed",
-    "next",
     "resume",
-    "keep trying",
-    "try again",
+    "next",
+    "more",
+    "try",
+    "again",
     "retry",
+    "please",
     "and",
     "so",
-    "",
+    "then",
+    "now",
+    "just",
 )
 DEFAULT_AUTO_REPLY_PATTERNS = (
     r"\bauto(?:matic|mated)?[- ]?(?:reply|response|generated)\b",
     r"\bout of (?:the )?office\b",
     r"\bdo not reply\b",
     r"\bthis (?:is an? )?(?:automated|automatic) (?:message|reply|response)\b",
+    # the canned turn agent harnesses send when the model stops without finishing (OpenHands)
+    r"^\W*please continue (?:working )?on the task\b",
 )
 DEFAULT_POLLING_TOOLS = ("*status*", "*poll*", "*wait*", "*progress*")
 DEFAULT_IN_PROGRESS_VALUES = (
@@ -323,8 +328,9 @@ class DuplicateMutationConfig(_Frozen):
 class UserTurnsConfig(_Frozen):
     """Which user turns are new information (they restart loop streaks and lift loop halts)."""
 
-    nudges: tuple[str, ...] = Field(
-        DEFAULT_NUDGES, description="Bare nudges (compared without case or punctuation): not new information."
+    nudge_words: tuple[str, ...] = Field(
+        DEFAULT_NUDGE_WORDS,
+        description="A turn made only of these words (case and punctuation aside) is a bare nudge: not new information.",
     )
     auto_reply_patterns: tuple[str, ...] = Field(
         DEFAULT_AUTO_REPLY_PATTERNS, description="Regexes (case-insensitive) of auto-replies: not new information."

@@ -13,6 +13,7 @@ NEAR_DUPLICATE = "near_duplicate"
 OSCILLATION = "oscillation"
 SAME_ANSWER = "same_answer"
 DUPLICATE_MUTATION = "duplicate_mutation"
+EARLY_RETRY = "early_retry"
 SEMANTIC_ECHO = "semantic_echo"
 AGENT_DEADLOCK = "agent_deadlock"
 SESSION_CHURN = "session_churn"
@@ -45,6 +46,7 @@ CONFIGURABLE: tuple[str, ...] = (
     OSCILLATION,
     SAME_ANSWER,
     DUPLICATE_MUTATION,
+    EARLY_RETRY,
     SEMANTIC_ECHO,
     AGENT_DEADLOCK,
     SESSION_CHURN,

@@ -8,6 +8,7 @@ status that says "not finished yet": the call is a poll). Pure functions of the 
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,6 +47,8 @@ class Outcome:
     # the loop detectors only)
     dependency: bool
     in_progress: bool
+    # a dependency failure that says when to come back (Retry-After), in seconds
+    retry_after_s: float | None = None
 
     @property
     def transient(self) -> bool:
@@ -64,7 +67,50 @@ def classify(
         or (predicate is not None and bool(predicate(ev.result)))
     )
     slow = cfg.breaker.slow_call_ms is not None and ev.latency_ms is not None and ev.latency_ms > cfg.breaker.slow_call_ms
-    return Outcome(failed, slow, failed and failure_kind(ev, cfg) == "dependency", in_progress(ev.result, in_progress_values))
+    dependency = failed and failure_kind(ev, cfg) == "dependency"
+    return Outcome(
+        failed,
+        slow,
+        dependency,
+        in_progress(ev.result, in_progress_values),
+        retry_after(ev) if dependency else None,
+    )
+
+
+MAX_RETRY_AFTER_S = 3600.0
+_RETRY_AFTER_TEXT = re.compile(r"retry[-_ ]?after\W{0,3}(\d{1,5}(?:\.\d+)?)", re.IGNORECASE)
+_RETRY_AFTER_FIELDS = frozenset({"retryafter", "retryafters", "retryafterseconds", "retryaftersec"})
+
+
+def retry_after(ev: ToolResult) -> float | None:
+    """The wait a failed result asks for: `Retry-After: 30` in the error text, or a
+    `retry_after` field (at the top, or under `error` / `headers`) of the payload. Capped at an
+    hour, so no tool can lock a session out for longer."""
+    m = _RETRY_AFTER_TEXT.search(ev.error[:_SCANNED_CHARS]) if ev.error else None
+    seconds = float(m.group(1)) if m else _retry_after_field(ev.result, 0)
+    if seconds is None or seconds <= 0:
+        return None
+    return min(seconds, MAX_RETRY_AFTER_S)
+
+
+def _retry_after_field(value: Any, depth: int) -> float | None:
+    if not isinstance(value, dict) or depth > 2:
+        return None
+    for k, v in value.items():
+        if isinstance(k, str) and _ALNUM.sub("", k.lower()) in _RETRY_AFTER_FIELDS:
+            if isinstance(v, str) and _NUMBER.fullmatch(v.strip()):
+                v = float(v)
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+                return float(v)
+    for name in ("error", "headers"):
+        found = _retry_after_field(value.get(name), depth + 1)
+        if found is not None:
+            return found
+    return None
+
+
+_ALNUM = re.compile(r"[^0-9a-z]+")
+_NUMBER = re.compile(r"\d{1,5}(?:\.\d+)?")
 
 
 def failure_kind(ev: ToolResult, cfg: AgentBreakerConfig) -> FailureKind:

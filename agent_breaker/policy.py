@@ -64,6 +64,7 @@ CALL_CHECKS: tuple[tuple[str, Check], ...] = SESSION_LIMITS + (
     (H.BUDGET_SOFT_LIMIT, lambda c: budget.check_soft_limit(c.s, c.cfg, _facts(c).tool, _facts(c).mutating)),
     (H.TOOL_TOKEN_BUDGET, lambda c: budget.check_tool_token_budget(c.s, c.cfg, _facts(c).tool)),
     (H.DUPLICATE_MUTATION, lambda c: loops.check_duplicate_mutation(c.s, _facts(c), c.cfg, c.now)),
+    (H.EARLY_RETRY, lambda c: loops.check_early_retry(c.s, _facts(c), c.now)),
     (H.IDENTICAL_FAILURE, lambda c: loops.check_identical_failure(c.s, _facts(c), c.cfg, c.now)),
     (H.IDENTICAL_CALL, lambda c: loops.check_identical_call(c.s, _facts(c), c.cfg, c.now, c.polling)),
     (H.STUCK_POLLING, lambda c: loops.check_stuck_polling(c.s, _facts(c), c.cfg, c.now, c.polling)),
@@ -115,7 +116,7 @@ class Policy:
     churn: ChurnMask
     in_progress: frozenset[str]
     claims: ClaimChecker
-    nudges: frozenset[str]
+    nudge_words: frozenset[str]
     auto_reply: re.Pattern[str] | None
     idempotency_fields: frozenset[str]
     call_checks: tuple[EnabledCheck, ...]
@@ -134,7 +135,7 @@ class Policy:
             ),
             frozenset(cfg.stuck_polling.in_progress_values),
             ClaimChecker(cfg, fingerprints),
-            frozenset(plain_words(n) for n in cfg.user_turns.nudges),
+            frozenset(w.lower() for w in cfg.user_turns.nudge_words),
             re.compile("|".join(f"(?:{p})" for p in cfg.user_turns.auto_reply_patterns), re.IGNORECASE)
             if cfg.user_turns.auto_reply_patterns
             else None,
@@ -147,7 +148,7 @@ class Policy:
 
     def informative(self, text: str) -> bool:
         """A user turn that may carry information: not a bare nudge, not an auto-reply."""
-        if plain_words(text) in self.nudges:
+        if set(plain_words(text).split()) <= self.nudge_words:
             return False
         return self.auto_reply is None or self.auto_reply.search(text[:_SCANNED_TURN_CHARS]) is None
 

@@ -181,6 +181,7 @@ class Loops:
     answers: dict[str, Answer] = field(default_factory=dict)  # same_answer, per tool
     done: dict[int, float] = field(default_factory=dict)  # duplicate_mutation: effect -> when it succeeded
     said: dict[int, None] = field(default_factory=dict)  # hashes of the user turns so far
+    wait: dict[str, float] = field(default_factory=dict)  # early_retry: tool -> no call before (Retry-After)
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -215,6 +216,7 @@ class Loops:
             "answers": {tool: a.to_wire() for tool, a in self.answers.items()},
             "done": [[k, t] for k, t in self.done.items()],
             "said": list(self.said),
+            "wait": self.wait,
         }
 
     @classmethod
@@ -241,6 +243,7 @@ class Loops:
             answers={tool: Answer.from_wire(a) for tool, a in d.get("answers", {}).items()},
             done={k: t for k, t in d.get("done", [])},
             said=dict.fromkeys(d.get("said", [])),
+            wait=dict(d.get("wait", {})),
         )
 
 

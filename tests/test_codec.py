@@ -126,6 +126,7 @@ def sessions(draw) -> SessionState:
             ),
             done=draw(st.dictionaries(u64, times, max_size=3)),
             said=dict.fromkeys(draw(st.lists(u64, max_size=3, unique=True))),
+            wait=draw(st.dictionaries(ids, times, max_size=2)),
         ),
         turns=draw(st.lists(st.tuples(u32, fps, st.booleans(), st.booleans()), max_size=3)),
         breakers={b.name: b for b in draw(st.lists(breakers, max_size=2))},

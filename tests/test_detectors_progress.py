@@ -56,6 +56,29 @@ def test_dependency_failures_still_open_the_breaker(make_engine, clock):
     assert engine.check_tool_call(call("warehouse", {"q": 9}, session="other")).heuristic == "circuit_open"
 
 
+def test_a_retry_sooner_than_retry_after_is_refused_and_one_that_waits_goes_through(engine, clock):
+    limited = {"error": {"status": 429, "message": "slow down", "retry_after": 30}}
+    assert run(engine, clock, "crm_search", {"q": "a"}, False, limited).allowed
+    v = run(engine, clock, "crm_search", {"q": "b"}, True, {"rows": [1]})  # 2 s later, other args: same service
+    assert (v.allowed, v.heuristic, v.scope) == (False, "early_retry", "call")
+    assert v.observation["retry_after_s"] == 28.0  # asked at t+2.5 for 30 s; retried at t+4.5
+    assert run(engine, clock, "other_tool", {"q": "a"}, True, {"rows": [2]}).allowed  # the session goes on
+    assert run(engine, clock, "crm_search", {"q": "a"}, True, {"rows": [3]}, step_s=30.0).allowed
+
+
+def test_retry_after_in_the_error_text_is_honoured_and_capped(engine, clock):
+    assert run(
+        engine, clock, "fetch_url", {"u": 1}, False, None, error="HTTP 503 Service Unavailable; Retry-After: 99999"
+    ).allowed
+    v = run(engine, clock, "fetch_url", {"u": 1}, True, {"ok": 1})
+    assert v.heuristic == "early_retry" and v.observation["retry_after_s"] <= 3600
+
+
+def test_a_calls_own_failure_asks_for_no_wait(engine, clock):
+    assert run(engine, clock, "crm_lookup", {"id": 1}, False, {"error": {"status": 404, "retry_after": 60}}).allowed
+    assert run(engine, clock, "crm_lookup", {"id": 2}, True, {"name": "x"}).allowed
+
+
 # ----------------------------------------------------------------------------- duplicate_mutation
 
 EMAIL = {"to": "dana@example.com", "subject": "Your invoice", "body": "Please find your invoice attached."}
@@ -237,7 +260,7 @@ def halt_on_a_failing_query(engine, clock):
 
 def test_a_bare_nudge_lifts_no_loop_halt(engine, clock):
     halt_on_a_failing_query(engine, clock)
-    for nudge in ("continue", "Go on!", "please continue.", "keep going", ""):
+    for nudge in ("continue", "Go on!", "please continue.", "keep going", "", "and?", "Try again please"):
         engine.record_user(user(nudge))
         assert engine.check_tool_call(call("run_sql", {"q": 1})).heuristic == "identical_failure", nudge
 
@@ -246,6 +269,14 @@ def test_an_auto_reply_lifts_no_loop_halt(engine, clock):
     halt_on_a_failing_query(engine, clock)
     engine.record_user(user("Automatic reply: I am out of the office until Monday."))
     assert not engine.check_tool_call(call("run_sql", {"q": 1})).allowed
+    engine.record_user(user("Please continue working on the task on whatever approach you think is suitable."))
+    assert not engine.check_tool_call(call("run_sql", {"q": 1})).allowed
+
+
+def test_a_short_answer_with_content_is_information(engine, clock):
+    halt_on_a_failing_query(engine, clock)
+    engine.record_user(user("go ahead"))  # a confirmation, given once: it may unblock the agent
+    assert engine.check_tool_call(call("run_sql", {"q": 1})).allowed
 
 
 def test_a_repeated_answer_adds_nothing_but_new_content_does(engine, clock):

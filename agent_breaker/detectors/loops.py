@@ -10,6 +10,7 @@ from __future__ import annotations
 from ..config import AgentBreakerConfig
 from ..heuristics import (
     DUPLICATE_MUTATION,
+    EARLY_RETRY,
     IDENTICAL_CALL,
     IDENTICAL_FAILURE,
     NEAR_DUPLICATE,
@@ -173,6 +174,21 @@ def check_duplicate_mutation(s: SessionState, f: CallFacts, cfg: AgentBreakerCon
     )
 
 
+def check_early_retry(s: SessionState, f: CallFacts, now: float) -> Trip | None:
+    until = s.loops.wait.get(f.tool)
+    if until is None or now >= until:
+        return None
+    return Trip(
+        EARLY_RETRY,
+        "call",
+        f"{f.tool} asked for no call before {until - now:.0f}s from now (Retry-After)",
+        "The service is rate limiting or recovering: wait retry_after_s seconds before calling it again, or do "
+        "something else meanwhile.",
+        {"wait_s": round(until - now, 3)},
+        retry_after_s=until - now,
+    )
+
+
 def check_oscillation(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig) -> Trip | None:
     c = cfg.oscillation
     history = s.loops.history
@@ -316,6 +332,12 @@ def record_result(
             put_bounded(s.loops.answers, f.tool, answer, MAX_CHAINS)
         if f.key not in answer.keys and len(answer.keys) < MAX_ANSWER_KEYS:
             answer.keys.append(f.key)
+
+    # early_retry: the tool said when to come back; a success means it is back
+    if out.retry_after_s is not None:
+        put_bounded(s.loops.wait, f.tool, now + out.retry_after_s, MAX_CHAINS)
+    elif not failed:
+        s.loops.wait.pop(f.tool, None)
 
     # duplicate_mutation: the action is done
     if f.effect is not None and not failed:

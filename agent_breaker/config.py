@@ -145,6 +145,55 @@ DEFAULT_CLAIM_VERBS = {
     "updated": "update",
 }
 
+# more verbs a tool's name may be named after (besides the claim verbs' stems): it acts on the
+# world. Words that are nouns as often as verbs (order, message, file) are left out.
+DEFAULT_ACTION_STEMS = (
+    "post",
+    "notify",
+    "publish",
+    "insert",
+    "remove",
+    "approve",
+    "reject",
+    "purchase",
+    "buy",
+    "forward",
+    "reply",
+    "invite",
+    "upload",
+    "deploy",
+    "merge",
+    "escalate",
+    "grant",
+    "revoke",
+    "assign",
+    "dispatch",
+    "modify",
+    "exchange",
+    "schedule",
+)
+# a tool named with one of these only looks (get_update_status, check_payment): never inferred mutating
+DEFAULT_READ_STEMS = (
+    "get",
+    "list",
+    "search",
+    "read",
+    "fetch",
+    "find",
+    "check",
+    "view",
+    "lookup",
+    "query",
+    "show",
+    "describe",
+    "count",
+    "preview",
+    "validate",
+    "estimate",
+    "calculate",
+    "status",
+)
+
 FINGERPRINT_SECRET_ENV = "AGENT_BREAKER_FINGERPRINT_SECRET"
 
 DEFAULT_SESSION_TTL_S = 3600.0
@@ -449,6 +498,12 @@ class ReceiptsConfig(_Frozen):
     key_file: str | None = Field(None, description='JSON file {"current": kid, "keys": {kid: key}}; wins over key_env.')
     dev_ephemeral_key: bool = Field(False, description="Development only: sign with a random per-process key.")
     infer_mutating: bool = Field(True, description="Treat tools named after an action (wire_transfer, send_email) as mutating.")
+    action_stems: tuple[str, ...] = Field(
+        DEFAULT_ACTION_STEMS, description="Name tokens that make a tool mutating (infer_mutating), besides claim verbs' stems."
+    )
+    read_stems: tuple[str, ...] = Field(
+        DEFAULT_READ_STEMS, description="Name tokens that make a tool a reader: never inferred mutating."
+    )
     reference_patterns: tuple[str, ...] = Field(
         DEFAULT_REFERENCE_PATTERNS, description="Regexes of reference ids an answer must not invent."
     )

@@ -183,7 +183,10 @@ class Policy:
             if policy is not None and policy.mutating:
                 v = True
             else:
-                v = self.cfg.receipts.infer_mutating and bool(self.claims.action_stems & set(_NAME_TOKENS.findall(tool.lower())))
+                r = self.cfg.receipts
+                tokens = set(_NAME_TOKENS.findall(tool.lower()))
+                acts = bool(tokens & self.claims.action_stems) or not tokens.isdisjoint(r.action_stems)
+                v = r.infer_mutating and acts and tokens.isdisjoint(r.read_stems)
             self._mutating[tool] = v
         return v
 

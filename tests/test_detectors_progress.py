@@ -97,6 +97,14 @@ def test_the_same_email_sent_again_after_it_succeeded_is_refused(engine, clock):
     assert send(engine, clock, {**EMAIL, "to": "lee@example.com"}).allowed
 
 
+def test_a_tool_named_after_an_action_is_mutating_unless_its_name_says_it_only_looks(engine, clock):
+    msg = {"channel": "#ops", "text": "deploy done"}
+    assert send(engine, clock, msg, tool="post_message").allowed
+    assert send(engine, clock, msg, tool="post_message").heuristic == "duplicate_mutation"
+    for _ in range(2):  # a reader repeats freely (identical_call judges it, from the 4th)
+        assert run(engine, clock, "get_update_status", {"id": 7}, True, {"state": "applied"}).allowed
+
+
 def test_templated_sends_to_distinct_recipients_are_work(engine, clock):
     for i in range(12):
         assert send(engine, clock, {**EMAIL, "to": f"customer{i}@example.com"}).allowed

@@ -48,40 +48,114 @@ DEFAULT_VOLATILE_FIELDS: tuple[str, ...] = (
 
 MAX_FINGERPRINT_TOKENS = 256
 
-#: what churns in a result while nothing changes, as regexes over its canonical JSON: matches
-#: are ignored when judging whether a result is new (progress). Ids, timestamps, durations,
-#: element refs and run numbers change on every call of a stuck tool; counts, states and
-#: messages are kept, so "3 passed" -> "4 passed" is still progress.
-BUILTIN_CHURN_PATTERNS: tuple[str, ...] = (
-    # a scalar under an id-like key: "id", "message_id", "messageId", "run_number", "took_ms", ...
-    r'"(?:[^"\\]{0,64}?(?:[_\-. ]|(?<=[a-z0-9])(?=[A-Z]))(?:[iI][dD][sS]?|[uU][uU][iI][dD]|[gG][uU][iI][dD]|[rR][eE][fF])'
-    r"|(?i:id|ids|uuid|guid|ref|etag|run_?(?:number|no)|runnumber|attempts?|durations?(?:_?(?:ms|s))?|took(?:_?ms)?"
-    r'|latency(?:_?ms)?|pid))":(?:"(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)',
-    r"(?i:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})",  # a UUID
-    # a hex token of 8+ characters with letters and digits (a commit, a container, a trace id)
-    r"(?<![0-9A-Za-z])(?=[0-9a-f]{0,63}[a-f])(?=[0-9a-f]{0,63}[0-9])[0-9a-f]{8,64}(?![0-9A-Za-z])",
-    r"0x[0-9a-fA-F]{4,16}",  # a memory address
-    # a date with a time, or a time of day
-    r"(?<!\d)\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?",
-    r"(?<![\d:])\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?",
-    r"(?<![\d.])\d+(?:\.\d+)?\s?(?:ms|s|sec|secs|seconds)(?![A-Za-z])",  # a duration: "in 0.53s"
-    r"\[ref=[^\]\s\"]{1,32}\]|(?<![A-Za-z])ref[=:]\s?[A-Za-z]?\d+",  # an element ref of a page snapshot
-    r"(?<![\w&])#\d+",  # a run / build number: "run #45"
+#: what churns in a result while nothing changes, over its canonical JSON: masked before judging
+#: whether a result is new (progress). Ids, timestamps, durations, element refs and run numbers
+#: change on every call of a stuck tool; counts, states and messages are kept, so "3 passed" ->
+#: "4 passed" is still progress. Each pattern starts with a literal (the regex engine skips to
+#: it at memchr speed: a class or a look-behind first costs ~30 ns per character); where the
+#: churn begins before that literal, `left` says which characters, and how many, join the match.
+# id-like keys: a suffix after a separator or a camel-case hump ("message_id", "messageId"), or
+# the whole key; each is a fixed-width look-behind tried only where a key ends (at `":`)
+_ID_SUFFIXES = ("id", "ids", "uuid", "guid", "ref", "refs")
+_ID_KEYS = (
+    "etag",
+    "run_number",
+    "runnumber",
+    "runNumber",
+    "run_no",
+    "attempt",
+    "attempts",
+    "duration",
+    "durations",
+    "duration_ms",
+    "durationMs",
+    "duration_s",
+    "took",
+    "took_ms",
+    "tookMs",
+    "latency",
+    "latency_ms",
+    "latencyMs",
+    "pid",
+)
+_ID_KEY_ENDS = (
+    [(f"[_\\-. ]{x}", x) for x in _ID_SUFFIXES]
+    + [(f"[a-z0-9]{x.capitalize()}", x) for x in _ID_SUFFIXES]
+    + [(f"[_\\-. ]{x.upper()}", x.upper()) for x in _ID_SUFFIXES]
+    + [(f'"{x}', x) for x in _ID_SUFFIXES + tuple(x.upper() for x in _ID_SUFFIXES) + _ID_KEYS]
 )
 
 
+def _id_key_value_pattern() -> re.Pattern[str]:
+    # grouped by the key's last character, which one cheap look-behind checks first: most keys
+    # fail there, at the first `":` test
+    groups: dict[str, list[str]] = {}
+    for behind, word in _ID_KEY_ENDS:
+        groups.setdefault(word[-1], []).append(f'(?<={behind}":)')
+    ends = "|".join(f'(?<={last}":)(?:{"|".join(alts)})' for last, alts in sorted(groups.items()))
+    lasts = "".join(sorted(groups))
+    return re.compile(f'":(?<=[{lasts}]":)(?:{ends})' + r'(?:"(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)')
+
+
+#: a scalar under an id-like key: the value is masked, the key kept
+_ID_KEY_VALUE = _id_key_value_pattern()
+_HEX = "0123456789abcdefABCDEF"
+_DIGITS = "0123456789"
+#: (pattern, characters that may precede it as part of the churn, how many at most, how many at least)
+_LED: tuple[tuple[re.Pattern[str], str, int, int], ...] = (
+    # a UUID: the match starts at its first dash, its first 8 hex digits precede it
+    (re.compile(r"-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}(?![0-9a-zA-Z])"), _HEX, 8, 8),
+    # a time of day, with the date before it when written 2024-05-01T12:00:01
+    (re.compile(r":[0-5]\d:[0-5]\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"), _DIGITS + "-T", 13, 1),
+    # a duration: "in 0.53s", "took 12.5 ms", "3.2 seconds"; and whole milliseconds: "120ms"
+    (re.compile(r"\.\d+ ?(?:ms|s|sec|secs|seconds)(?![A-Za-z])"), _DIGITS, 12, 1),
+    (re.compile(r"ms(?<=\dms)(?![A-Za-z])"), _DIGITS, 12, 1),
+    (re.compile(r" ms(?![A-Za-z])"), _DIGITS, 12, 1),
+    (re.compile(r"0x[0-9a-fA-F]{4,16}"), "", 0, 0),  # a memory address
+    # an element ref of a page snapshot: [ref=e12], ref=e12
+    (re.compile(r"\[ref=[^\]\s\"]{1,32}\]"), "", 0, 0),
+    (re.compile(r"ref[=:] ?[A-Za-z]?\d+"), "", 0, 0),
+    (re.compile(r"#(?<![\w&]#)\d+"), "", 0, 0),  # a run / build number: "run #45"
+)
+
+
+def _mask_led(text: str, pattern: re.Pattern[str], left: str, most: int, least: int) -> str:
+    pieces: list[str] = []
+    end = 0
+    for m in pattern.finditer(text):
+        start = m.start()
+        while start > end and m.start() - start < most and text[start - 1] in left:
+            start -= 1
+        if m.start() - start < least:
+            continue
+        pieces.append(text[end:start])
+        pieces.append("~")
+        end = m.end()
+    if not pieces:
+        return text
+    pieces.append(text[end:])
+    return "".join(pieces)
+
+
 class ChurnMask:
-    """Masks what churns in a result's canonical JSON (BUILTIN_CHURN_PATTERNS plus the
-    config's own): two results equal after masking are the same answer."""
+    """Masks what churns in a result's canonical JSON (the built-in patterns above, unless
+    turned off, plus the config's own regexes): two results equal after masking are the same
+    answer."""
 
-    __slots__ = ("_re",)
+    __slots__ = ("_builtin", "_extra")
 
-    def __init__(self, patterns: Iterable[str]) -> None:
-        patterns = tuple(patterns)
-        self._re = re.compile("|".join(f"(?:{p})" for p in patterns)) if patterns else None
+    def __init__(self, extra: Iterable[str], *, builtin: bool = True) -> None:
+        extra = tuple(extra)
+        self._builtin = builtin
+        self._extra = re.compile("|".join(f"(?:{p})" for p in extra)) if extra else None
 
     def __call__(self, canonical: str) -> str:
-        return canonical if self._re is None else self._re.sub("~", canonical)
+        text = canonical
+        if self._builtin:
+            text = _ID_KEY_VALUE.sub('":~', text)
+            for pattern, left, most, least in _LED:
+                text = _mask_led(text, pattern, left, most, least)
+        return text if self._extra is None else self._extra.sub("~", text)
 
 
 _KEY_NORMALIZER = re.compile(r"[^0-9a-z]+")

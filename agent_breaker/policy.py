@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import heuristics as H
-from ._canonical import BUILTIN_CHURN_PATTERNS, Canonicalizer, ChurnMask, Fingerprinter, normalize_key
+from ._canonical import Canonicalizer, ChurnMask, Fingerprinter, normalize_key
 from .config import AgentBreakerConfig, Mode
 from .detectors import loops
 from .detectors.base import Trip
@@ -130,9 +130,7 @@ class Policy:
             cfg,
             Canonicalizer(cfg.volatile_fields, max_bytes=cfg.max_args_bytes, fold=True),
             Canonicalizer(cfg.volatile_fields, max_bytes=RESULT_MAX_BYTES, max_depth=RESULT_MAX_DEPTH),
-            ChurnMask(
-                (BUILTIN_CHURN_PATTERNS if cfg.progress.builtin_churn_patterns else ()) + cfg.progress.result_churn_patterns
-            ),
+            ChurnMask(cfg.progress.result_churn_patterns, builtin=cfg.progress.builtin_churn_patterns),
             frozenset(cfg.stuck_polling.in_progress_values),
             ClaimChecker(cfg, fingerprints),
             frozenset(w.lower() for w in cfg.user_turns.nudge_words),

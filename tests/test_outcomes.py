@@ -8,6 +8,7 @@ import pytest
 from agent_breaker import AgentBreakerConfig
 from agent_breaker.config import parse_config
 from agent_breaker.events import parse_event
+from agent_breaker._canonical import Canonicalizer, ChurnMask
 from agent_breaker.outcomes import classify, failure_kind, is_blank
 
 CFG = AgentBreakerConfig()
@@ -117,3 +118,68 @@ def test_an_unknown_error_kind_is_refused():
 )
 def test_a_blank_result_says_nothing(result, blank):
     assert is_blank(result) is blank
+
+
+CANON = Canonicalizer((), max_bytes=1 << 20)
+MASK = ChurnMask(())
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ({"message_id": "m-1", "status": "sent"}, {"message_id": "m-2", "status": "sent"}),
+        ({"agentId": 7, "report": "db down"}, {"agentId": 8, "report": "db down"}),
+        ({"id": "a", "runNumber": 4, "took_ms": 12}, {"id": "b", "runNumber": 5, "took_ms": 19}),
+        ("1 failed, 3 passed in 0.53s", "1 failed, 3 passed in 1.20s"),
+        ("took 120ms", "took 95ms"),
+        ("login rejected [ref=e12]", "login rejected [ref=e40]"),
+        ("spawned 123e4567-e89b-12d3-a456-426614174000: failed", "spawned 9f0c1d2e-0000-4abc-8def-0123456789ab: failed"),
+        ("at 2024-05-01T12:00:01Z: idle", "at 2024-05-01T12:03:17.5Z: idle"),
+        ("build #45 failed", "build #46 failed"),
+        ("object at 0x7ffd1234", "object at 0x7ffd9876"),
+    ],
+)
+def test_what_churns_is_masked(a, b):
+    assert MASK(CANON.canonical(a)) == MASK(CANON.canonical(b))
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("1 failed, 3 passed in 0.53s", "0 failed, 4 passed in 0.53s"),
+        ({"paid": True}, {"paid": False}),  # ends in "id", but no id
+        ({"state": "running", "rows_done": 100}, {"state": "running", "rows_done": 200}),
+        ({"order_ids": [1, 2]}, {"order_ids": [1, 3]}),  # a list of ids is an answer
+        ("flight on 2024-05-01", "flight on 2024-05-02"),  # a date alone matters
+        ("items: 3", "items: 4"),
+    ],
+)
+def test_what_matters_is_kept(a, b):
+    assert MASK(CANON.canonical(a)) != MASK(CANON.canonical(b))
+
+
+def test_a_configured_pattern_masks_too_and_the_built_ins_can_be_turned_off():
+    a, b = CANON.canonical({"line": "seq=1 idle"}), CANON.canonical({"line": "seq=2 idle"})
+    assert MASK(a) != MASK(b)
+    assert ChurnMask([r"seq=\d+"])(a) == ChurnMask([r"seq=\d+"])(b)
+    ids = CANON.canonical({"id": 1}), CANON.canonical({"id": 2})
+    assert ChurnMask((), builtin=False)(ids[0]) != ChurnMask((), builtin=False)(ids[1])
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        {"progress": {"result_churn_patterns": ["(unclosed"]}},
+        {"user_turns": {"auto_reply_patterns": ["[z-a]"]}},
+        {"same_answer": {"max_calls": 1}},
+        {"stuck_polling": {"max_wait_s": 0}},
+        {"budget": {"soft_limit_blocks": "everything"}},
+        {"tools": {"x": {"failures": "sometimes"}}},
+    ],
+)
+def test_a_bad_setting_of_the_new_sections_is_refused_by_name(block):
+    from agent_breaker.config import ConfigError
+
+    section = next(iter(block))
+    with pytest.raises(ConfigError, match=section):
+        parse_config(block)

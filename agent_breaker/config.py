@@ -80,6 +80,41 @@ DEFAULT_NUDGE_WORDS = (
     "now",
     "just",
 )
+# a turn made only of these words is a confirmation ("yes", "Yes, go ahead", "I already said
+# yes"): the first one of a session is an answer, every later one repeats it, however worded
+DEFAULT_CONFIRMATION_WORDS = (
+    "yes",
+    "yeah",
+    "yep",
+    "yup",
+    "y",
+    "sure",
+    "ok",
+    "okay",
+    "confirm",
+    "confirmed",
+    "correct",
+    "right",
+    "exactly",
+    "fine",
+    "agreed",
+    "approved",
+    "affirmative",
+    "go",
+    "ahead",
+    "proceed",
+    "please",
+    "do",
+    "it",
+    "that",
+    "i",
+    "already",
+    "said",
+    "told",
+    "you",
+    "so",
+    "as",
+)
 DEFAULT_AUTO_REPLY_PATTERNS = (
     r"\bauto(?:matic|mated)?[- ]?(?:reply|response|generated)\b",
     r"\bout of (?:the )?office\b",
@@ -146,9 +181,13 @@ DEFAULT_CLAIM_VERBS = {
 }
 
 # more verbs a tool's name may be named after (besides the claim verbs' stems): it acts on the
-# world. Words that are nouns as often as verbs (order, message, file) are left out.
+# world. Words that are nouns as often as verbs (order, file, ticket) are left out; "email" and
+# "message" stay: a tool that only reads them says so (get_messages, list_emails are readers).
 DEFAULT_ACTION_STEMS = (
     "post",
+    "email",
+    "sms",
+    "message",
     "notify",
     "publish",
     "insert",
@@ -380,6 +419,11 @@ class UserTurnsConfig(_Frozen):
     nudge_words: tuple[str, ...] = Field(
         DEFAULT_NUDGE_WORDS,
         description="A turn made only of these words (case and punctuation aside) is a bare nudge: not new information.",
+    )
+    confirmation_words: tuple[str, ...] = Field(
+        DEFAULT_CONFIRMATION_WORDS,
+        description="A turn made only of these words is a confirmation: the session's first is information, "
+        "later ones repeat it.",
     )
     auto_reply_patterns: tuple[str, ...] = Field(
         DEFAULT_AUTO_REPLY_PATTERNS, description="Regexes (case-insensitive) of auto-replies: not new information."

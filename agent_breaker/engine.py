@@ -36,7 +36,7 @@ from .events import Assistant, Final, InvalidEventError, ToolCall, ToolResult, U
 from .failure_policy import storage_unavailable
 from .governor import budget
 from .outcomes import FailurePredicate, Outcome, classify, is_blank
-from .policy import CheckContext, Policies, Policy, judge, plain_words, run_checks
+from .policy import CheckContext, Policies, Policy, judge, run_checks
 from .receipts import ReceiptKeys, empty_mutation_trip, is_empty_result, mint, verify
 from .session import FAILED, MAX_PENDING, MAX_SAID, MIXED, CallFacts, ChurnView, Pending, SessionState, put_bounded
 from .store import MemoryStore, StorageError, Store, store_from_uri
@@ -524,17 +524,18 @@ class Engine:
             return ALLOW
         text = step.ev.text
         references = p.claims.references_in(text)
-        said = self.fingerprints.hash64("user", plain_words(text))
-        informative = p.informative(text)
+        said = p.user_turn(text)
+        said_hash = None if said is None else self.fingerprints.hash64("user", said)
 
         def decide(s: SessionState) -> tuple[SessionState, _Decided]:
-            if informative and said not in s.loops.said:
+            if references:
+                s.ledger.observe(references)  # the user's own references may be quoted back
+            # a nudge or an auto-reply (None), or what the user already said, restarts nothing
+            if said_hash is not None and said_hash not in s.loops.said:
                 s.reset_streaks()
                 if s.halted is not None and s.halted[0] in H.LOOPS:  # budget halts stay
                     s.halted = None
-            put_bounded(s.loops.said, said, None, MAX_SAID)
-            if references:
-                s.ledger.observe(references)  # the user's own references may be quoted back
+                put_bounded(s.loops.said, said_hash, None, MAX_SAID)
             return s, _Decided(ALLOW)
 
         return self._commit(step, decide, None)

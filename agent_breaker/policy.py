@@ -23,6 +23,7 @@ MAX_CACHED = 10_000  # policies, and per-tool answers within one
 _NAME_TOKENS = re.compile(r"[a-z]+")
 _WORDS = re.compile(r"\w+")
 _SCANNED_TURN_CHARS = 4096
+CONFIRMATION = "\x00confirmation"  # the key of every confirmation, however worded
 
 
 def plain_words(text: str) -> str:
@@ -117,6 +118,7 @@ class Policy:
     in_progress: frozenset[str]
     claims: ClaimChecker
     nudge_words: frozenset[str]
+    confirmation_words: frozenset[str]
     auto_reply: re.Pattern[str] | None
     idempotency_fields: frozenset[str]
     call_checks: tuple[EnabledCheck, ...]
@@ -134,6 +136,7 @@ class Policy:
             frozenset(cfg.stuck_polling.in_progress_values),
             ClaimChecker(cfg, fingerprints),
             frozenset(w.lower() for w in cfg.user_turns.nudge_words),
+            frozenset(w.lower() for w in cfg.user_turns.confirmation_words),
             re.compile("|".join(f"(?:{p})" for p in cfg.user_turns.auto_reply_patterns), re.IGNORECASE)
             if cfg.user_turns.auto_reply_patterns
             else None,
@@ -144,11 +147,17 @@ class Policy:
             {},
         )
 
-    def informative(self, text: str) -> bool:
-        """A user turn that may carry information: not a bare nudge, not an auto-reply."""
-        if set(plain_words(text).split()) <= self.nudge_words:
-            return False
-        return self.auto_reply is None or self.auto_reply.search(text[:_SCANNED_TURN_CHARS]) is None
+    def user_turn(self, text: str) -> str | None:
+        """What a user turn says, as the key it is remembered by (a repeat of it adds nothing):
+        its words, or CONFIRMATION for any wording of a confirmation; None for a turn that
+        carries nothing (a bare nudge, an auto-reply)."""
+        words = plain_words(text)
+        vocabulary = set(words.split())
+        if vocabulary <= self.nudge_words:
+            return None
+        if self.auto_reply is not None and self.auto_reply.search(text[:_SCANNED_TURN_CHARS]):
+            return None
+        return CONFIRMATION if vocabulary <= self.confirmation_words else words
 
     def idempotency_key(self, args: Any) -> str | None:
         """The idempotency key a call carries in its top-level arguments, if any."""

@@ -296,6 +296,14 @@ def test_a_repeated_answer_adds_nothing_but_new_content_does(engine, clock):
     assert engine.check_tool_call(call("run_sql", {"q": 1})).allowed
 
 
+def test_a_confirmation_counts_once_however_it_is_worded(engine, clock):
+    engine.record_user(user("yes"))
+    halt_on_a_failing_query(engine, clock)
+    for again in ("Yes, go ahead.", "I already said yes!", "ok"):
+        engine.record_user(user(again))
+        assert not engine.check_tool_call(call("run_sql", {"q": 1})).allowed, again
+
+
 def test_re_asking_for_a_confirmation_already_given_is_an_echo(engine, clock):
     asks = [
         "Shall I go ahead and cancel reservation ABC123 for you?",
@@ -305,9 +313,9 @@ def test_re_asking_for_a_confirmation_already_given_is_an_echo(engine, clock):
     engine.record_assistant(say(asks[0]))
     engine.record_user(user("yes"))  # the first "yes" is an answer
     verdicts = []
-    for ask in asks:
+    for ask, answer in zip(asks, ("yes", "Yes, please go ahead", "I already said yes"), strict=True):
         verdicts.append(engine.record_assistant(say(ask)))
-        engine.record_user(user("yes"))
+        engine.record_user(user(answer))
     assert [v.heuristic for v in verdicts] == [None, None, "semantic_echo"]
 
 

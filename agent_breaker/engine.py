@@ -35,7 +35,7 @@ from .detectors.base import Trip
 from .events import Assistant, Final, InvalidEventError, ToolCall, ToolResult, User, parse_event, parse_typed
 from .failure_policy import storage_unavailable
 from .governor import budget
-from .outcomes import FailurePredicate, Outcome, classify, is_blank
+from .outcomes import FailurePredicate, Outcome, carries_content, classify, is_blank
 from .policy import CheckContext, Policies, Policy, judge, run_checks
 from .receipts import ReceiptKeys, empty_mutation_trip, is_empty_result, mint, verify
 from .session import FAILED, MAX_PENDING, MAX_SAID, MIXED, CallFacts, ChurnView, Pending, SessionState, put_bounded
@@ -177,6 +177,7 @@ class Engine:
             depth=ev.depth or 0,
             mutating=mutating,
             effect=effect,
+            writes=carries_content(ev.args),
         )
 
     @staticmethod

@@ -157,6 +157,21 @@ def is_blank(result: Any, depth: int = 0) -> bool:
     return all(is_blank(v, depth + 1) for v in values)
 
 
+CONTENT_CHARS = 500  # a string argument this long is content, not a question
+CONTENT_LINE_CHARS = 80  # ... or this long with a line break (a file body, a message text)
+
+
+def carries_content(args: Any, depth: int = 0) -> bool:
+    """A call that writes something: one of its string arguments is content (a file body, an
+    e-mail text), not a query. The same answer to such calls is an acknowledgement."""
+    if isinstance(args, str):
+        return len(args) >= CONTENT_CHARS or (len(args) >= CONTENT_LINE_CHARS and "\n" in args)
+    if depth >= 3 or not isinstance(args, (dict, list)):
+        return False
+    values = args.values() if isinstance(args, dict) else args
+    return any(carries_content(v, depth + 1) for v in values)
+
+
 def is_semantic_failure(result: Any) -> bool:
     """A payload that says the call failed even though the transport said ok."""
     if not isinstance(result, dict):

@@ -55,6 +55,8 @@ class CallFacts:
     # duplicate_mutation: what the call does, for a mutating, non-idempotent tool (its canonical
     # args plus any idempotency key); None for every other call
     effect: int | None = None
+    # carries content (a file body, a message text): its answer is an acknowledgement
+    writes: bool = False
 
 
 @dataclass(slots=True)
@@ -344,8 +346,9 @@ def _facts(f: CallFacts) -> list[Any]:
         f.depth,
         f.mutating,
         f.effect,
+        f.writes,
     ]
 
 
 def _unfacts(d: list[Any]) -> CallFacts:
-    return CallFacts(d[0], d[1], _unfp(d[2]), _unfp(d[3]), _unfp_or_none(d[4]), d[5], d[6], d[7], d[8], *d[9:10])
+    return CallFacts(d[0], d[1], _unfp(d[2]), _unfp(d[3]), _unfp_or_none(d[4]), d[5], d[6], d[7], d[8], *d[9:11])

@@ -46,6 +46,7 @@ facts = st.builds(
     st.integers(0, 100),
     st.booleans(),
     st.one_of(st.none(), u64),
+    st.booleans(),
 )
 pending = st.builds(
     Pending, facts, ids, ids, st.one_of(st.none(), st.integers(0, 100)), st.booleans(), st.booleans(), st.integers(0, 10**6)

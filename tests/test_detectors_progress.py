@@ -231,6 +231,14 @@ def test_writes_that_each_return_the_same_acknowledgement_are_work(engine, clock
         assert run(engine, clock, "create_record", {"name": f"n{i}"}, True, {"status": "created"}, mutating=True).allowed
 
 
+def test_files_written_again_and_again_get_the_same_acknowledgement_not_one_answer(engine, clock):
+    ack = {"output": "File created successfully at: /workspace/reproduce.py"}
+    for i in range(8):
+        body = f"import django\nprint({i})\n" + "x = 1\n" * 20
+        args = {"command": "create", "path": "/workspace/reproduce.py", "file_text": body}
+        assert run(engine, clock, "str_replace_editor", args, True, ack).allowed
+
+
 def test_status_checks_of_many_jobs_are_polls_not_one_answer(engine, clock):
     for i in range(8):
         assert run(engine, clock, "check_status", {"job": f"J-{i}"}, True, {"state": "running"}).allowed

@@ -9,7 +9,7 @@ from agent_breaker import AgentBreakerConfig
 from agent_breaker._canonical import Canonicalizer, ChurnMask
 from agent_breaker.config import parse_config
 from agent_breaker.events import parse_event
-from agent_breaker.outcomes import classify, failure_kind, is_blank
+from agent_breaker.outcomes import carries_content, classify, failure_kind, is_blank
 
 CFG = AgentBreakerConfig()
 
@@ -183,3 +183,17 @@ def test_a_bad_setting_of_the_new_sections_is_refused_by_name(block):
     section = next(iter(block))
     with pytest.raises(ConfigError, match=section):
         parse_config(block)
+
+
+@pytest.mark.parametrize(
+    ("args", "content"),
+    [
+        ({"q": "refund policy"}, False),
+        ({"sql": "SELECT * FROM orders WHERE customer_id = 7 LIMIT 500"}, False),
+        ({"path": "a.py", "file_text": "import os\n" + "x = 1\n" * 20}, True),
+        ({"to": "a@b.c", "body": "word " * 120}, True),
+        ({"edits": [{"new": "line\n" * 30}]}, True),
+    ],
+)
+def test_a_call_carries_content_when_an_argument_is_a_body_not_a_query(args, content):
+    assert carries_content(args) is content

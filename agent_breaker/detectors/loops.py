@@ -148,7 +148,7 @@ def check_same_answer(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig, po
     a = s.loops.answers.get(f.tool)
     limit = cfg.same_answer.max_calls
     # stale once another call taught the agent something: it has moved on
-    if a is None or polling or f.mutating or len(a.keys) < limit or a.epoch != s.loops.epoch:
+    if a is None or polling or f.mutating or f.writes or len(a.keys) < limit or a.epoch != s.loops.epoch:
         return None
     return Trip(
         SAME_ANSWER,
@@ -323,9 +323,10 @@ def record_result(
         put_bounded(s.loops.chains, f.tool, chain, MAX_CHAINS)
 
     # same_answer: the tool's calls with other arguments and this one answer, while nothing
-    # else was learned; a blank answer (a command that prints nothing) or a failure does not count
+    # else was learned; a blank answer (a command that prints nothing), a failure, or the
+    # acknowledgement of a write ("File created successfully") does not count
     answer = None
-    if not (failed or blank or polling or out.in_progress or f.mutating):
+    if not (failed or blank or polling or out.in_progress or f.mutating or f.writes):
         answer = s.loops.answers.get(f.tool)
         if answer is None or answer.result != result_hash or answer.epoch != s.loops.epoch:
             answer = Answer(result_hash, [], 0)

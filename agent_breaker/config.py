@@ -323,8 +323,8 @@ class IdenticalFailureConfig(_Frozen):
     max_transient_failures: int = Field(
         DEFAULT_TRANSIENT_FAILURES,
         ge=1,
-        description="The same, for errors that look transient (timeouts, 429, 502-504); also raises identical_call "
-        "and near_duplicate limits for them.",
+        description="The same, for dependency failures (timeouts, 429, 5xx: expected to clear); also raises "
+        "identical_call and near_duplicate limits for them.",
     )
 
 
@@ -395,8 +395,9 @@ class SameAnswerConfig(_Frozen):
     max_calls: int = Field(
         DEFAULT_SAME_ANSWER_CALLS,
         ge=2,
-        description="Calls of one tool with different arguments in a row that all returned the same non-empty "
-        "result; the next is blocked. Mutating and polling tools, failures and empty results do not count.",
+        description="Calls of one tool with different arguments in a row that all returned the same non-blank "
+        "result; the next is blocked. Mutating and polling tools, writes of content, failures and blank results "
+        "do not count.",
     )
 
 

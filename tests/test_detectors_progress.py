@@ -276,7 +276,17 @@ def halt_on_a_failing_query(engine, clock):
 
 def test_a_bare_nudge_lifts_no_loop_halt(engine, clock):
     halt_on_a_failing_query(engine, clock)
-    for nudge in ("continue", "Go on!", "please continue.", "keep going", "", "and?", "Try again please"):
+    for nudge in (
+        "continue",
+        "Go on!",
+        "please continue.",
+        "keep going",
+        "",
+        "and?",
+        "Try again please",
+        "Continue with the task where you left off.",
+        "keep working on it",
+    ):
         engine.record_user(user(nudge))
         assert engine.check_tool_call(call("run_sql", {"q": 1})).heuristic == "identical_failure", nudge
 
@@ -292,6 +302,12 @@ def test_an_auto_reply_lifts_no_loop_halt(engine, clock):
 def test_a_short_answer_with_content_is_information(engine, clock):
     halt_on_a_failing_query(engine, clock)
     engine.record_user(user("go ahead"))  # a confirmation, given once: it may unblock the agent
+    assert engine.check_tool_call(call("run_sql", {"q": 1})).allowed
+
+
+def test_a_nudge_with_news_in_it_is_information(engine, clock):
+    halt_on_a_failing_query(engine, clock)
+    engine.record_user(user("Please continue, the database is back now."))
     assert engine.check_tool_call(call("run_sql", {"q": 1})).allowed
 
 

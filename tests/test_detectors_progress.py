@@ -259,6 +259,11 @@ def test_slow_polls_of_a_job_that_never_moves_are_cut_by_wall_time(engine, clock
     assert 29 <= len(verdicts) <= 32  # an hour of unchanged polls, not fifteen within ten minutes
 
 
+def test_polls_a_quarter_of_an_hour_apart_are_slow_polls_too(engine, clock):
+    verdicts = [run(engine, clock, "get_job", {"job": "J-3"}, True, {"state": "queued"}, step_s=900.0) for _ in range(6)]
+    assert [v.heuristic for v in verdicts] == [None] * 5 + ["stuck_polling"]
+
+
 def test_a_slow_job_whose_progress_is_nested_and_renamed_is_never_cut(engine, clock):
     for i in range(80):  # every two minutes, for 160 minutes
         status = {"job": {"state": "running", "stats": {"rows_done": 1000 * i}}, "checked_at": i}

@@ -287,7 +287,11 @@ def record_result(
         st = KeyStat()
         while len(s.loops.keys) >= MAX_KEYS:
             del s.loops.keys[next(iter(s.loops.keys))]
-    fresh = st.last_result is None or st.epoch != s.loops.epoch or now - st.last_ts > cfg.identical_call.window_s
+    # a poll's streak survives longer gaps: slow polls are judged by stuck_polling.max_wait_s
+    gap = cfg.identical_call.window_s
+    if st.polling or out.in_progress:
+        gap = max(gap, cfg.stuck_polling.max_wait_s or 0.0)
+    fresh = st.last_result is None or st.epoch != s.loops.epoch or now - st.last_ts > gap
     unchanged = not fresh and outcome == st.last_result
     st.runs = st.runs + 1 if unchanged or (failed and not fresh) else 1
     if st.runs == 1:

@@ -87,9 +87,6 @@ class _Decided:
     mixed: bool = False  # the session has now made more than one distinct call
 
 
-_ERROR_CHARS = 4096  # of an error text, compared as a failure's answer
-
-
 class Engine:
     """Decides on each agent event: may this tool call run, what does this result, turn or
     answer change. See the README for the heuristics and their settings."""
@@ -405,11 +402,6 @@ class Engine:
         # the loop detectors compare results without what churns (ids, timings, refs)
         masked = p.churn(canonical)
         answer_hash = result_hash if masked == canonical else self.fingerprints.hash64(masked)
-        if out.failed:
-            # a call's own failure answers with its error: the same error to other arguments is
-            # the same answer; an outage (or a failure without a text) answers nothing
-            own = ev.error and not out.dependency
-            answer_hash = self.fingerprints.hash64("error", p.churn(ev.error[:_ERROR_CHARS])) if own else FAILED
         blank = is_blank(ev.result)
         polling = p.polling(ev.tool)
         references = p.claims.result_references(canonical) if not out.failed else None

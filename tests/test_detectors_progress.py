@@ -210,21 +210,6 @@ def test_paging_past_the_last_page_is_cut(engine, clock):
     assert verdicts[-1].heuristic == "same_answer"
 
 
-def test_reworded_searches_that_all_fail_the_same_way_are_cut(engine, clock):
-    words = ["invoice", "invoices", "bill", "billing doc", "receipt", "statement"]
-    verdicts = [run(engine, clock, "doc_search", {"q": w}, False, None, error="No documents match the query") for w in words]
-    assert verdicts[-1].heuristic == "same_answer"
-
-
-def test_different_commands_failing_differently_or_an_outage_are_not_one_answer(engine, clock):
-    commands = ["make", "pytest -x", "ls build", "cat setup.cfg", "pip install -e .", "tox", "git status", "env"]
-    for i, command in enumerate(commands):
-        assert run(engine, clock, "execute_bash", {"c": command}, False, None, error=f"exit code {i + 1}").allowed
-    for q in ("acme", "globex renewal", "initech churn", "umbrella", "stark q3 pipeline", "wayne", "hooli", "wonka"):
-        # an outage is the breaker's to judge (it opens at the fifth), never one answer
-        assert run(engine, clock, "crm_search", {"q": q}, False, None, error=OUTAGE, step_s=40.0).heuristic != "same_answer"
-
-
 def test_reads_that_each_return_something_else_are_work(engine, clock):
     for i in range(30):
         assert run(engine, clock, "read_document", {"doc_id": f"D-{i}"}, True, {"summary": f"doc {i}: {i * 7 % 11}"}).allowed

@@ -256,8 +256,7 @@ def record_result(
     now: float,
     cfg: AgentBreakerConfig,
 ) -> bool:
-    """Update every streak with one result (`result_hash`: its churn masked; for a failure, its
-    error's, or FAILED when it has none or is an outage). Returns True
+    """Update every streak with one result (`result_hash`: its churn masked). Returns True
     when the result is progress: a success this call had not returned before. Progress
     anywhere restarts the streaks of every other call (the `epoch` stamps), so work between
     repeats is not a loop."""
@@ -327,12 +326,11 @@ def record_result(
         chain = Chain(f.fp_text, f.fp_shape, f.fp_thought, 1, outcome, failed, failed and transient, s.loops.epoch, now)
         put_bounded(s.loops.chains, f.tool, chain, MAX_CHAINS)
 
-    # same_answer: the tool's calls with other arguments and this one answer (or one error),
-    # while nothing else was learned; a blank answer (a command that prints nothing), an outage,
-    # or the acknowledgement of a write ("File created successfully") does not count
+    # same_answer: the tool's calls with other arguments and this one answer, while nothing
+    # else was learned; a blank answer (a command that prints nothing), a failure, or the
+    # acknowledgement of a write ("File created successfully") does not count
     answer = None
-    no_answer = result_hash == FAILED if failed else blank
-    if not (no_answer or polling or out.in_progress or f.mutating or f.writes):
+    if not (failed or blank or polling or out.in_progress or f.mutating or f.writes):
         answer = s.loops.answers.get(f.tool)
         if answer is None or answer.result != result_hash or answer.epoch != s.loops.epoch:
             answer = Answer(result_hash, [], 0)

@@ -54,13 +54,13 @@ def test_semantic_failure_counts_even_when_transport_said_ok(engine, clock):
     assert engine.check_tool_call(call("get_lead", args)).heuristic == "identical_failure"
 
 
-def test_identical_call_with_the_same_result_is_blocked_after_three_runs(engine, clock):
+def test_identical_call_with_the_same_result_is_blocked_after_four_runs(engine, clock):
     args = {"id": 7487}
-    for _ in range(3):
+    for _ in range(4):
         assert run(engine, clock, "read_record", args, True, {"name": "Dana"}).allowed
     v = engine.check_tool_call(call("read_record", args))
     assert (v.allowed, v.heuristic) == (False, "identical_call")
-    assert v.counters["repeats"] == 3
+    assert v.counters["repeats"] == 4
 
 
 def test_identical_call_whose_result_changes_is_work(engine, clock):
@@ -73,6 +73,7 @@ def test_canonical_args_ignore_key_order_whitespace_and_volatile_fields(engine, 
         {"q": "open  orders", "limit": 5, "request_id": "a1"},
         {"limit": 5.0, "q": " open orders ", "timestamp": 123},
         {"requestId": "zz", "q": "open orders", "limit": 5},
+        {"q": "OPEN ORDERS", "limit": 5, "trace_id": "t-9"},
     ]
     for args in variants:
         assert run(engine, clock, "search", args, True, {"rows": [1]}).allowed

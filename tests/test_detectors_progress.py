@@ -143,19 +143,19 @@ def test_a_repeat_after_the_window_or_a_new_instruction_is_allowed(make_engine, 
 def test_the_same_failing_test_with_new_durations_and_ids_is_no_progress(engine, clock):
     args = {"command": "pytest tests/test_io.py"}
     verdicts = []
-    for i in range(4):
+    for i in range(5):
         out = {
             "output": f"FAILED tests/test_io.py::test_read\n1 failed, 4 passed in {0.4 + i / 7:.2f}s",
             "run_id": uuid.uuid4().hex,
         }
         verdicts.append(run(engine, clock, "run_tests", args, True, out))
-    assert [v.heuristic for v in verdicts] == [None, None, None, "identical_call"]
+    assert [v.heuristic for v in verdicts] == [None] * 4 + ["identical_call"]
 
 
 def test_a_rejected_login_with_fresh_element_refs_is_no_progress(engine, clock):
     args = {"element": "Sign in button"}
     verdicts = []
-    for i in range(4):
+    for i in range(5):
         page = f'- textbox "Password" [ref=e{10 + i}]\n- alert "Invalid password" [ref=e{40 + 3 * i}]'
         verdicts.append(run(engine, clock, "browser_click", args, True, {"snapshot": page}))
     assert verdicts[-1].heuristic == "identical_call"
@@ -164,7 +164,7 @@ def test_a_rejected_login_with_fresh_element_refs_is_no_progress(engine, clock):
 def test_sub_agents_spawned_under_new_ids_reporting_the_same_failure_are_no_progress(engine, clock):
     args = {"task": "migrate the billing table"}
     verdicts = []
-    for _ in range(4):
+    for _ in range(5):
         report = {"agent_id": str(uuid.uuid4()), "report": "could not connect to billing-db"}
         verdicts.append(run(engine, clock, "spawn_agent", args, True, report))
     assert verdicts[-1].heuristic == "identical_call"
@@ -179,10 +179,10 @@ def test_a_count_that_moves_is_progress_even_when_timings_churn(engine, clock):
 
 def test_result_churn_patterns_are_configurable(make_engine, clock):
     engine = make_engine({"progress": {"result_churn_patterns": [r"seq=\d+"]}})
-    verdicts = [run(engine, clock, "job_log", {"job": 1}, True, {"line": f"seq={i} idle"}) for i in range(4)]
+    verdicts = [run(engine, clock, "job_log", {"job": 1}, True, {"line": f"seq={i} idle"}) for i in range(5)]
     assert verdicts[-1].heuristic == "identical_call"
     engine = make_engine({"progress": {"builtin_churn_patterns": False}})
-    verdicts = [run(engine, clock, "t2", {"a": 1}, True, {"took_ms": i, "rows": 1}, session="x") for i in range(4)]
+    verdicts = [run(engine, clock, "t2", {"a": 1}, True, {"took_ms": i, "rows": 1}, session="x") for i in range(5)]
     assert all(v.allowed for v in verdicts)  # without the built-ins, a timing is a change
 
 

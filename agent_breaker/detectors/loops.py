@@ -310,8 +310,10 @@ def record_result(
 
     # near_duplicate: the tool's chain of similar calls without progress
     chain = s.loops.chains.get(f.tool)
-    if blank and not failed and chain is not None:
-        chain = None  # a blank success neither extends nor ends a chain: re-running `cd` is identical_call's
+    if not failed and chain is not None and (blank or unchanged):
+        # a blank success, or the same call again with the same result, neither extends nor
+        # ends a chain: re-running a call is identical_call's to judge, not "other words"
+        chain = None
     elif (
         chain is not None
         and chain.epoch == s.loops.epoch

@@ -54,15 +54,14 @@ MAX_FINGERPRINT_TOKENS = 256
 #: "4 passed" is still progress. Each pattern starts with a literal (the regex engine skips to
 #: it at memchr speed: a class or a look-behind first costs ~30 ns per character); where the
 #: churn begins before that literal, `left` says which characters, and how many, join the match.
-# id-like keys: a suffix after a separator or a camel-case hump ("message_id", "messageId"), or
-# the whole key; each is a fixed-width look-behind tried only where a key ends (at `":`)
+# Two kinds of churn. Timing (how long, when, which attempt) never tells two answers apart;
+# identity (an id, a ref, a run number) does when the arguments differ (two customers' records)
+# but not when the same call is repeated (the same report under a fresh sub-agent id).
+# Keys are matched as a suffix after a separator or a camel-case hump ("message_id",
+# "messageId"), or whole; each is a fixed-width look-behind tried only where a key ends (`":`).
 _ID_SUFFIXES = ("id", "ids", "uuid", "guid", "ref", "refs")
-_ID_KEYS = (
-    "etag",
-    "run_number",
-    "runnumber",
-    "runNumber",
-    "run_no",
+_ID_KEYS = ("etag", "pid", "run_number", "runnumber", "runNumber", "run_no")
+_TIMING_KEYS = (
     "attempt",
     "attempts",
     "duration",
@@ -76,41 +75,42 @@ _ID_KEYS = (
     "latency",
     "latency_ms",
     "latencyMs",
-    "pid",
 )
-_ID_KEY_ENDS = (
+
+
+def _key_value_pattern(ends: list[tuple[str, str]]) -> re.Pattern[str]:
+    """A scalar under one of these keys ((look-behind, key) pairs). Grouped by the key's last
+    character, which one cheap look-behind checks first: most keys fail there."""
+    groups: dict[str, list[str]] = {}
+    for behind, word in ends:
+        groups.setdefault(word[-1], []).append(f'(?<={behind}":)')
+    alternatives = "|".join(f'(?<={last}":)(?:{"|".join(alts)})' for last, alts in sorted(groups.items()))
+    lasts = "".join(sorted(groups))
+    return re.compile(f'":(?<=[{lasts}]":)(?:{alternatives})' + r'(?:"(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)')
+
+
+_IDENTITY_KEY_VALUE = _key_value_pattern(
     [(f"[_\\-. ]{x}", x) for x in _ID_SUFFIXES]
     + [(f"[a-z0-9]{x.capitalize()}", x) for x in _ID_SUFFIXES]
     + [(f"[_\\-. ]{x.upper()}", x.upper()) for x in _ID_SUFFIXES]
     + [(f'"{x}', x) for x in _ID_SUFFIXES + tuple(x.upper() for x in _ID_SUFFIXES) + _ID_KEYS]
 )
-
-
-def _id_key_value_pattern() -> re.Pattern[str]:
-    # grouped by the key's last character, which one cheap look-behind checks first: most keys
-    # fail there, at the first `":` test
-    groups: dict[str, list[str]] = {}
-    for behind, word in _ID_KEY_ENDS:
-        groups.setdefault(word[-1], []).append(f'(?<={behind}":)')
-    ends = "|".join(f'(?<={last}":)(?:{"|".join(alts)})' for last, alts in sorted(groups.items()))
-    lasts = "".join(sorted(groups))
-    return re.compile(f'":(?<=[{lasts}]":)(?:{ends})' + r'(?:"(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)')
-
-
-#: a scalar under an id-like key: the value is masked, the key kept
-_ID_KEY_VALUE = _id_key_value_pattern()
+_TIMING_KEY_VALUE = _key_value_pattern([(f'"{x}', x) for x in _TIMING_KEYS])
 _HEX = "0123456789abcdefABCDEF"
 _DIGITS = "0123456789"
 #: (pattern, characters that may precede it as part of the churn, how many at most, how many at least)
-_LED: tuple[tuple[re.Pattern[str], str, int, int], ...] = (
-    # a UUID: the match starts at its first dash, its first 8 hex digits precede it
-    (re.compile(r"-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}(?![0-9a-zA-Z])"), _HEX, 8, 8),
+Led = tuple[re.Pattern[str], str, int, int]
+_TIMING: tuple[Led, ...] = (
     # a time of day, with the date before it when written 2024-05-01T12:00:01
     (re.compile(r":[0-5]\d:[0-5]\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"), _DIGITS + "-T", 13, 1),
     # a duration: "in 0.53s", "took 12.5 ms", "3.2 seconds"; and whole milliseconds: "120ms"
     (re.compile(r"\.\d+ ?(?:ms|s|sec|secs|seconds)(?![A-Za-z])"), _DIGITS, 12, 1),
     (re.compile(r"ms(?<=\dms)(?![A-Za-z])"), _DIGITS, 12, 1),
     (re.compile(r" ms(?![A-Za-z])"), _DIGITS, 12, 1),
+)
+_IDENTITY: tuple[Led, ...] = (
+    # a UUID: the match starts at its first dash, its first 8 hex digits precede it
+    (re.compile(r"-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}(?![0-9a-zA-Z])"), _HEX, 8, 8),
     (re.compile(r"0x[0-9a-fA-F]{4,16}"), "", 0, 0),  # a memory address
     # an element ref of a page snapshot: [ref=e12], ref=e12
     (re.compile(r"\[ref=[^\]\s\"]{1,32}\]"), "", 0, 0),
@@ -137,10 +137,16 @@ def _mask_led(text: str, pattern: re.Pattern[str], left: str, most: int, least: 
     return "".join(pieces)
 
 
+def _mask(text: str, key_value: re.Pattern[str], led: tuple[Led, ...]) -> str:
+    text = key_value.sub('":~', text)
+    for pattern, left, most, least in led:
+        text = _mask_led(text, pattern, left, most, least)
+    return text
+
+
 class ChurnMask:
     """Masks what churns in a result's canonical JSON (the built-in patterns above, unless
-    turned off, plus the config's own regexes): two results equal after masking are the same
-    answer."""
+    turned off, plus the config's own regexes, which count as timing)."""
 
     __slots__ = ("_builtin", "_extra")
 
@@ -149,13 +155,17 @@ class ChurnMask:
         self._builtin = builtin
         self._extra = re.compile("|".join(f"(?:{p})" for p in extra)) if extra else None
 
-    def __call__(self, canonical: str) -> str:
-        text = canonical
-        if self._builtin:
-            text = _ID_KEY_VALUE.sub('":~', text)
-            for pattern, left, most, least in _LED:
-                text = _mask_led(text, pattern, left, most, least)
+    def timing(self, canonical: str) -> str:
+        """Timing masked: what a result answers, to compare answers to different calls."""
+        text = _mask(canonical, _TIMING_KEY_VALUE, _TIMING) if self._builtin else canonical
         return text if self._extra is None else self._extra.sub("~", text)
+
+    def identity(self, timed: str) -> str:
+        """Identities masked too (on `timing`'s output): to compare repeats of one call."""
+        return _mask(timed, _IDENTITY_KEY_VALUE, _IDENTITY) if self._builtin else timed
+
+    def __call__(self, canonical: str) -> str:
+        return self.identity(self.timing(canonical))
 
 
 _KEY_NORMALIZER = re.compile(r"[^0-9a-z]+")

@@ -36,7 +36,7 @@ from .events import Assistant, Final, InvalidEventError, ToolCall, ToolResult, U
 from .failure_policy import storage_unavailable
 from .governor import budget
 from .outcomes import FailurePredicate, Outcome, carries_content, classify, is_blank
-from .policy import CheckContext, Policies, Policy, judge, run_checks
+from .policy import CONFIRMATION, CheckContext, Policies, Policy, judge, run_checks
 from .receipts import ReceiptKeys, empty_mutation_trip, is_empty_result, mint, verify
 from .session import FAILED, MAX_PENDING, MAX_SAID, MIXED, CallFacts, ChurnView, Pending, SessionState, put_bounded
 from .store import MemoryStore, StorageError, Store, store_from_uri
@@ -125,6 +125,7 @@ class Engine:
             self.config, shared=not isinstance(self.store, MemoryStore), receipt_keys=self.receipt_keys
         )
         self.policies = Policies(self.config, self.fingerprints, observe=observe)
+        self._confirmation = self._said(CONFIRMATION)
         self._mixed: OrderedDict[str, None] = OrderedDict()
         self._metrics: Counter[tuple[str, str]] = Counter()
         self._lock = threading.Lock()
@@ -213,13 +214,17 @@ class Engine:
         s, decided = outcome[0]
         if decided.breaker is not None:
             bkey, probe, out = decided.breaker
-            try:
-                recorded = self.store.breaker_record(
-                    bkey, step.p.cfg.breaker, step.now, failed=out.dependency, slow=out.slow, probe=probe
-                )
-                decided.verdict = replace(decided.verdict, breaker_state=recorded.state.value)
-            except StorageError as exc:
-                log.warning("agent-breaker: breaker outcome of %s not recorded: %s", tool, exc)
+            if out.breaker_ignores:
+                if probe is not None:  # the probe proved nothing: its slot is free for another
+                    self._release_probe(bkey, step.p.cfg, probe)
+            else:
+                try:
+                    recorded = self.store.breaker_record(
+                        bkey, step.p.cfg.breaker, step.now, failed=out.dependency, slow=out.slow, probe=probe
+                    )
+                    decided.verdict = replace(decided.verdict, breaker_state=recorded.state.value)
+                except StorageError as exc:
+                    log.warning("agent-breaker: breaker outcome of %s not recorded: %s", tool, exc)
         if decided.view is not None:
             self._update_view(decided.view[0], step.now, decided.view[1])
         if decided.mixed:
@@ -312,6 +317,9 @@ class Engine:
             if block is None:
                 block, call_warn = run_checks(p.call_checks, CheckContext(s, f, cfg, now, polling, similar))
                 warn = warn or call_warn
+                if block is not None and block.heuristic == H.DUPLICATE_MUTATION:
+                    # the agent is told to ask the user: the next "yes" is an answer again
+                    s.loops.said.pop(self._confirmation, None)
             if block is None and view is not None and s.loops.only_key in (None, f.key):
                 block, churn_warn = judge(cfg, [churn.check(view, f.key, f.tool, cfg, now)])
                 warn = warn or churn_warn
@@ -399,9 +407,12 @@ class Engine:
         out = classify(ev, cfg, p.in_progress, self.failure_predicates.get(ev.tool))
         canonical = self._result_canonical(p, ev.result)
         result_hash = self.fingerprints.hash64(canonical)
-        # the loop detectors compare results without what churns (ids, timings, refs)
-        masked = p.churn(canonical)
-        answer_hash = result_hash if masked == canonical else self.fingerprints.hash64(masked)
+        # the loop detectors compare results without what churns: repeats of a call without
+        # timings or identities (ids, refs), answers to other calls without timings only
+        timed = p.churn.timing(canonical)
+        answer_hash = result_hash if timed == canonical else self.fingerprints.hash64(timed)
+        masked = p.churn.identity(timed)
+        repeat_hash = answer_hash if masked == timed else self.fingerprints.hash64(masked)
         blank = is_blank(ev.result)
         polling = p.polling(ev.tool)
         references = p.claims.result_references(canonical) if not out.failed else None
@@ -422,14 +433,18 @@ class Engine:
                 decided.breaker = (pending.breaker_key, pending.probe, out)
             else:
                 st = s.breaker(pending.breaker_key)
-                # a breaker judges the dependency: the call's own failures are not its failures
-                breaker_core.record(st, cfg.breaker, now, failed=out.dependency, slow=out.slow, probe=pending.probe)
+                # a breaker judges the dependency: the call's own failures count neither way
+                if out.breaker_ignores:
+                    if pending.probe is not None:
+                        breaker_core.release(st, pending.probe)
+                else:
+                    breaker_core.record(st, cfg.breaker, now, failed=out.dependency, slow=out.slow, probe=pending.probe)
                 decided.verdict = replace(decided.verdict, breaker_state=st.state.value)
             f = pending.facts
             if s.loops.only_key == f.key and churn_on:
-                outcome_hash = FAILED if out.failed else answer_hash
+                outcome_hash = FAILED if out.failed else repeat_hash
                 decided.view = (_view_key(s), lambda v: churn.record_outcome(v, step.key, f.key, outcome_hash, now, cfg))
-            if loops.record_result(s, pending, answer_hash, out, blank, polling, now, cfg):
+            if loops.record_result(s, pending, repeat_hash, answer_hash, out, blank, polling, now, cfg):
                 # new information: assistant turns start a new stretch, and so do this
                 # session's own breaker streaks
                 s.turns.clear()
@@ -515,6 +530,9 @@ class Engine:
 
         return self._commit(step, decide, None)
 
+    def _said(self, words: str) -> int:
+        return self.fingerprints.hash64("user", words)
+
     def record_user(self, event: User | Mapping[str, Any]) -> Verdict:
         """A user turn with new information: loop streaks start over, loop halts are lifted. A
         bare nudge ("continue"), an auto-reply, or a turn the user already sent adds nothing:
@@ -526,7 +544,7 @@ class Engine:
         text = step.ev.text
         references = p.claims.references_in(text)
         said = p.user_turn(text)
-        said_hash = None if said is None else self.fingerprints.hash64("user", said)
+        said_hash = None if said is None else self._said(said)
 
         def decide(s: SessionState) -> tuple[SessionState, _Decided]:
             if references:

@@ -27,7 +27,8 @@ _FAILED_STATUS = frozenset({"error", "failed", "failure", "fail"})
 _DEPENDENCY = re.compile(
     r"\b(?:http(?:/\d(?:\.\d)?)?|status(?:[ _]code)?|code|error)\W{0,3}(?:5\d\d|429|408)\b"
     r"|\b(?:502|503|504)\b|time[ds]? ?out|timeout|temporar|unavailable|rate.?limit|too many requests"
-    r"|connection (?:reset|refused|aborted|closed|error)|econn(?:refused|reset)|overloaded|throttl|bad gateway"
+    r"|connection ?(?:was )?(?:reset|refused|aborted|closed|error)|closed connection|remote ?disconnected"
+    r"|socket hang up|econn(?:refused|reset|aborted)|overloaded|throttl|bad gateway"
     r"|internal server error|could not resolve|name or service not known|network (?:is )?unreachable|broken pipe",
     re.IGNORECASE,
 )
@@ -54,6 +55,13 @@ class Outcome:
     def transient(self) -> bool:
         return self.dependency
 
+    @property
+    def breaker_ignores(self) -> bool:
+        """The call's own failure says nothing of the dependency: for its breaker it is neither
+        a failure nor a success (resilience4j's ignored exceptions), and a probe it ends proves
+        nothing either way."""
+        return self.failed and not self.dependency and not self.slow
+
 
 def classify(
     ev: ToolResult,
@@ -78,7 +86,10 @@ def classify(
 
 
 MAX_RETRY_AFTER_S = 3600.0
-_RETRY_AFTER_TEXT = re.compile(r"retry[-_ ]?after\W{0,3}(\d{1,5}(?:\.\d+)?)", re.IGNORECASE)
+_RETRY_AFTER_TEXT = re.compile(
+    r"retry[-_ ]?after\W{0,3}(\d{1,7}(?:\.\d{1,6})?) ?(ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h|hours?)?\b",
+    re.IGNORECASE,
+)
 _RETRY_AFTER_FIELDS = frozenset({"retryafter", "retryafters", "retryafterseconds", "retryaftersec"})
 
 
@@ -87,7 +98,7 @@ def retry_after(ev: ToolResult) -> float | None:
     `retry_after` field (at the top, or under `error` / `headers`) of the payload. Capped at an
     hour, so no tool can lock a session out for longer."""
     m = _RETRY_AFTER_TEXT.search(ev.error[:_SCANNED_CHARS]) if ev.error else None
-    seconds = float(m.group(1)) if m else _retry_after_field(ev.result, 0)
+    seconds = float(m.group(1)) * _unit_s(m.group(2)) if m else _retry_after_field(ev.result, 0)
     if seconds is None or seconds <= 0:
         return None
     return min(seconds, MAX_RETRY_AFTER_S)
@@ -100,13 +111,28 @@ def _retry_after_field(value: Any, depth: int) -> float | None:
         if isinstance(k, str) and _ALNUM.sub("", k.lower()) in _RETRY_AFTER_FIELDS:
             if isinstance(v, str) and _NUMBER.fullmatch(v.strip()):
                 v = float(v)
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-                return float(v)
+            if isinstance(v, int) and not isinstance(v, bool):
+                return float(min(v, MAX_RETRY_AFTER_S * 2))  # no float() of a 400-digit number
+            if isinstance(v, float) and math.isfinite(v):
+                return v
     for name in ("error", "headers"):
         found = _retry_after_field(value.get(name), depth + 1)
         if found is not None:
             return found
     return None
+
+
+def _unit_s(unit: str | None) -> float:
+    if not unit:
+        return 1.0
+    unit = unit.lower()
+    if unit.startswith("ms") or unit.startswith("milli"):
+        return 0.001
+    if unit.startswith("h"):
+        return 3600.0
+    if unit.startswith("m"):
+        return 60.0
+    return 1.0
 
 
 _ALNUM = re.compile(r"[^0-9a-z]+")
@@ -136,7 +162,9 @@ def _dependency_payload(value: Any, depth: int) -> bool:
         return isinstance(value, str) and depth > 0 and _DEPENDENCY.search(value[:_SCANNED_CHARS]) is not None
     for name in _STATUS_FIELDS:
         status = value.get(name)
-        if isinstance(status, str) and status.isdigit():
+        # ASCII digits only, and no more than a status has ("²".isdigit() is True; int() of a
+        # 5,000-digit string raises)
+        if isinstance(status, str) and status.isascii() and status.isdigit() and len(status) <= 3:
             status = int(status)
         if isinstance(status, int) and not isinstance(status, bool) and status in _DEPENDENCY_STATUSES:
             return True

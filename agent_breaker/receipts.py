@@ -72,15 +72,15 @@ _NEGATIONS = frozenset(
     }
 )
 # words that make a claim phrase no claim of a done deed: a condition, a possibility, a future,
-# an instruction ("once the form is submitted", "the refund will be completed", "please pay")
+# an instruction ("once the form is submitted", "the refund will be completed", "please make
+# sure it is paid") -- unless the agent speaks of itself after the word ("after checking your
+# order I refunded it", "I can confirm we refunded it" are claims)
 _NOT_ASSERTED = frozenset(
     {
         "if",
         "once",
         "when",
         "whenever",
-        "after",
-        "before",
         "until",
         "unless",
         "will",
@@ -94,9 +94,9 @@ _NOT_ASSERTED = frozenset(
         "need",
         "needs",
         "please",
-        "to",
     }
 )
+_FIRST_PERSON = frozenset({"i", "we", "i've", "we've", "i'd", "we'd", "i'm", "we're", "me", "us", "myself", "ourselves"})
 _WORD = re.compile(r"[A-Za-z']+")
 _CLAUSE_END = re.compile(r"[,.;:!?\n]")
 
@@ -255,6 +255,15 @@ def _reference_key(token: str) -> str:
     return _NOT_ALNUM.sub("", normalize_text(token))
 
 
+def _not_asserted(before: list[str]) -> bool:
+    """The words before a claim phrase make it a condition, a future or an instruction: the last
+    such word is not followed by the agent speaking of itself."""
+    for i in range(len(before) - 1, -1, -1):
+        if before[i] in _NOT_ASSERTED:
+            return _FIRST_PERSON.isdisjoint(before[i + 1 :])
+    return False
+
+
 def is_empty_result(result: Any) -> bool:
     return result is None or result == "" or result == {} or result == []
 
@@ -384,7 +393,7 @@ class ClaimChecker:
                 clause = _CLAUSE_END.split(lowered[max(0, m.start() - 80) : m.start()])[-1]
                 words = _WORD.findall(clause)
                 negated = any(w in _NEGATIONS or w.endswith("n't") for w in words[-4:])
-                if not negated and not any(w in _NOT_ASSERTED for w in words[-6:]):
+                if not negated and not _not_asserted(words[-6:]):
                     found.add(phrase)
                     break
         return found

@@ -228,7 +228,8 @@ class Loops:
         return cls(
             pending={cid: Pending(_unfacts(p[0]), p[1], p[2], p[3], p[4], p[5], p[6]) for cid, p in d["pending"].items()},
             auto_ids=d["auto_ids"],
-            keys={k[0]: KeyStat(k[1], k[2], k[3], k[4], list(k[5]), *k[6:]) for k in d["keys"]},
+            # a streak stored before `since` existed began no later than its last run
+            keys={k[0]: KeyStat(k[1], k[2], k[3], k[4], list(k[5]), k[6], k[7], *(k[8:] or [k[3]])) for k in d["keys"]},
             fail_key=fail_key,
             fail_run=fail_run,
             fail_transient=fail_transient,

@@ -157,3 +157,16 @@ def test_a_breaker_has_one_encoding_and_it_round_trips(b):
 def test_a_value_of_another_format_reads_as_absent():
     assert codec.decode(b"[2,5,[]]") is None
     assert codec.decode(b'{"not": "a session"}') is None
+
+
+def test_a_session_stored_before_the_newer_detectors_reads_with_their_state_empty():
+    """Loops written by an earlier version (no same_answer, duplicate, user-turn or Retry-After
+    state; streaks without `since`) read back; a stored streak began no later than its last run,
+    so a slow-poll budget is not spent at once."""
+    wire = Loops(keys={7: KeyStat(runs=6, last_result=1, last_ts=1_700_000_050.0, polling=True)}).to_wire()
+    for name in ("answers", "done", "said", "wait"):
+        del wire[name]
+    wire["keys"] = [k[:8] for k in wire["keys"]]
+    loops = Loops.from_wire(wire)
+    assert (loops.answers, loops.done, loops.said, loops.wait) == ({}, {}, {}, {})
+    assert loops.keys[7].since == 1_700_000_050.0

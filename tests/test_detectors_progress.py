@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 
-from conftest import CALL_ERROR, OUTAGE, call, final, run, say, user
+from conftest import CALL_ERROR, OUTAGE, call, final, result, run, say, user
 
 # ----------------------------------------------------------------------------- whose failure
 
@@ -49,6 +49,24 @@ def test_an_agents_failing_commands_never_open_the_tools_breaker(make_engine, cl
     assert engine.check_tool_call(call("execute_bash", {"command": "ls"}, session="b1", tenant="b")).allowed
 
 
+def test_the_calls_own_failures_neither_reset_an_outage_streak_nor_pass_a_probe(make_engine, clock):
+    engine = make_engine({"breaker": {"key_by_tenant": False, "open_s": 30.0, "half_open_probes": 1}})
+    for i in range(4):
+        run(engine, clock, "warehouse", {"q": i}, False, None, error=OUTAGE, session=f"s{i}")
+        run(engine, clock, "warehouse", {"bad": i}, False, None, error=CALL_ERROR, session=f"b{i}")
+    run(engine, clock, "warehouse", {"q": 9}, False, None, error=OUTAGE, session="s9")
+    assert engine.breaker_state("warehouse").value == "open"  # five outages in a row, bad calls aside
+    clock.advance(30)
+    probe = engine.check_tool_call(call("warehouse", {"bad": "p"}, session="p"))
+    assert probe.allowed
+    engine.record_tool_result(result("warehouse", False, None, call_id=probe.call_id, session="p", error=CALL_ERROR))
+    assert engine.breaker_state("warehouse").value == "half_open"  # a 404 proves nothing: still probing
+    second = engine.check_tool_call(call("warehouse", {"q": "p2"}, session="p2"))
+    assert second.allowed  # the slot the bad call held is free again
+    engine.record_tool_result(result("warehouse", True, {"rows": 1}, call_id=second.call_id, session="p2"))
+    assert engine.breaker_state("warehouse").value == "closed"
+
+
 def test_dependency_failures_still_open_the_breaker(make_engine, clock):
     engine = make_engine({"breaker": {"key_by_tenant": False}})
     for i in range(5):
@@ -64,6 +82,14 @@ def test_a_retry_sooner_than_retry_after_is_refused_and_one_that_waits_goes_thro
     assert v.observation["retry_after_s"] == 28.0  # asked at t+2.5 for 30 s; retried at t+4.5
     assert run(engine, clock, "other_tool", {"q": "a"}, True, {"rows": [2]}).allowed  # the session goes on
     assert run(engine, clock, "crm_search", {"q": "a"}, True, {"rows": [3]}, step_s=30.0).allowed
+
+
+def test_retry_after_units_are_read(engine, clock):
+    for error, wait in (("429 Too Many Requests; retry after 500ms", 0.5), ("503; Retry-After: 2 minutes", 120.0)):
+        tool = f"api_{int(wait * 10)}"
+        assert run(engine, clock, tool, {"u": 1}, False, None, error=error).allowed
+        v = run(engine, clock, tool, {"u": 2}, True, {"ok": 1}, step_s=1.0)  # a second later
+        assert (v.heuristic == "early_retry") is (wait > 1.0), (error, v)
 
 
 def test_retry_after_in_the_error_text_is_honoured_and_capped(engine, clock):
@@ -119,6 +145,14 @@ def test_distinct_idempotency_keys_are_distinct_actions_and_the_same_key_is_a_re
     assert send(engine, clock, {**EMAIL, "idempotency_key": "k-1"}).allowed
     assert send(engine, clock, {**EMAIL, "Idempotency-Key": "k-2"}).allowed
     assert send(engine, clock, {**EMAIL, "idempotency_key": "k-2"}).heuristic == "duplicate_mutation"
+
+
+def test_a_confirmation_asked_for_after_a_refused_duplicate_allows_the_repeat(engine, clock):
+    engine.record_user(user("Yes, go ahead"))
+    assert send(engine, clock, EMAIL).allowed
+    assert send(engine, clock, EMAIL).heuristic == "duplicate_mutation"
+    engine.record_user(user("yes"))  # the guard told the agent to ask: this "yes" answers it
+    assert send(engine, clock, EMAIL).allowed
 
 
 def test_a_tool_declared_idempotent_may_repeat(make_engine, clock):
@@ -208,6 +242,12 @@ def test_paging_past_the_last_page_is_cut(engine, clock):
     last = {"orders": [], "next_page": None}
     verdicts = [run(engine, clock, "list_orders", {"page": p}, True, last) for p in range(7, 13)]
     assert verdicts[-1].heuristic == "same_answer"
+
+
+def test_lookups_of_different_records_that_differ_only_in_their_ids_are_not_one_answer(engine, clock):
+    for i in range(10):
+        record = {"customer_id": 1000 + 7 * i, "ticket": f"#{500 + i}", "status": "active", "took_ms": i}
+        assert run(engine, clock, "lookup_customer", {"email": f"user{i}@example.com"}, True, record).allowed
 
 
 def test_reads_that_each_return_something_else_are_work(engine, clock):
@@ -395,7 +435,14 @@ def test_instructions_and_future_actions_are_no_claims(engine, clock):
 def test_a_done_deed_claimed_without_a_receipt_is_still_refused(engine, clock):
     run(engine, clock, "submit_form", {"form": "F-1"}, False, None, error=CALL_ERROR)
     run(engine, clock, "cancel_order", {"order": "O-1"}, False, None, error=CALL_ERROR)
-    for text in ("I have submitted the form for you.", "Your order has been cancelled."):
+    for text in (
+        "I have submitted the form for you.",
+        "Your order has been cancelled.",
+        "I logged in to the portal and submitted the form.",
+        "After checking your order I cancelled it, it is cancelled.",
+        "I can confirm we submitted the form.",
+        "When I submitted the form, the portal accepted it.",
+    ):
         assert engine.verify_final(final(text)).heuristic == "unverified_claim", text
 
 

@@ -197,3 +197,24 @@ def test_a_bad_setting_of_the_new_sections_is_refused_by_name(block):
 )
 def test_a_call_carries_content_when_an_argument_is_a_body_not_a_query(args, content):
     assert carries_content(args) is content
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"status": "\u00b2"},
+        {"status": "1" * 5000},
+        {"error": {"code": "\u00b3"}},
+        {"retry_after": 10**400, "status": 503},
+        {"retry_after": float("inf"), "status": 503},
+        {"error": {"retry_after": "9" * 50, "status": 429}},
+    ],
+)
+def test_hostile_numbers_in_a_payload_are_read_without_error(payload):
+    out = classify(failed(payload=payload), CFG, frozenset(), None)
+    assert out.failed and (out.retry_after_s is None or out.retry_after_s <= 3600)
+
+
+@pytest.mark.parametrize("error", ["ConnectionError()", "RemoteDisconnected('Remote end closed connection')", "socket hang up"])
+def test_transport_exceptions_by_their_python_and_node_names_are_the_dependencys(error):
+    assert failure_kind(failed(error=error), CFG) == "dependency"

@@ -250,13 +250,16 @@ def record_result(
     s: SessionState,
     p: Pending,
     result_hash: int,
+    answer_hash: int,
     out: Outcome,
     blank: bool,
     polling: bool,
     now: float,
     cfg: AgentBreakerConfig,
 ) -> bool:
-    """Update every streak with one result (`result_hash`: its churn masked). Returns True
+    """Update every streak with one result (`result_hash`: its timings and identities masked,
+    to compare repeats of the call; `answer_hash`: its timings only, to compare it with the
+    answers to other calls). Returns True
     when the result is progress: a success this call had not returned before. Progress
     anywhere restarts the streaks of every other call (the `epoch` stamps), so work between
     repeats is not a loop."""
@@ -334,8 +337,8 @@ def record_result(
     answer = None
     if not (failed or blank or polling or out.in_progress or f.mutating or f.writes):
         answer = s.loops.answers.get(f.tool)
-        if answer is None or answer.result != result_hash or answer.epoch != s.loops.epoch:
-            answer = Answer(result_hash, [], 0)
+        if answer is None or answer.result != answer_hash or answer.epoch != s.loops.epoch:
+            answer = Answer(answer_hash, [], 0)
             put_bounded(s.loops.answers, f.tool, answer, MAX_CHAINS)
         if f.key not in answer.keys and len(answer.keys) < MAX_ANSWER_KEYS:
             answer.keys.append(f.key)

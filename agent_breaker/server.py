@@ -24,6 +24,7 @@ import hmac
 import itertools
 import json
 import logging
+import math
 import os
 import re
 import secrets
@@ -40,6 +41,7 @@ from fastapi.responses import JSONResponse
 from nemoguardrails import LLMRails, RailsConfig
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from . import heuristics as H
 from ._text import has_invalid_chars
 from .actions.guards import (
     CALLER_TENANT,
@@ -52,7 +54,7 @@ from .actions.guards import (
 )
 from .config import ConfigError
 from .events import MAX_ID_CHARS, is_id
-from .protocol import BY_COLANG, VERDICT_TYPES
+from .protocol import BY_COLANG, TOOL_CALL_EVENT, VERDICT_TYPES
 
 log = logging.getLogger("agent_breaker.server")
 
@@ -70,6 +72,7 @@ DEFAULT_MAX_JSON_DEPTH = 64
 POOL_SIZE = 4  # live Colang states per config (NeMo runs one event at a time per process anyway)
 
 EVENTS_PATH = "/v1/agent-breaker/events"
+CHECK_PATH = "/v1/agent-breaker/check"
 CHAT_PATH = "/v1/chat/completions"
 _ID_PATTERN = r"^[^\x00-\x1f\x7f]+$"
 # fields the Colang runtime sees of an event; the rest stays in PAYLOADS for the request
@@ -321,6 +324,9 @@ class RequestGuard:
                 events = data.get("events")
                 events = events if isinstance(events, list) else []
                 where = "events"
+            elif path == CHECK_PATH:
+                events = [data.get("event")]
+                where = "event"
             elif path == CHAT_PATH:
                 problem = self.chat_problem(data)
                 if problem is not None:
@@ -516,6 +522,24 @@ class EventsRequest(BaseModel):
     events: list[dict[str, Any]] = Field(min_length=1)
 
 
+class CheckRequest(BaseModel):
+    """The gateway check's request body: the events endpoint's fields, one tool call."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    config_id: str = Field("agent_breaker", max_length=256, description="A config the server serves.")
+    session_id: str = Field(min_length=1, max_length=256, pattern=_ID_PATTERN)
+    event: dict[str, Any] = Field(description="One ToolCallRequested event (its `type` may be left out).")
+
+
+#: a refused call's reason in a response header: printable ASCII, one line, bounded
+MAX_HEADER_REASON = 256
+
+
+def header_text(text: str) -> str:
+    return "".join(c if " " <= c <= "~" else "?" for c in text[:MAX_HEADER_REASON])
+
+
 class ColangPool:
     """A few live Colang states per config, shared by every session. The guard flows keep no
     per-session state (the engine does), so any free state serves any event: memory stays
@@ -573,42 +597,85 @@ def install_events_endpoint(app: Any, configs: ServedConfigs, colang: ColangThre
             status_code=status, content={"error": {"message": message, "type": "invalid_request_error", "code": status}}
         )
 
-    @app.post(EVENTS_PATH, tags=["agent-breaker"])
-    async def agent_breaker_events(request: Request) -> Any:
-        """Run agent-breaker events through the config's Colang flows; answer the verdicts."""
-        # the request guard has parsed the body and held it to the size, depth and count limits
+    def prepared(config_id: str, session_id: str, raw: list[dict[str, Any]], where: str) -> JSONResponse | tuple[Any, list]:
+        """The config's rails and the events as the flows take them, or the error answer."""
         try:
-            body = EventsRequest.model_validate(request.scope["state"][PARSED_BODY])
-        except ValidationError as exc:
-            return error(422, "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()))
-        try:
-            rails = configs.get(body.config_id)
+            rails = configs.get(config_id)
         except LookupError as exc:
             return error(404, str(exc))
-        if not configs.takes_events[body.config_id]:
+        if not configs.takes_events[config_id]:
             return error(
                 400,
-                f"config {body.config_id} is a Colang 1.0 config for native tool calling: it takes no "
+                f"config {config_id} is a Colang 1.0 config for native tool calling: it takes no "
                 "agent-breaker events (send them to a Colang 2.x config such as agent_breaker)",
             )
         bound = CALLER_TENANT.get()
         events = []
-        for i, event in enumerate(body.events):
+        for i, event in enumerate(raw):
+            at = f"{where}[{i}]" if where == "events" else where
             kind = event.get("type")
             if kind not in BY_COLANG:
-                return error(422, f"events[{i}].type must be one of {sorted(BY_COLANG)}")
+                return error(422, f"{at}.type must be one of {sorted(BY_COLANG)}")
             for name in _COLANG_FIELDS:
                 # these reach the Colang state: ids only, checked before they get there
                 if event.get(name) is not None and not is_id(event[name]):
-                    return error(422, f"events[{i}].{name}: an id of 1 to {MAX_ID_CHARS} printable characters")
+                    return error(422, f"{at}.{name}: an id of 1 to {MAX_ID_CHARS} printable characters")
             tenant = event.get("tenant")
             if bound is not None:
                 if tenant is not None and tenant != bound:
-                    return error(403, f"events[{i}].tenant: this token acts for one tenant only, and it is not that one")
+                    return error(403, f"{at}.tenant: this token acts for one tenant only, and it is not that one")
                 tenant = bound
-            events.append({**event, "session_id": body.session_id, **({"tenant": tenant} if tenant is not None else {})})
+            events.append({**event, "session_id": session_id, **({"tenant": tenant} if tenant is not None else {})})
+        return rails, events
+
+    def parsed(model: type[BaseModel], request: Request) -> Any:
+        # the request guard has parsed the body and held it to the size, depth and count limits
+        try:
+            return model.model_validate(request.scope["state"][PARSED_BODY])
+        except ValidationError as exc:
+            return error(422, "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()))
+
+    @app.post(EVENTS_PATH, tags=["agent-breaker"])
+    async def agent_breaker_events(request: Request) -> Any:
+        """Run agent-breaker events through the config's Colang flows; answer the verdicts."""
+        body = parsed(EventsRequest, request)
+        if isinstance(body, JSONResponse):
+            return body
+        ready = prepared(body.config_id, body.session_id, body.events, "events")
+        if isinstance(ready, JSONResponse):
+            return ready
+        rails, events = ready
         verdicts = await colang.run(lambda: pool.process(rails, body.config_id, events))
         return {"session_id": body.session_id, "events": verdicts}
+
+    @app.post(CHECK_PATH, tags=["agent-breaker"])
+    async def agent_breaker_check(request: Request) -> Any:
+        """Check one tool call as a gateway does: 200 with the verdict when it may run; 429 when
+        it is refused, with Retry-After (when the heuristic knows one), X-Agent-Breaker-Heuristic
+        and X-Agent-Breaker-Reason; 422 for an event the guard cannot read."""
+        body = parsed(CheckRequest, request)
+        if isinstance(body, JSONResponse):
+            return body
+        event = {"type": TOOL_CALL_EVENT, **body.event}
+        if event["type"] != TOOL_CALL_EVENT:
+            return error(422, f"event.type must be {TOOL_CALL_EVENT} (or left out): the check takes tool calls")
+        ready = prepared(body.config_id, body.session_id, [event], "event")
+        if isinstance(ready, JSONResponse):
+            return ready
+        rails, events = ready
+        [verdict] = await colang.run(lambda: pool.process(rails, body.config_id, events))
+        if verdict.get("allowed"):
+            return JSONResponse(status_code=200, content=verdict)
+        heuristic = str(verdict.get("heuristic") or "")
+        headers = {
+            "X-Agent-Breaker-Heuristic": header_text(heuristic),
+            "X-Agent-Breaker-Reason": header_text(str(verdict.get("reason") or "")),
+        }
+        retry_after = (verdict.get("observation") or {}).get("retry_after_s")
+        if isinstance(retry_after, (int, float)) and retry_after > 0:
+            headers["Retry-After"] = str(math.ceil(retry_after))
+        status = 422 if heuristic == H.INVALID_EVENT else 429
+        return JSONResponse(status_code=status, content=verdict, headers=headers)
 
     return pool
 

@@ -1,0 +1,122 @@
+"""POST /v1/agent-breaker/check, the gateway's answer, against the real server (free loopback
+port, stopped by PID), on the in-memory config and the Redis one: 200 when the call may run,
+429 with Retry-After and the X-Agent-Breaker headers when it is refused."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("nemoguardrails")
+
+from _server import TOKEN, Server, call, result, start  # noqa: E402
+from conftest import CALL_ERROR, OUTAGE, REDIS_URL, redis_or_skip  # noqa: E402
+
+CHECK = "/v1/agent-breaker/check"
+CONFIGS = ["agent_breaker", "agent_breaker_redis"]
+ACME = "acme-token-" + "d" * 24
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> Server:
+    redis_or_skip()
+    tokens = tmp_path_factory.mktemp("tokens") / "tokens.json"
+    tokens.write_text(json.dumps({TOKEN: "*", ACME: "acme"}))
+    url = REDIS_URL.rsplit("/", 1)[0] + "/12"  # a database of this module's own, emptied before and after
+    _flush(url)
+    srv = start({"AGENT_BREAKER_API_TOKENS_FILE": str(tokens), "REDIS_URL": url}, token=TOKEN)
+    yield srv
+    srv.stop()
+    _flush(url)
+
+
+def _flush(url: str) -> None:
+    import redis
+
+    client = redis.Redis.from_url(url)
+    keys = list(client.scan_iter(match="ab:*", count=1000))
+    if keys:
+        client.delete(*keys)
+    client.close()
+
+
+def sid() -> str:
+    return f"g-{uuid.uuid4().hex[:10]}"
+
+
+def check(server: Server, session: str, event: dict, config_id: str, **kw) -> httpx.Response:
+    event = {k: v for k, v in event.items() if k != "type"}  # the type may be left out
+    return server.post(CHECK, {"config_id": config_id, "session_id": session, "event": event}, **kw)
+
+
+def run(server: Server, session: str, i: int, config_id: str, *, tool="run_sql", args=None, error=CALL_ERROR) -> None:
+    """One call through the gateway check, and its (failing) result through the events endpoint."""
+    r = check(server, session, call(i, tool, args), config_id)
+    assert r.status_code == 200, r.text
+    server.verdicts(session, result(i, tool, error=error), config_id=config_id)
+
+
+@pytest.mark.parametrize("config_id", CONFIGS)
+def test_legitimate_calls_get_200_and_the_verdict(server, config_id):
+    s = sid()
+    for i in range(5):
+        r = check(server, s, call(i, "search_docs", {"q": f"topic {i}"}), config_id)
+        assert r.status_code == 200, r.text
+        assert (r.json()["type"], r.json()["allowed"], r.json()["call_id"]) == ("ToolCallVerdict", True, f"c{i}")
+        assert "x-agent-breaker-heuristic" not in r.headers
+        server.verdicts(s, result(i, "search_docs", ok=True, payload={"hits": [i]}), config_id=config_id)
+
+
+@pytest.mark.parametrize("config_id", CONFIGS)
+def test_a_runaway_gets_429_with_the_heuristic_and_the_reason(server, config_id):
+    s = sid()
+    for i in range(3):
+        run(server, s, i, config_id)
+    r = check(server, s, call(3), config_id)
+    assert r.status_code == 429, r.text
+    assert r.headers["x-agent-breaker-heuristic"] == "identical_failure"
+    assert r.headers["x-agent-breaker-reason"].startswith("run_sql failed 3 times")
+    assert "retry-after" not in r.headers  # a loop halt has no time to wait for
+    body = r.json()
+    assert (body["allowed"], body["heuristic"], body["observation"]["error"]) == (False, "identical_failure", "IDENTICAL_FAILURE")
+
+
+@pytest.mark.parametrize("config_id", CONFIGS)
+def test_an_open_breaker_answers_429_with_retry_after(server, config_id):
+    tool = f"flaky_{uuid.uuid4().hex[:6]}"
+    for i in range(5):
+        run(server, sid(), i, config_id, tool=tool, args={"n": i}, error=OUTAGE)
+    r = check(server, sid(), call(9, tool), config_id)
+    assert r.status_code == 429, r.text
+    assert r.headers["x-agent-breaker-heuristic"] == "circuit_open"
+    assert 1 <= int(r.headers["retry-after"]) <= 30
+    assert r.json()["observation"]["retry_after_s"] <= int(r.headers["retry-after"])
+
+
+def test_a_reason_with_text_beyond_ascii_makes_a_valid_header(server):
+    s = sid()
+    tool = "zähler_ß"
+    for i in range(3):
+        run(server, s, i, "agent_breaker", tool=tool)
+    r = check(server, s, call(3, tool), "agent_breaker")
+    assert r.status_code == 429
+    assert r.headers["x-agent-breaker-reason"].isascii() and "\n" not in r.headers["x-agent-breaker-reason"]
+
+
+def test_an_event_the_guard_cannot_read_is_422_not_429(server):
+    r = check(server, sid(), {"call_id": "c1", "tool_name": "run_sql", "tool_args": "not an object"}, "agent_breaker")
+    assert r.status_code == 422, r.text
+    r = server.post(CHECK, {"session_id": sid(), "event": {**call(1), "type": "ToolResultReceived"}})
+    assert r.status_code == 422 and "ToolCallRequested" in r.text
+    r = server.post(CHECK, {"session_id": sid(), "events": [call(1)]})
+    assert r.status_code == 422  # one event, under `event`
+
+
+def test_the_check_needs_a_token_and_keeps_a_tenant_to_its_own(server):
+    r = httpx.post(server.base + CHECK, json={"session_id": sid(), "event": call(1)}, timeout=30)
+    assert r.status_code == 401
+    r = check(server, sid(), {**call(1), "tenant": "globex"}, "agent_breaker", headers={"Authorization": f"Bearer {ACME}"})
+    assert r.status_code == 403

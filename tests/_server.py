@@ -3,6 +3,8 @@ environment, stderr in a file (the payload test reads it), stopped by PID."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
 import socket
@@ -10,12 +12,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
-from conftest import CALL_ERROR
+from conftest import CALL_ERROR, REDIS_URL, redis_or_skip
 
 RECEIPT_KEY = "k1:" + "cd" * 32
 TOKEN = "admin-token-" + "a" * 24
@@ -144,3 +147,30 @@ def result(i: int | str, tool: str = "run_sql", ok: bool = False, payload: Any =
         "error": None if ok else CALL_ERROR,
         **kw,
     }
+
+
+@contextlib.contextmanager
+def served_with_tenants(tokens: dict[str, str], folder: Path, redis_db: int) -> Iterator[Server]:
+    """A server whose tokens file maps these tokens to tenants ("*": any), the Redis config's keys
+    in a database of the caller's own (emptied before and after)."""
+    redis_or_skip()
+    tokens_file = folder / "tokens.json"
+    tokens_file.write_text(json.dumps(tokens))
+    url = REDIS_URL.rsplit("/", 1)[0] + f"/{redis_db}"
+    _flush(url)
+    srv = start({"AGENT_BREAKER_API_TOKENS_FILE": str(tokens_file), "REDIS_URL": url}, token=TOKEN)
+    try:
+        yield srv
+    finally:
+        srv.stop()
+        _flush(url)
+
+
+def _flush(url: str) -> None:
+    import redis
+
+    client = redis.Redis.from_url(url)
+    keys = list(client.scan_iter(match="ab:*", count=1000))
+    if keys:
+        client.delete(*keys)
+    client.close()

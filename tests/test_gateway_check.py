@@ -4,16 +4,16 @@ port, stopped by PID), on the in-memory config and the Redis one: 200 when the c
 
 from __future__ import annotations
 
-import json
 import uuid
+from collections.abc import Iterator
 
 import pytest
 
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("nemoguardrails")
 
-from _server import TOKEN, Server, call, result, start  # noqa: E402
-from conftest import CALL_ERROR, OUTAGE, REDIS_URL, redis_or_skip  # noqa: E402
+from _server import TOKEN, Server, call, result, served_with_tenants  # noqa: E402
+from conftest import CALL_ERROR, OUTAGE  # noqa: E402
 
 CHECK = "/v1/agent-breaker/check"
 CONFIGS = ["agent_breaker", "agent_breaker_redis"]
@@ -21,26 +21,9 @@ ACME = "acme-token-" + "d" * 24
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory) -> Server:
-    redis_or_skip()
-    tokens = tmp_path_factory.mktemp("tokens") / "tokens.json"
-    tokens.write_text(json.dumps({TOKEN: "*", ACME: "acme"}))
-    url = REDIS_URL.rsplit("/", 1)[0] + "/12"  # a database of this module's own, emptied before and after
-    _flush(url)
-    srv = start({"AGENT_BREAKER_API_TOKENS_FILE": str(tokens), "REDIS_URL": url}, token=TOKEN)
-    yield srv
-    srv.stop()
-    _flush(url)
-
-
-def _flush(url: str) -> None:
-    import redis
-
-    client = redis.Redis.from_url(url)
-    keys = list(client.scan_iter(match="ab:*", count=1000))
-    if keys:
-        client.delete(*keys)
-    client.close()
+def server(tmp_path_factory) -> Iterator[Server]:
+    with served_with_tenants({TOKEN: "*", ACME: "acme"}, tmp_path_factory.mktemp("tokens"), 12) as srv:
+        yield srv
 
 
 def sid() -> str:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,8 +18,8 @@ import pytest
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("nemoguardrails")
 
-from _server import TOKEN, Server, call, child_env, free_port, result, start  # noqa: E402
-from conftest import OUTAGE, REDIS_URL, redis_or_skip  # noqa: E402
+from _server import TOKEN, Server, call, child_env, free_port, result, served_with_tenants, start  # noqa: E402
+from conftest import OUTAGE  # noqa: E402
 
 ACME = "acme-token-" + "b" * 24
 GLOBEX = "globex-token-" + "c" * 24
@@ -26,27 +27,9 @@ CONFIGS = ["agent_breaker", "agent_breaker_redis"]
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory) -> Server:
-    redis_or_skip()
-    tokens = tmp_path_factory.mktemp("tokens") / "tokens.json"
-    tokens.write_text(json.dumps({TOKEN: "*", ACME: "acme", GLOBEX: "globex"}))
-    # the Redis config's keys go to a database of this module's own, emptied before and after
-    url = REDIS_URL.rsplit("/", 1)[0] + "/13"
-    _flush(url)
-    srv = start({"AGENT_BREAKER_API_TOKENS_FILE": str(tokens), "REDIS_URL": url}, token=TOKEN)
-    yield srv
-    srv.stop()
-    _flush(url)
-
-
-def _flush(url: str) -> None:
-    import redis
-
-    client = redis.Redis.from_url(url)
-    keys = list(client.scan_iter(match="ab:*", count=1000))
-    if keys:
-        client.delete(*keys)
-    client.close()
+def server(tmp_path_factory) -> Iterator[Server]:
+    with served_with_tenants({TOKEN: "*", ACME: "acme", GLOBEX: "globex"}, tmp_path_factory.mktemp("tokens"), 13) as srv:
+        yield srv
 
 
 def sid() -> str:

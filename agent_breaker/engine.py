@@ -12,16 +12,18 @@ and tells the listeners. Policy resolution lives in `policy.py`, result classifi
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import json
 import logging
 import os
 import threading
+import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from . import heuristics as H
 from ._canonical import CanonicalError, Fingerprinter
@@ -35,6 +37,8 @@ from .detectors.base import Trip
 from .events import Assistant, Final, InvalidEventError, ToolCall, ToolResult, User, parse_event, parse_typed
 from .failure_policy import storage_unavailable
 from .governor import budget
+from .metrics import Metrics
+from .metrics import shared as shared_metrics
 from .outcomes import FailurePredicate, Outcome, carries_content, classify, is_blank
 from .policy import CONFIRMATION, CheckContext, Policies, Policy, judge, run_checks
 from .receipts import ReceiptKeys, empty_mutation_trip, is_empty_result, mint, verify
@@ -87,6 +91,37 @@ class _Decided:
     mixed: bool = False  # the session has now made more than one distinct call
 
 
+_R = TypeVar("_R", Verdict, ResultVerdict)
+
+
+def _measured(event: str) -> Callable[[Callable[[Engine, Any], _R]], Callable[[Engine, Any], _R]]:
+    """Count a decision method's verdicts (by heuristic: allowed, warned, blocked) and time it;
+    an event refused as invalid counts as blocked by invalid_event."""
+
+    def wrap(method: Callable[[Engine, Any], _R]) -> Callable[[Engine, Any], _R]:
+        @functools.wraps(method)
+        def measured(self: Engine, event: Any) -> _R:
+            start = time.perf_counter()
+            try:
+                verdict = method(self, event)
+            except InvalidEventError:
+                self.telemetry.decided(event_name, H.INVALID_EVENT, "blocked", time.perf_counter() - start)
+                raise
+            self.telemetry.decided(event_name, verdict.heuristic, _outcome(verdict), time.perf_counter() - start)
+            return verdict
+
+        return measured
+
+    event_name = event
+    return wrap
+
+
+def _outcome(verdict: Verdict | ResultVerdict) -> str:
+    if isinstance(verdict, ResultVerdict):
+        return "blocked" if not verdict.accepted else ("warned" if verdict.heuristic else "allowed")
+    return "blocked" if not verdict.allowed else ("warned" if verdict.heuristic else "allowed")
+
+
 class Engine:
     """Decides on each agent event: may this tool call run, what does this result, turn or
     answer change. See the README for the heuristics and their settings."""
@@ -104,6 +139,7 @@ class Engine:
         receipt_keys: ReceiptKeys | None = None,
         fingerprinter: Fingerprinter | None = None,
         trust_event_time: bool = False,
+        telemetry: Metrics | None = None,
     ) -> None:
         """`trust_event_time`: decide at each event's own `ts` (replay of a recorded trace).
         Live traffic keeps it False: the engine's clock decides, and a caller's `ts` is
@@ -112,6 +148,8 @@ class Engine:
         self.store: Store = store or _store_for(self.config)
         self.clock = clock or SystemClock()
         self.trust_event_time = trust_event_time
+        # Prometheus metrics (process-wide unless given); `metrics()` below is the trips count
+        self.telemetry = telemetry if telemetry is not None else shared_metrics()
         self.listeners: list[Listener] = [log_incident] if listeners is None else list(listeners)
         self.share_breakers = share_breakers
         self.observe = observe
@@ -239,6 +277,7 @@ class Engine:
         )
         with self._lock:
             self._metrics[(H.STORAGE_UNAVAILABLE, severity)] += 1
+        self.telemetry.storage_failures.labels(severity).inc()
         return verdict
 
     def _settle(
@@ -277,6 +316,7 @@ class Engine:
         return budget.check_global_budget(spent, cfg, step.now)
 
     # ----------------------------------------------------------------- tool calls
+    @_measured("tool_call")
     def check_tool_call(self, event: ToolCall | Mapping[str, Any]) -> Verdict:
         """Decide, before it runs, whether a tool call may run."""
         step = self._begin(event, ToolCall)
@@ -285,6 +325,7 @@ class Engine:
         if cfg.mode == "off":
             return ALLOW
         f = self._facts(ev, p)
+        self.telemetry.spent(ev.tenant, ev.feature, f.tokens, f.cost_usd)
         polling_tool = p.polling(ev.tool)
         global_trip = self._global_spend(step, f.tokens, f.cost_usd)
         if isinstance(global_trip, Verdict):
@@ -397,6 +438,7 @@ class Engine:
             log.warning("agent-breaker: agent view not updated: %s", exc)
 
     # ----------------------------------------------------------------- tool results
+    @_measured("tool_result")
     def record_tool_result(self, event: ToolResult | Mapping[str, Any]) -> ResultVerdict:
         """Record what a tool returned (after it ran); mint a receipt for a mutating tool's success."""
         step = self._begin(event, ToolResult)
@@ -494,6 +536,7 @@ class Engine:
         decided.verdict = replace(decided.verdict, receipt=receipt)
 
     # ----------------------------------------------------------------- turns
+    @_measured("assistant")
     def record_assistant(self, event: Assistant | Mapping[str, Any]) -> Verdict:
         """An assistant turn with text and no tool call: spend, echo and deadlock checks."""
         step = self._begin(event, Assistant)
@@ -533,6 +576,7 @@ class Engine:
     def _said(self, words: str) -> int:
         return self.fingerprints.hash64("user", words)
 
+    @_measured("user")
     def record_user(self, event: User | Mapping[str, Any]) -> Verdict:
         """A user turn with new information: loop streaks start over, loop halts are lifted. A
         bare nudge ("continue"), an auto-reply, or a turn the user already sent adds nothing:
@@ -559,6 +603,7 @@ class Engine:
 
         return self._commit(step, decide, None)
 
+    @_measured("final")
     def verify_final(self, event: Final | Mapping[str, Any]) -> Verdict:
         """Check a final answer before it reaches the user: every reference it cites must come
         from a tool result of this session, every completed action it claims needs a receipt."""

@@ -37,11 +37,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from fastapi import Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from nemoguardrails import LLMRails, RailsConfig
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from . import heuristics as H
+from . import metrics
 from ._text import has_invalid_chars
 from .actions.guards import (
     CALLER_TENANT,
@@ -73,6 +75,7 @@ POOL_SIZE = 4  # live Colang states per config (NeMo runs one event at a time pe
 
 EVENTS_PATH = "/v1/agent-breaker/events"
 CHECK_PATH = "/v1/agent-breaker/check"
+METRICS_PATH = "/metrics"
 CHAT_PATH = "/v1/chat/completions"
 _ID_PATTERN = r"^[^\x00-\x1f\x7f]+$"
 # fields the Colang runtime sees of an event; the rest stays in PAYLOADS for the request
@@ -680,6 +683,15 @@ def install_events_endpoint(app: Any, configs: ServedConfigs, colang: ColangThre
     return pool
 
 
+def install_metrics_endpoint(app: Any) -> None:
+    """Add GET /metrics: the process's decision metrics, in Prometheus' text exposition format
+    (behind the same bearer token as every other route)."""
+
+    @app.get(METRICS_PATH, tags=["agent-breaker"], include_in_schema=False)
+    async def agent_breaker_metrics() -> Any:
+        return Response(content=generate_latest(metrics.REGISTRY), media_type=CONTENT_TYPE_LATEST)
+
+
 # ----------------------------------------------------------------------------- start-up
 
 
@@ -742,6 +754,7 @@ def build_app(root: Path, *, host: str, environ: Mapping[str, str] = os.environ)
     for rails in configs.rails.values():
         rails.colang = colang
     install_events_endpoint(api.app, configs, colang)
+    install_metrics_endpoint(api.app)
     set_max_context_events(limits.max_events)
     api.app.state.agent_breaker_configs = configs
     return RequestGuard(api.app, tokens=tokens, hosts=allowed_hosts(host, environ), limits=limits, configs=configs)

@@ -1,6 +1,7 @@
-"""POST /v1/agent-breaker/check, the gateway's answer, against the real server (free loopback
-port, stopped by PID), on the in-memory config and the Redis one: 200 when the call may run,
-429 with Retry-After and the X-Agent-Breaker headers when it is refused."""
+"""What an operator's tools talk to, against the real server (free loopback port, stopped by
+PID), on the in-memory config and the Redis one: POST /v1/agent-breaker/check, the gateway's
+answer (200 when the call may run, 429 with Retry-After and the X-Agent-Breaker headers when it
+is refused), and GET /metrics."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ pytest.importorskip("nemoguardrails")
 
 from _server import TOKEN, Server, call, result, served_with_tenants  # noqa: E402
 from conftest import CALL_ERROR, OUTAGE  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 CHECK = "/v1/agent-breaker/check"
 CONFIGS = ["agent_breaker", "agent_breaker_redis"]
@@ -103,3 +105,30 @@ def test_the_check_needs_a_token_and_keeps_a_tenant_to_its_own(server):
     assert r.status_code == 401
     r = check(server, sid(), {**call(1), "tenant": "globex"}, "agent_breaker", headers={"Authorization": f"Bearer {ACME}"})
     assert r.status_code == 403
+
+
+def blocked_by(server: Server, heuristic: str) -> float:
+    r = httpx.get(server.base + "/metrics", headers=server.headers, timeout=30)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain"), r.text
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(r.text)
+        for s in family.samples
+        if s.name == "agent_breaker_decisions_total"
+        and (s.labels["event"], s.labels["heuristic"], s.labels["verdict"]) == ("tool_call", heuristic, "blocked")
+    )
+
+
+@pytest.mark.parametrize("config_id", CONFIGS)
+def test_metrics_show_the_blocked_decisions_of_a_runaway(server, config_id):
+    before = blocked_by(server, "identical_failure")
+    s = sid()
+    for i in range(3):
+        run(server, s, i, config_id)
+    for i in range(3, 5):
+        assert check(server, s, call(i), config_id).status_code == 429
+    assert blocked_by(server, "identical_failure") - before == 2
+
+
+def test_metrics_need_the_token(server):
+    assert httpx.get(server.base + "/metrics", timeout=30).status_code == 401

@@ -1,0 +1,75 @@
+"""Prometheus metrics of the decisions: in process (an engine's own registry) and on the real
+server's GET /metrics, parsed with prometheus-client's own parser."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from conftest import CALL_ERROR, call, run
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from agent_breaker import InvalidEventError
+from agent_breaker.metrics import OTHER, Metrics
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def decisions(found: dict, event: str, heuristic: str, verdict: str) -> float:
+    key = ("agent_breaker_decisions_total", (("event", event), ("heuristic", heuristic), ("verdict", verdict)))
+    return found.get(key, 0.0)
+
+
+def test_a_runaway_shows_as_blocked_decisions_by_heuristic(make_engine, clock):
+    telemetry = Metrics()
+    engine = make_engine(telemetry=telemetry)
+    for _ in range(3):
+        run(engine, clock, "run_sql", {"q": 1}, False, None, error=CALL_ERROR, input_tokens=1000, tenant="acme")
+    for _ in range(2):
+        assert not engine.check_tool_call(call("run_sql", {"q": 1}, tenant="acme")).allowed
+    found = samples(generate_latest(telemetry.registry).decode())
+    assert decisions(found, "tool_call", "none", "allowed") == 3
+    assert decisions(found, "tool_call", "identical_failure", "blocked") == 2
+    assert decisions(found, "tool_result", "none", "allowed") == 3
+    assert found[("agent_breaker_decision_seconds_count", (("event", "tool_call"),))] == 5
+    assert found[("agent_breaker_spend_tokens_total", (("feature", "none"), ("tenant", "acme")))] == 3000
+
+
+def test_an_invalid_event_counts_as_blocked_and_still_raises(make_engine):
+    telemetry = Metrics()
+    engine = make_engine(telemetry=telemetry)
+    with pytest.raises(InvalidEventError):
+        engine.check_tool_call({"session": "s", "tool": "t", "args": "not an object"})
+    found = samples(generate_latest(telemetry.registry).decode())
+    assert decisions(found, "tool_call", "invalid_event", "blocked") == 1
+
+
+def test_made_up_tenants_share_one_series_past_the_cap(make_engine, clock):
+    telemetry = Metrics(max_label_values=3)
+    engine = make_engine(telemetry=telemetry)
+    for i in range(20):
+        clock.advance(1)
+        engine.check_tool_call(call("search", {"q": i}, session=f"s{i}", tenant=f"tenant-{uuid.uuid4().hex}", input_tokens=10))
+    tenants = {
+        dict(labels)["tenant"]
+        for (name, labels) in samples(generate_latest(telemetry.registry).decode())
+        if name == "agent_breaker_spend_tokens_total"
+    }
+    assert len(tenants) == 4 and OTHER in tenants  # three seen first, then one series for the rest
+
+
+def test_labels_hold_no_payload_text(make_engine, clock):
+    telemetry = Metrics()
+    engine = make_engine(telemetry=telemetry)
+    secret = "SECRET-PAYLOAD-7f3a9c"
+    for _ in range(4):
+        run(engine, clock, "run_sql", {"q": secret}, False, {"error": secret}, error=secret, thought=secret)
+    engine.verify_final({"session": "s1", "type": "final", "text": secret})
+    assert secret not in generate_latest(telemetry.registry).decode()

@@ -277,7 +277,7 @@ class Engine:
         )
         with self._lock:
             self._metrics[(H.STORAGE_UNAVAILABLE, severity)] += 1
-        self.telemetry.storage_failures.labels(severity).inc()
+        self.telemetry.storage_failed(severity)
         return verdict
 
     def _settle(

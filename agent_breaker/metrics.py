@@ -86,6 +86,9 @@ class Metrics:
         children[0].inc()
         children[1].observe(seconds)
 
+    def storage_failed(self, severity: str) -> None:
+        self.storage_failures.labels(severity).inc()
+
     def spent(self, tenant: str | None, feature: str | None, tokens: int, usd: float) -> None:
         if not tokens and not usd:
             return
@@ -101,6 +104,21 @@ class Metrics:
         if usd:
             children[1].inc(usd)
 
+
+class NoMetrics(Metrics):
+    """Metrics off (`Engine(telemetry=NO_METRICS)`): records nothing, on a registry of its own."""
+
+    def decided(self, event: str, heuristic: str | None, verdict: str, seconds: float) -> None:
+        pass
+
+    def storage_failed(self, severity: str) -> None:
+        pass
+
+    def spent(self, tenant: str | None, feature: str | None, tokens: int, usd: float) -> None:
+        pass
+
+
+NO_METRICS = NoMetrics()
 
 #: the process's registry: every engine built without its own Metrics reports here
 REGISTRY = CollectorRegistry()

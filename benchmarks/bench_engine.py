@@ -48,6 +48,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent_breaker import Engine, MemoryStore, ReceiptKeys, parse_event
+from agent_breaker.metrics import NO_METRICS, Metrics
 from agent_breaker.replay import replay_lines
 
 TARGET_P99_US = 100.0
@@ -603,8 +604,17 @@ def generate_trace(n_events: int, seed: int, n_sessions: int = 500, runaway_shar
 
 
 # --------------------------------------------------------------------------- measurement
+METRICS: dict[str, Metrics] = {}  # set from --no-metrics
+
+
 def new_engine() -> Engine:
-    return Engine(listeners=[], receipt_keys=ReceiptKeys.ephemeral(), store=MemoryStore(ttl_s=math.inf), trust_event_time=True)
+    return Engine(
+        listeners=[],
+        receipt_keys=ReceiptKeys.ephemeral(),
+        store=MemoryStore(ttl_s=math.inf),
+        trust_event_time=True,
+        telemetry=METRICS.get("telemetry"),
+    )
 
 
 KINDS = (
@@ -768,6 +778,7 @@ def main(argv: list[str] | None = None) -> int:
         help="timed passes per payload kind, a fresh engine each; the table shows the median of each statistic (default 3)",
     )
     ap.add_argument("--no-gc", action="store_true", help="disable the garbage collector during the timed passes")
+    ap.add_argument("--no-metrics", action="store_true", help="engines record no Prometheus metrics (on by default)")
     ap.add_argument(
         "--profile",
         type=int,
@@ -778,6 +789,8 @@ def main(argv: list[str] | None = None) -> int:
         help="also run cProfile over the decisions (check_tool_call, dict events) and print the top N functions",
     )
     args = ap.parse_args(argv)
+    if args.no_metrics:
+        METRICS["telemetry"] = NO_METRICS
 
     t0 = time.perf_counter()
     raw = generate_trace(args.events, args.seed, args.sessions)
@@ -811,6 +824,7 @@ def main(argv: list[str] | None = None) -> int:
         "engine: Engine(listeners=[], receipt_keys=ReceiptKeys.ephemeral(), store=MemoryStore(ttl_s=inf), trust_event_time=True),"
     )
     print("        default config (mode enforce, every heuristic on, breakers shared across sessions)")
+    print(f"        Prometheus metrics {'off (--no-metrics)' if args.no_metrics else 'on (the process registry)'}")
 
     # warm-up: imports, caches, pydantic validators, rapidfuzz, on a throw-away engine
     w = min(args.warmup, len(raw))

@@ -11,7 +11,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent_breaker import InvalidEventError
-from agent_breaker.metrics import OTHER, Metrics
+from agent_breaker.metrics import NO_METRICS, OTHER, Metrics
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -73,3 +73,9 @@ def test_labels_hold_no_payload_text(make_engine, clock):
         run(engine, clock, "run_sql", {"q": secret}, False, {"error": secret}, error=secret, thought=secret)
     engine.verify_final({"session": "s1", "type": "final", "text": secret})
     assert secret not in generate_latest(telemetry.registry).decode()
+
+
+def test_metrics_can_be_turned_off(make_engine, clock):
+    engine = make_engine(telemetry=NO_METRICS)
+    run(engine, clock, "search", {"q": 1}, True, {"hits": [1]}, input_tokens=50)
+    assert "agent_breaker_decisions_total{" not in generate_latest(NO_METRICS.registry).decode()

@@ -117,9 +117,8 @@ def _measured(event: str) -> Callable[[Callable[[Engine, Any], _R]], Callable[[E
 
 
 def _outcome(verdict: Verdict | ResultVerdict) -> str:
-    if isinstance(verdict, ResultVerdict):
-        return "blocked" if not verdict.accepted else ("warned" if verdict.heuristic else "allowed")
-    return "blocked" if not verdict.allowed else ("warned" if verdict.heuristic else "allowed")
+    passed = verdict.accepted if isinstance(verdict, ResultVerdict) else verdict.allowed
+    return "blocked" if not passed else ("warned" if verdict.heuristic else "allowed")
 
 
 class Engine:
@@ -730,23 +729,14 @@ def _halted_verdict(s: SessionState, cfg: AgentBreakerConfig, tool: str | None) 
 def _breaker_trip(permission: Permission, tool: str) -> Trip | None:
     if permission.allowed and not permission.would_refuse:
         return None
+    state = permission.state.value
     if permission.state is BreakerStateName.HALF_OPEN:
-        return Trip(
-            H.CIRCUIT_HALF_OPEN,
-            "tool",
-            f"{tool} is recovering: its probe calls are in flight",
-            f"Wait for {tool} to recover, or use another tool.",
-            {"state": permission.state.value},
-            permission.retry_after_s,
-        )
-    return Trip(
-        H.CIRCUIT_OPEN,
-        "tool",
-        f"{tool} is failing for every session; its circuit breaker is {permission.state.value}",
-        f"Do not call {tool} now. Use another tool, or tell the user the service is unavailable.",
-        {"state": permission.state.value},
-        permission.retry_after_s,
-    )
+        heuristic, reason = H.CIRCUIT_HALF_OPEN, f"{tool} is recovering: its probe calls are in flight"
+        instruction = f"Wait for {tool} to recover, or use another tool."
+    else:
+        heuristic, reason = H.CIRCUIT_OPEN, f"{tool} is failing for every session; its circuit breaker is {state}"
+        instruction = f"Do not call {tool} now. Use another tool, or tell the user the service is unavailable."
+    return Trip(heuristic, "tool", reason, instruction, {"state": state}, permission.retry_after_s)
 
 
 def _view_key_of(tenant: str | None, agent: str | None) -> str:

@@ -33,6 +33,10 @@ _Money = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 _Text = Annotated[str, Field(max_length=MAX_TEXT_CHARS)]
 
 
+#: whose failure a failed tool result is: the dependency's (an outage) or the call's own
+ErrorKind = Literal["dependency", "call"]
+
+
 class InvalidEventError(ValueError):
     """An event the engine refuses to decide on; the message says why, naming fields, never
     repeating their values. `problems` holds (field, problem) pairs, so an adapter can say
@@ -101,7 +105,7 @@ class ToolResult(_Event):
     mutating: bool | None = None
     # whose failure: the dependency's (transport, timeout, 5xx, 429) or the call's own; when
     # absent the engine reads it from the error and the payload
-    error_kind: Literal["dependency", "call"] | None = None
+    error_kind: ErrorKind | None = None
 
 
 class Assistant(_Event, _Spend):

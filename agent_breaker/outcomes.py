@@ -12,13 +12,13 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from .config import AgentBreakerConfig
-from .events import ToolResult
+from .events import ErrorKind, ToolResult
 
 FailurePredicate = Callable[[Any], bool]
-FailureKind = Literal["dependency", "call"]
+FailureKind = ErrorKind  # whose failure a failed result is
 
 _FAILED_STATUS = frozenset({"error", "failed", "failure", "fail"})
 # a dependency failure: the tool (or what it calls) did not answer properly; the call itself
@@ -50,10 +50,6 @@ class Outcome:
     in_progress: bool
     # a dependency failure that says when to come back (Retry-After), in seconds
     retry_after_s: float | None = None
-
-    @property
-    def transient(self) -> bool:
-        return self.dependency
 
     @property
     def breaker_ignores(self) -> bool:
@@ -112,7 +108,7 @@ def _retry_after_field(value: Any, depth: int) -> float | None:
             if isinstance(v, str) and _NUMBER.fullmatch(v.strip()):
                 v = float(v)
             if isinstance(v, int) and not isinstance(v, bool):
-                return float(min(v, MAX_RETRY_AFTER_S * 2))  # no float() of a 400-digit number
+                return float(min(v, MAX_RETRY_AFTER_S))  # no float() of a 400-digit number
             if isinstance(v, float) and math.isfinite(v):
                 return v
     for name in ("error", "headers"):

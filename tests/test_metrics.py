@@ -11,7 +11,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent_breaker import InvalidEventError
-from agent_breaker.metrics import NO_METRICS, OTHER, Metrics
+from agent_breaker.metrics import NO_METRICS, OTHER, REGISTRY, Metrics
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -76,6 +76,11 @@ def test_labels_hold_no_payload_text(make_engine, clock):
 
 
 def test_metrics_can_be_turned_off(make_engine, clock):
-    engine = make_engine(telemetry=NO_METRICS)
-    run(engine, clock, "search", {"q": 1}, True, {"hits": [1]}, input_tokens=50)
-    assert "agent_breaker_decisions_total{" not in generate_latest(NO_METRICS.registry).decode()
+    def allowed_calls() -> float:
+        return decisions(samples(generate_latest(REGISTRY).decode()), "tool_call", "none", "allowed")
+
+    before = allowed_calls()
+    run(make_engine(telemetry=NO_METRICS), clock, "search", {"q": 1}, True, {"hits": [1]}, session="off")
+    assert allowed_calls() == before  # nothing recorded anywhere, the process registry included
+    run(make_engine(), clock, "search", {"q": 1}, True, {"hits": [1]}, session="on")
+    assert allowed_calls() == before + 1  # an engine with no telemetry given reports to REGISTRY

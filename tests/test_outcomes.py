@@ -91,7 +91,7 @@ def test_only_a_failed_result_has_a_dependency_failure():
     out = classify(ok, CFG, frozenset(), None)
     assert (out.failed, out.dependency) == (False, False)
     out = classify(failed(error="HTTP 503"), CFG, frozenset(), None)
-    assert (out.failed, out.dependency, out.transient) == (True, True, True)
+    assert (out.failed, out.dependency) == (True, True)  # and so it gets a transient error's retries
 
 
 def test_an_unknown_error_kind_is_refused():

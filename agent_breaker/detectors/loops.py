@@ -264,7 +264,7 @@ def record_result(
     anywhere restarts the streaks of every other call (the `epoch` stamps), so work between
     repeats is not a loop."""
     f = p.facts
-    failed, transient = out.failed, out.transient
+    failed, transient = out.failed, out.dependency
     outcome = FAILED if failed else result_hash
     progress = False
     if not failed:

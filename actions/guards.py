@@ -19,16 +19,18 @@ from typing import Any
 
 from nemoguardrails.actions import action
 
-from agent_breaker.engine import Engine, log_incident
+from agent_breaker.engine import Engine, incident_log
 from agent_breaker.events import InvalidEventError, is_id
 from agent_breaker.heuristics import INVALID_EVENT
 from agent_breaker.protocol import BY_COLANG, BY_NAME, BY_VERB, KINDS, EventKind, missing_fields, to_engine_event
-from agent_breaker.verdicts import Incident, observation
+from agent_breaker.verdicts import BreakerIncident, Incident, observation
 
 log = logging.getLogger("agent_breaker.nemo")
 
 #: incidents the engine emitted during the current action call (see `collect_incident`)
-_incidents: contextvars.ContextVar[list[Incident] | None] = contextvars.ContextVar("agent_breaker_incidents", default=None)
+_incidents: contextvars.ContextVar[list[Incident | BreakerIncident] | None] = contextvars.ContextVar(
+    "agent_breaker_incidents", default=None
+)
 #: the tenant the caller's API token acts for (None: any tenant); set by `agent-breaker serve`
 CALLER_TENANT: contextvars.ContextVar[str | None] = contextvars.ContextVar("agent_breaker_caller_tenant", default=None)
 #: events the server keeps out of Colang state, by a random reference, for one request
@@ -36,11 +38,13 @@ PAYLOADS: dict[str, Mapping[str, Any]] = {}
 PAYLOAD_REF = "agent_breaker_ref"
 
 
-def collect_incident(incident: Incident) -> None:
+def collect_incident(incident: Incident | BreakerIncident) -> None:
     """Engine listener: keep the incident for the action that caused it to hand to its flow."""
     bucket = _incidents.get()
     if bucket is not None:
         bucket.append(incident)
+    else:  # raised outside an action (an operator forcing a breaker): no flow to hand it to
+        deliver_incidents([incident.to_dict()])
 
 
 def deliver_incidents(incidents: Iterable[Mapping[str, Any]]) -> int:
@@ -48,7 +52,7 @@ def deliver_incidents(incidents: Iterable[Mapping[str, Any]]) -> int:
     `agent_breaker.incidents` logger. Returns how many."""
     n = 0
     for data in incidents:
-        log_incident(Incident(**data))
+        incident_log.warning(json.dumps(dict(data), sort_keys=True))
         n += 1
     return n
 
@@ -78,7 +82,7 @@ def run_event(engine: Engine, kind: EventKind | str, fields: Mapping[str, Any]) 
     bound = CALLER_TENANT.get()
     if bound is not None:
         fields = {**fields, "tenant": bound} if fields.get("tenant") in (None, bound) else {**fields, "tenant": None}
-    bucket: list[Incident] = []
+    bucket: list[Incident | BreakerIncident] = []
     token = _incidents.set(bucket)
     try:
         if bound is not None and fields.get("tenant") != bound:

@@ -9,6 +9,7 @@ import os
 import sys
 from pathlib import Path
 
+from .admin import SETTABLE_STATES
 from .config import AgentBreakerConfig, ConfigError, load_config
 
 
@@ -54,12 +55,14 @@ def _serve(args: argparse.Namespace) -> int:
 
     from .configs import ROOT
     from .server import ServeError, build_app
+    from .tracing import export_from_env
 
     root = Path(args.config).expanduser().resolve() if args.config else ROOT
     set_deployment_type(DeploymentTypeEnum.API.value)
     try:
+        tracing = export_from_env()  # before the engines are built: they take the provider then
         app = build_app(root, host=args.host)
-    except (ServeError, ConfigError) as exc:
+    except (ServeError, ConfigError, ImportError) as exc:
         print(f"agent-breaker: {exc}", file=sys.stderr)
         return 2
     configs = app.app.state.agent_breaker_configs
@@ -68,7 +71,10 @@ def _serve(args: argparse.Namespace) -> int:
         if app.tokens is not None
         else "no authentication: loopback only (set $AGENT_BREAKER_API_TOKEN to bind another address)"
     )
-    print(f"agent-breaker: serving {', '.join(configs.ids)} on {args.host}:{args.port}; {auth}", file=sys.stderr, flush=True)
+    traced = "; spans exported over OTLP" if tracing else ""
+    print(
+        f"agent-breaker: serving {', '.join(configs.ids)} on {args.host}:{args.port}; {auth}{traced}", file=sys.stderr, flush=True
+    )
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0
 
@@ -86,6 +92,75 @@ def _demo(args: argparse.Namespace) -> int:
             print(json.dumps(r))
     else:
         print(format_table(rows))
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from .report import ReportError, build, format_html, format_text, observe, read_legit
+
+    config = load_config(args.config) if args.config else None
+    name = "<stdin>" if args.input == "-" else args.input
+    path = Path(args.input)
+    try:
+        legit = read_legit(args.legit) if args.legit else None
+        stream = sys.stdin.buffer if args.input == "-" else path.open("rb")
+    except ReportError as exc:
+        print(f"agent-breaker: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"agent-breaker: cannot read {name}: {exc.strerror}", file=sys.stderr)
+        return 2
+    try:
+        with stream:
+            obs = observe(stream, config=config)
+        report = build(obs, source=name, legit=legit, legit_source=args.legit)
+    except ReportError as exc:
+        print(f"agent-breaker: {name}: {exc}", file=sys.stderr)
+        return 2
+    if args.html:
+        try:
+            Path(args.html).write_text(format_html(report, obs), encoding="utf-8")
+        except OSError as exc:
+            print(f"agent-breaker: cannot write {args.html}: {exc.strerror}", file=sys.stderr)
+            return 2
+    sys.stdout.write(json.dumps(report) + "\n" if args.json else format_text(report))
+    return 0
+
+
+def _breakers(args: argparse.Namespace) -> int:
+    from contextlib import ExitStack
+
+    from .admin import ADMIN_TOKEN_ENV, DEFAULT_URL, Admin, AdminError, AdminInputError, FleetAdmin, ServerAdmin, fleet_engine
+    from .admin import format_breakers as table
+    from .breaker import BreakerStateName
+    from .store import StorageError
+
+    fleet = args.redis is not None or args.config is not None or args.prefix is not None
+    token = os.environ.get(ADMIN_TOKEN_ENV, "")
+    with ExitStack() as stack:
+        try:
+            admin: Admin
+            if fleet and (args.url is not None or args.config_id is not None):
+                raise AdminError("--url and --config-id ask a server; --redis and --config a fleet's Redis: not both")
+            if fleet:
+                config = load_config(args.config) if args.config else AgentBreakerConfig()
+                engine = stack.enter_context(fleet_engine(config, url=args.redis, prefix=args.prefix))
+                admin = FleetAdmin(engine, tenant=args.tenant)
+            elif not token:
+                raise AdminError(f"set ${ADMIN_TOKEN_ENV} to the server's admin token")
+            else:
+                admin = ServerAdmin(args.url or DEFAULT_URL, token, config_id=args.config_id, tenant=args.tenant)
+            rows = admin.breakers() if args.action == "list" else [admin.force(args.tool, BreakerStateName(args.state))]
+        except (AdminError, AdminInputError, StorageError) as exc:
+            print(f"agent-breaker: {exc}", file=sys.stderr)
+            return 2
+    if args.json:
+        for row in rows:
+            print(json.dumps(row))
+    elif args.action == "list":
+        print(table(rows))
+    else:
+        print(f"{rows[0]['tool']}: {rows[0]['state']}")
     return 0
 
 
@@ -113,6 +188,28 @@ def main(argv: list[str] | None = None) -> int:
     dp.add_argument("--json", action="store_true", help="one JSON line per agent instead of the table")
     dp.add_argument("--incidents", action="store_true", help="also print each incident's JSON line (stderr)")
     dp.set_defaults(func=_demo)
+    rep = sub.add_parser("report", help="what the guards did or would have done: trips, spend stopped, counters, thresholds")
+    rep.add_argument("input", help="a trace (JSONL, replayed in observe mode) or an incidents file (JSONL), or - for stdin")
+    rep.add_argument("--config", help="YAML config to replay a trace with (the agent_breaker block, or a NeMo config.yml)")
+    rep.add_argument("--legit", metavar="FILE", help="legitimate session ids, one per line (or label lines): suggest thresholds")
+    rep.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page with plots to FILE")
+    rep.add_argument("--json", action="store_true", help="one JSON object instead of the text")
+    rep.set_defaults(func=_report)
+    where = argparse.ArgumentParser(add_help=False)
+    where.add_argument("--url", help="the server's address (default http://127.0.0.1:8000; token: $AGENT_BREAKER_ADMIN_TOKEN)")
+    where.add_argument("--config-id", help="the server's config (needed when it serves several)")
+    where.add_argument("--redis", metavar="URL", help="a fleet's Redis instead of a server (redis://host:6379/0)")
+    where.add_argument("--prefix", help="the fleet's key prefix (default: the config's storage.key_prefix, ab)")
+    where.add_argument("--config", help="YAML config whose storage settings name the fleet's Redis (and its breaker settings)")
+    where.add_argument("--tenant", help="breakers keyed by this tenant (list: only theirs)")
+    where.add_argument("--json", action="store_true", help="one JSON line per breaker")
+    bp = sub.add_parser("breakers", help="list tool breakers, or force one, on a server or a fleet's Redis")
+    bsub = bp.add_subparsers(dest="action", required=True)
+    bsub.add_parser("list", parents=[where], help="every breaker: state, failures, open until")
+    fp = bsub.add_parser("force", parents=[where], help="force open, reset closed, disable or meter a tool's breaker")
+    fp.add_argument("tool")
+    fp.add_argument("state", choices=SETTABLE_STATES)
+    bp.set_defaults(func=_breakers)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -614,6 +614,38 @@ class StorageConfig(_Frozen):
         return (os.environ.get(self.url_env) if self.url_env else None) or self.url
 
 
+INCIDENT_WEBHOOK_ENV = "AGENT_BREAKER_INCIDENT_WEBHOOK"
+
+
+class WebhookConfig(_Frozen):
+    """incidents.webhook: each incident POSTed as JSON (typed fields and a Slack-compatible `text`)."""
+
+    url: str | None = Field(None, description="http(s) URL to POST each incident to.")
+    url_env: str | None = Field(INCIDENT_WEBHOOK_ENV, description="An environment variable that, when set, holds the URL.")
+    timeout_s: float = Field(5.0, gt=0, le=60, description="Longest wait for one delivery attempt.")
+    retries: int = Field(3, ge=0, le=10, description="Attempts after the first, with exponential backoff.")
+    backoff_s: float = Field(0.5, gt=0, description="Wait before the first retry; doubled each retry.")
+    max_backoff_s: float = Field(30.0, gt=0, description="Longest wait between two attempts.")
+    queue_size: int = Field(1000, ge=1, le=1_000_000, description="Incidents waiting past this are dropped (and counted).")
+
+    def resolved_url(self) -> str | None:
+        import os
+
+        url = (os.environ.get(self.url_env) if self.url_env else None) or self.url
+        if url and not url.startswith(("http://", "https://")):
+            source = f"${self.url_env}" if self.url_env and os.environ.get(self.url_env) else "incidents.webhook.url"
+            raise ConfigError(f"{source} must be an http:// or https:// URL, not {url[:80]!r}")
+        return url or None
+
+
+class IncidentsConfig(_Frozen):
+    """Where incidents (trips and breaker transitions) go besides the `agent_breaker.incidents`
+    logger (process-level). Delivery never blocks a decision: a bounded queue, one thread."""
+
+    webhook: WebhookConfig = WebhookConfig()
+    file: str | None = Field(None, description="Append each incident as a JSON line to this file.")
+
+
 class GlobalBudgetConfig(_Frozen):
     """global_budget: spend per tenant and feature across every worker."""
 
@@ -684,6 +716,7 @@ class AgentBreakerConfig(_Frozen):
     global_budget: GlobalBudgetConfig = GlobalBudgetConfig()
     storage: StorageConfig = StorageConfig()
     sessions: SessionsConfig = SessionsConfig()
+    incidents: IncidentsConfig = IncidentsConfig()
     overrides: tuple[Override, ...] = Field(
         (), description="Settings per tenant / feature / agent; the more specific override wins."
     )
@@ -755,6 +788,7 @@ _DEFAULT_TOOL = ToolPolicy()
 PROCESS_LEVEL = (
     "storage",
     "sessions",
+    "incidents",
     "fingerprint_secret",
     "receipts.key_env",
     "receipts.key_file",

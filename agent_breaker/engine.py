@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 from . import heuristics as H
 from ._canonical import CanonicalError, Fingerprinter
 from ._text import normalize_name, normalize_text
-from .breaker import BreakerStateName, Permission
+from .breaker import BreakerState, BreakerStateName, Permission, Transition
 from .breaker import core as breaker_core
 from .clock import Clock, SystemClock
 from .config import FINGERPRINT_SECRET_ENV, AgentBreakerConfig, ConfigError, parse_config
@@ -37,6 +37,7 @@ from .detectors.base import Trip
 from .events import Assistant, Final, InvalidEventError, ToolCall, ToolResult, User, parse_event, parse_typed
 from .failure_policy import storage_unavailable
 from .governor import budget
+from .incidents import sinks_for
 from .metrics import Metrics
 from .metrics import shared as shared_metrics
 from .outcomes import FailurePredicate, Outcome, carries_content, classify, is_blank
@@ -44,13 +45,14 @@ from .policy import CONFIRMATION, CheckContext, Policies, Policy, judge, run_che
 from .receipts import ReceiptKeys, empty_mutation_trip, is_empty_result, mint, verify
 from .session import FAILED, MAX_PENDING, MAX_SAID, MIXED, CallFacts, ChurnView, Pending, SessionState, put_bounded
 from .store import MemoryStore, StorageError, Store, store_from_uri
-from .store.base import key_parts
-from .verdicts import ALLOW, Incident, ResultVerdict, Verdict, verdict_for
+from .store.base import key_parts, split_key
+from .tracing import attributes, configured_tracer
+from .verdicts import ALLOW, BreakerIncident, Incident, ResultVerdict, Verdict, verdict_for
 
 log = logging.getLogger("agent_breaker")
 incident_log = logging.getLogger("agent_breaker.incidents")
 
-Listener = Callable[[Incident], None]
+Listener = Callable[[Incident | BreakerIncident], None]
 
 #: joins tenant and session id in a session key: ids cannot hold control characters
 TENANT_SEPARATOR = "\x1f"
@@ -58,8 +60,8 @@ TENANT_SEPARATOR = "\x1f"
 MAX_MIXED_SESSIONS = 100_000
 
 
-def log_incident(incident: Incident) -> None:
-    """The default listener: one JSON line per trip on the `agent_breaker.incidents` logger."""
+def log_incident(incident: Incident | BreakerIncident) -> None:
+    """The default listener: one JSON line per incident on the `agent_breaker.incidents` logger."""
     incident_log.warning(json.dumps(incident.to_dict(), sort_keys=True))
 
 
@@ -89,6 +91,7 @@ class _Decided:
     breaker: tuple[str, int | None, Outcome] | None = None  # a shared breaker outcome to record: key, probe
     view: tuple[str, Callable[[ChurnView], bool | None]] | None = None  # an agent view change
     mixed: bool = False  # the session has now made more than one distinct call
+    transitions: list[Transition] = field(default_factory=list)  # of the session's own breakers
 
 
 _R = TypeVar("_R", Verdict, ResultVerdict)
@@ -99,20 +102,38 @@ def _measured(event: str) -> Callable[[Callable[[Engine, Any], _R]], Callable[[E
     an event refused as invalid counts as blocked by invalid_event."""
 
     def wrap(method: Callable[[Engine, Any], _R]) -> Callable[[Engine, Any], _R]:
-        @functools.wraps(method)
-        def measured(self: Engine, event: Any) -> _R:
+        def timed(self: Engine, event: Any) -> tuple[_R | InvalidEventError, str | None, str]:
             start = time.perf_counter()
             try:
                 verdict = method(self, event)
-            except InvalidEventError:
+            except InvalidEventError as exc:
                 self.telemetry.decided(event_name, H.INVALID_EVENT, "blocked", time.perf_counter() - start)
-                raise
-            self.telemetry.decided(event_name, verdict.heuristic, _outcome(verdict), time.perf_counter() - start)
+                return exc, H.INVALID_EVENT, "blocked"
+            outcome = _outcome(verdict)
+            self.telemetry.decided(event_name, verdict.heuristic, outcome, time.perf_counter() - start)
+            return verdict, verdict.heuristic, outcome
+
+        @functools.wraps(method)
+        def measured(self: Engine, event: Any) -> _R:
+            if self.tracer is None:
+                verdict, _, _ = timed(self, event)
+            else:
+                # no exception recorded: an invalid event's message may quote its payload
+                with self.tracer.start_as_current_span(span_name, record_exception=False, set_status_on_exception=False) as span:
+                    verdict, heuristic, outcome = timed(self, event)
+                    span.set_attributes(
+                        {"agent_breaker.event": event_name, "agent_breaker.verdict": outcome}
+                        | ({} if heuristic is None else {"agent_breaker.heuristic": heuristic})
+                        | attributes("agent_breaker.counters", getattr(verdict, "counters", {}))
+                    )
+            if isinstance(verdict, InvalidEventError):
+                raise verdict
             return verdict
 
         return measured
 
     event_name = event
+    span_name = f"agent_breaker.{event}"
     return wrap
 
 
@@ -139,17 +160,25 @@ class Engine:
         fingerprinter: Fingerprinter | None = None,
         trust_event_time: bool = False,
         telemetry: Metrics | None = None,
+        tracer: Any | None = None,
     ) -> None:
         """`trust_event_time`: decide at each event's own `ts` (replay of a recorded trace).
         Live traffic keeps it False: the engine's clock decides, and a caller's `ts` is
-        ignored, so no input can move another session's or a shared breaker's time."""
+        ignored, so no input can move another session's or a shared breaker's time.
+        `listeners` replace the default one (the incident log); the config's incident sinks
+        (`incidents:`) are added to them either way. `tracer`: an OpenTelemetry tracer (default:
+        the process's provider's, when one is configured)."""
         self.config = config if isinstance(config, AgentBreakerConfig) else parse_config(config)
         self.store: Store = store or _store_for(self.config)
         self.clock = clock or SystemClock()
         self.trust_event_time = trust_event_time
         # Prometheus metrics (process-wide unless given); `metrics()` below is the trips count
         self.telemetry = telemetry if telemetry is not None else shared_metrics()
+        if isinstance(self.store, MemoryStore):
+            self.telemetry.watch_sessions(self.store)
+        self.tracer = tracer if tracer is not None else configured_tracer()
         self.listeners: list[Listener] = [log_incident] if listeners is None else list(listeners)
+        self.listeners += sinks_for(self.config.incidents, self.telemetry)
         self.share_breakers = share_breakers
         self.observe = observe
         self.failure_predicates: dict[str, FailurePredicate] = {
@@ -259,15 +288,19 @@ class Engine:
                     recorded = self.store.breaker_record(
                         bkey, step.p.cfg.breaker, step.now, failed=out.dependency, slow=out.slow, probe=probe
                     )
-                    decided.verdict = replace(decided.verdict, breaker_state=recorded.state.value)
                 except StorageError as exc:
                     log.warning("agent-breaker: breaker outcome of %s not recorded: %s", tool, exc)
+                else:
+                    decided.verdict = replace(decided.verdict, breaker_state=recorded.state.value)
+                    self._breaker_moved(recorded.transition, tool, step.ev.tenant, step.p.cfg, recorded.state)
         if decided.view is not None:
             self._update_view(decided.view[0], step.now, decided.view[1])
         if decided.mixed:
             self._remember_mixed(step.key)
         for trip, severity in decided.trips:
             self._emit(s, step.ev, trip, severity, step.now, tool)
+        for t in decided.transitions:
+            self._breaker_moved(t, tool, step.ev.tenant, step.p.cfg, t.dst)
         return decided.verdict
 
     def _unavailable(self, step: _Step, exc: StorageError, tool: str | None) -> Any:
@@ -366,6 +399,8 @@ class Engine:
             granted = permission
             if block is None and breaker_on and not self.share_breakers:
                 granted = breaker_core.acquire(s.breaker(bkey), cfg.breaker, now)
+                if granted.transition is not None:
+                    decided.transitions.append(granted.transition)
             if block is None and granted is not None:
                 trip = _breaker_trip(granted, f.tool)
                 if trip is not None:
@@ -384,7 +419,7 @@ class Engine:
             if len(s.loops.pending) >= MAX_PENDING:
                 del s.loops.pending[next(iter(s.loops.pending))]
             probe = granted.probe if granted is not None else None
-            s.loops.pending[call_id] = Pending(f, call_id, bkey, probe, similar[0], similar[1], loops.record_call(s, f, cfg))
+            s.loops.pending[call_id] = Pending(f, call_id, bkey, probe, similar.text, similar.shape, loops.record_call(s, f, cfg))
             if s.loops.only_key is None:
                 s.loops.only_key = f.key
             elif s.loops.only_key != f.key:
@@ -395,6 +430,8 @@ class Engine:
             decided.verdict = self._settle(s, decided, None, warn, f.tool, call_id)
             return s, decided
 
+        if permission is not None:
+            self._breaker_moved(permission.transition, f.tool, ev.tenant, cfg, permission.state)
         verdict = self._commit(step, decide, f.tool)
         if permission is not None and permission.probe is not None and not verdict.allowed:
             self._release_probe(bkey, cfg, permission.probe)
@@ -479,7 +516,9 @@ class Engine:
                     if pending.probe is not None:
                         breaker_core.release(st, pending.probe)
                 else:
-                    breaker_core.record(st, cfg.breaker, now, failed=out.dependency, slow=out.slow, probe=pending.probe)
+                    moved = breaker_core.record(st, cfg.breaker, now, failed=out.dependency, slow=out.slow, probe=pending.probe)
+                    if moved is not None:
+                        decided.transitions.append(moved)
                 decided.verdict = replace(decided.verdict, breaker_state=st.state.value)
             f = pending.facts
             if s.loops.only_key == f.key and churn_on:
@@ -559,13 +598,13 @@ class Engine:
             if halted is not None:
                 decided.verdict = halted
                 return s, decided
-            own_run, repeats, agents = conversation.record_turn(s, agent, fp, cfg)
+            turn = conversation.record_turn(s, agent, fp, cfg)
             block, warn = judge(cfg, [global_trip]) if global_trip is not None else (None, None)
             if block is None:
-                block, limit_warn = run_checks(p.session_limits, CheckContext(s, None, cfg, now, False, (False, False)))
+                block, limit_warn = run_checks(p.session_limits, CheckContext(s, None, cfg, now, False, loops.NOT_SIMILAR))
                 warn = warn or limit_warn
             if block is None:
-                block, turn_warn = judge(cfg, list(conversation.check_turn(own_run, repeats, agents, cfg)))
+                block, turn_warn = judge(cfg, list[Trip | None](conversation.check_turn(turn, cfg)))
                 warn = warn or turn_warn
             decided.verdict = self._settle(s, decided, block, warn, None)
             return s, decided
@@ -678,9 +717,22 @@ class Engine:
         return BreakerStateName.CLOSED if st is None else st.state
 
     def force_breaker(self, tool: str, state: BreakerStateName | str, *, tenant: str | None = None) -> None:
-        """Operator control: force open, disable, metrics-only, or reset a tool's breaker."""
+        """Operator control: force open, disable, metrics-only, or reset a tool's breaker (an
+        incident, `breaker_forced`, when it changes the state)."""
         cfg = self._policy(tenant, None, None).cfg
-        self.store.breaker_force(self.breaker_key(tool, tenant=tenant), cfg.breaker, self.clock.now(), BreakerStateName(state))
+        dst = BreakerStateName(state)
+        moved = self.store.breaker_force(self.breaker_key(tool, tenant=tenant), cfg.breaker, self.clock.now(), dst)
+        self._breaker_moved(moved, normalize_name(tool), tenant, cfg, dst)
+
+    def breakers(self) -> list[tuple[str | None, str, BreakerState]]:
+        """Every shared tool breaker in the store (all the fleet's, on Redis) as (tenant, tool,
+        state), sorted; copies of the states. Tenant None: calls without one, or a breaker every
+        tenant shares (`breaker.key_by_tenant: false`)."""
+        listed = []
+        for key, st in self.store.breaker_list():
+            *tenant, tool = split_key(key)  # breaker_key's parts: [tenant,] tool
+            listed.append((tenant[0] or None if tenant else None, tool, st))
+        return sorted(listed, key=lambda row: (row[0] or "", row[1]))
 
     # ----------------------------------------------------------------- incidents and metrics
     def _emit(self, s: SessionState, ev: Any, trip: Trip, severity: str, now: float, tool: str | None) -> None:
@@ -703,6 +755,43 @@ class Engine:
             tokens_so_far=s.spend.tokens,
             cost_usd_so_far=s.spend.cost_usd,
         )
+        self._tell(incident)
+
+    def _breaker_moved(
+        self, t: Transition | None, tool: str | None, tenant: str | None, cfg: AgentBreakerConfig, state: BreakerStateName
+    ) -> None:
+        """A breaker was found in `state`, maybe after transition `t`: the gauge, and for a
+        move the transitions counter and a breaker incident to the listeners."""
+        name = tool or "unknown"
+        if t is None:
+            self.telemetry.breaker_seen(name, state.value)
+            return
+        self.telemetry.breaker_moved(name, t.src.value, t.dst.value)
+        counters: dict[str, Any] = {}
+        if t.dst is BreakerStateName.OPEN and self.share_breakers:
+            try:
+                st = self.store.breaker_state(self._breaker_key(cfg, tenant, name))
+            except StorageError:
+                st = None
+            if st is not None:  # when the first probe may run, for on-call
+                counters["open_interval_s"] = round(st.open_interval_s, 3)
+        incident = BreakerIncident(
+            ts=t.at,
+            tool=name,
+            tenant=tenant if cfg.breaker.key_by_tenant or not self.share_breakers else None,
+            src=t.src.value,
+            dst=t.dst.value,
+            reason=t.reason,
+            forced=t.reason == breaker_core.OPERATOR,
+            counters=counters,
+        )
+        self._tell(incident)
+
+    def _tell(self, incident: Incident | BreakerIncident) -> None:
+        if self.tracer is not None:
+            from opentelemetry import trace
+
+            trace.get_current_span().add_event(f"agent_breaker.{incident.kind}", _span_event(incident))
         for listener in self.listeners:
             try:
                 listener(incident)
@@ -713,6 +802,17 @@ class Engine:
         """Trips so far, as {"heuristic:severity": count}."""
         with self._lock:
             return {f"{h}:{sev}": n for (h, sev), n in sorted(self._metrics.items())}
+
+
+def _span_event(incident: Incident | BreakerIncident) -> dict[str, Any]:
+    """An incident as span event attributes: its names and numbers (no reason text: it may
+    name a tool, which the span's attributes hold already)."""
+    d = incident.to_dict()
+    counters = d.pop("counters")
+    d.pop("reason")
+    return attributes("agent_breaker", {k: v for k, v in d.items() if v is not None}) | attributes(
+        "agent_breaker.counters", counters
+    )
 
 
 def _halted_verdict(s: SessionState, cfg: AgentBreakerConfig, tool: str | None) -> Verdict | None:

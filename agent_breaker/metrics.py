@@ -10,12 +10,19 @@ caller inventing names cannot blow up the series count.
 
 from __future__ import annotations
 
+import os
 import threading
-from typing import Any
+import weakref
+from collections.abc import Iterator
+from typing import Any, Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 DEFAULT_MAX_LABEL_VALUES = 100
+#: caps the distinct tenant, feature and tool names of the process registry (default 100)
+MAX_LABEL_VALUES_ENV = "AGENT_BREAKER_METRICS_MAX_LABELS"
 MAX_CACHED_SERIES = 10_000
 OTHER = "_other"
 NONE = "none"
@@ -41,6 +48,32 @@ class BoundedLabels:
                 self._seen.add(value)
                 return value
         return OTHER
+
+
+class SessionCounting(Protocol):
+    """A store that keeps sessions in this process (memory://) and can say how many."""
+
+    evicted: int
+
+    def session_count(self) -> int: ...
+
+
+class _Sessions(Collector):
+    """Sessions live and evicted, read from the in-process stores when scraped (nothing is
+    counted on the decision path). A Redis store expires sessions itself: Redis reports those."""
+
+    def __init__(self) -> None:
+        self.stores: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    def collect(self) -> Iterator[Any]:
+        stores = list(self.stores)
+        live = GaugeMetricFamily("agent_breaker_sessions_live", "Sessions held by this process's in-memory stores.")
+        live.add_metric([], sum(st.session_count() for st in stores))
+        evicted = CounterMetricFamily(
+            "agent_breaker_sessions_evicted", "Sessions the in-memory stores dropped: idle past ttl_s, or past max_sessions."
+        )
+        evicted.add_metric([], sum(st.evicted for st in stores))
+        return iter((live, evicted))
 
 
 class Metrics:
@@ -70,8 +103,31 @@ class Metrics:
         self.storage_failures = Counter(
             "agent_breaker_storage_failures", "Decisions made while the shared store failed.", ["severity"], registry=r
         )
+        self.breaker_state = Gauge(
+            "agent_breaker_breaker_state",
+            "1 for the state this process last saw each tool's breaker in, 0 for the others.",
+            ["tool", "state"],
+            registry=r,
+        )
+        self.breaker_transitions = Counter(
+            "agent_breaker_breaker_transitions",
+            "Breaker moves this process made (or an operator forced), by tool.",
+            ["tool", "from_state", "to_state"],
+            registry=r,
+        )
+        self.incidents = Counter(
+            "agent_breaker_incidents",
+            "Incidents by sink and outcome: delivered, failed (after retries), dropped (queue full).",
+            ["sink", "outcome"],
+            registry=r,
+        )
+        self.sessions = _Sessions()
+        r.register(self.sessions)
         self.tenant = BoundedLabels(max_label_values)
         self.feature = BoundedLabels(max_label_values)
+        self.tool = BoundedLabels(max_label_values)
+        self._breaker_seen: dict[str, str] = {}
+        self._lock = threading.Lock()
         self._decided: dict[tuple[str, str | None, str], tuple[Any, Any]] = {}
         self._spent: dict[tuple[str | None, str | None], tuple[Any, Any]] = {}
 
@@ -88,6 +144,31 @@ class Metrics:
 
     def storage_failed(self, severity: str) -> None:
         self.storage_failures.labels(severity).inc()
+
+    def breaker_seen(self, tool: str, state: str) -> None:
+        """The state a decision found a tool's breaker in (changes only touch the gauge)."""
+        if self._breaker_seen.get(tool) == state:
+            return
+        label = self.tool(tool)
+        if label == OTHER:
+            return  # past the cap, one gauge cannot say which tool is in which state
+        with self._lock:
+            before = self._breaker_seen.get(tool)
+            self._breaker_seen[tool] = state
+            if before is not None:
+                self.breaker_state.labels(label, before).set(0)
+            self.breaker_state.labels(label, state).set(1)
+
+    def breaker_moved(self, tool: str, src: str, dst: str) -> None:
+        self.breaker_transitions.labels(self.tool(tool), src, dst).inc()
+        self.breaker_seen(tool, dst)
+
+    def incident(self, sink: str, outcome: str) -> None:
+        self.incidents.labels(sink, outcome).inc()
+
+    def watch_sessions(self, store: SessionCounting) -> None:
+        """Report an in-memory store's sessions live and evicted (while the store lives)."""
+        self.sessions.stores.add(store)
 
     def spent(self, tenant: str | None, feature: str | None, tokens: int, usd: float) -> None:
         if not tokens and not usd:
@@ -117,6 +198,18 @@ class NoMetrics(Metrics):
     def spent(self, tenant: str | None, feature: str | None, tokens: int, usd: float) -> None:
         pass
 
+    def breaker_seen(self, tool: str, state: str) -> None:
+        pass
+
+    def breaker_moved(self, tool: str, src: str, dst: str) -> None:
+        pass
+
+    def incident(self, sink: str, outcome: str) -> None:
+        pass
+
+    def watch_sessions(self, store: SessionCounting) -> None:
+        pass
+
 
 NO_METRICS = NoMetrics()
 
@@ -131,5 +224,8 @@ def shared() -> Metrics:
     global _shared
     with _shared_lock:
         if _shared is None:
-            _shared = Metrics(REGISTRY)
+            cap = os.environ.get(MAX_LABEL_VALUES_ENV) or str(DEFAULT_MAX_LABEL_VALUES)
+            if not cap.isdigit() or int(cap) < 1:
+                raise ValueError(f"${MAX_LABEL_VALUES_ENV} must be a positive whole number, not {cap[:40]!r}")
+            _shared = Metrics(REGISTRY, max_label_values=int(cap))
         return _shared

@@ -40,7 +40,7 @@ class CheckContext:
     cfg: AgentBreakerConfig
     now: float
     polling: bool
-    similar: tuple[bool, bool]
+    similar: loops.Similarity
 
 
 Check = Callable[[CheckContext], "Trip | None"]

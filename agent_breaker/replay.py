@@ -7,6 +7,7 @@ assumed to go on as recorded.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sys
@@ -89,6 +90,9 @@ class Replayer:
         except json.JSONDecodeError as exc:
             self._error(line_no, f"not JSON: {exc.msg} (column {exc.colno})")
             return
+        except ValueError as exc:  # an integer of more digits than Python converts
+            self._error(line_no, f"not readable: {exc}")
+            return
         self.apply(raw, line_no)
 
     def apply(self, raw: Any, line_no: int) -> None:
@@ -105,7 +109,8 @@ class Replayer:
         ts = raw.get("ts")
         if not isinstance(ts, (int, float)) or isinstance(ts, bool):
             raw["ts"] = ts = (r.last_ts + 1.0) if r.last_ts is not None else 0.0
-        r.last_ts = float(ts)
+        with contextlib.suppress(OverflowError):  # an integer too large for a float: parse_event refuses it below
+            r.last_ts = float(ts)
         try:
             ev = parse_event(raw)
             self._apply(r, ev)

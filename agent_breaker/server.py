@@ -10,6 +10,8 @@ What it adds to the stock server (see README, "Security"):
 - an ASGI guard in front of every route: the Host header, a bearer token (tokens may be bound
   to a tenant), a request size limit, and a JSON check (nesting depth, valid Unicode, events per
   request) before anything recursive runs, NeMo included: bad input gets a 4xx, never a 500;
+- breaker admin routes (`GET /v1/agent-breaker/breakers`, `POST .../breakers/{tool}`), only
+  with $AGENT_BREAKER_ADMIN_TOKEN set, and opened by that token alone (no API token);
 - the events endpoint runs events through a small pool of live Colang states per config, and
   they hold no payload: the Colang runtime sees ids and a reference, the action reads the event
   from a table that lives for the request only.
@@ -45,6 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from . import heuristics as H
 from . import metrics
 from ._text import has_invalid_chars
+from .actions import ENGINE_PARAM
 from .actions.guards import (
     CALLER_TENANT,
     MAX_CONTEXT_EVENTS,
@@ -54,9 +57,22 @@ from .actions.guards import (
     merge_context_messages,
     set_max_context_events,
 )
+from .admin import (
+    ADMIN_TOKEN_ENV,
+    BAD_TOOL,
+    BREAKERS_PATH,
+    AdminInputError,
+    breaker_rows,
+    checked_tenant,
+    checked_tool,
+    force,
+    operator_state,
+)
 from .config import ConfigError
+from .engine import Engine
 from .events import MAX_ID_CHARS, is_id
 from .protocol import BY_COLANG, TOOL_CALL_EVENT, VERDICT_TYPES
+from .store import StorageError
 
 log = logging.getLogger("agent_breaker.server")
 
@@ -162,10 +178,22 @@ class Tokens:
 def _checked_token(token: str, source: str) -> str:
     if len(token) < 16:
         raise ServeError(
-            f"${source}: an API token needs at least 16 characters "
+            f"${source}: a token needs at least 16 characters "
             "(use `python3 -c 'import secrets; print(secrets.token_urlsafe(32))'`)"
         )
     return token
+
+
+def admin_token(tokens: Tokens | None, environ: Mapping[str, str] = os.environ) -> Tokens | None:
+    """$AGENT_BREAKER_ADMIN_TOKEN, the one token of the breaker admin routes; None (the routes
+    are off) when unset. It may not also be an API token: an agent runtime holds those."""
+    raw = environ.get(ADMIN_TOKEN_ENV, "")
+    if not raw:
+        return None
+    token = _checked_token(raw, ADMIN_TOKEN_ENV)
+    if tokens is not None and tokens.tenant_of(token) is not None:
+        raise ServeError(f"${ADMIN_TOKEN_ENV} is also an API token: give the admin routes a token of their own")
+    return Tokens({token: ALL_TENANTS})
 
 
 def allowed_hosts(host: str, environ: Mapping[str, str] = os.environ) -> frozenset[str] | None:
@@ -200,9 +228,11 @@ class RequestGuard:
         hosts: frozenset[str] | None,
         limits: Limits,
         configs: ServedConfigs | None = None,
+        admin: Tokens | None = None,
     ) -> None:
         self.app = app
         self.tokens = tokens
+        self.admin = admin  # None: the admin routes are not installed
         self.hosts = hosts
         self.limits = limits
         self.configs = configs
@@ -245,16 +275,24 @@ class RequestGuard:
             await _reply(send, 403, "requests from web pages of other origins are refused")
             return
         tenant = ALL_TENANTS
-        if self.tokens is not None:
-            scheme, _, presented = headers.get("authorization", "").partition(" ")
-            found = self.tokens.tenant_of(presented.strip()) if scheme.lower() == "bearer" else None
+        presented = _bearer(headers)
+        if self.admin is not None and _is_admin_path(scope.get("path", "")):
+            # the admin token alone opens the admin routes: an API token (a tenant's, or `*`) does not
+            if presented is None:
+                await _reply(send, 401, "the admin routes need 'Authorization: Bearer <admin token>'", _CHALLENGE)
+                return
+            if self.admin.tenant_of(presented) is None:
+                await _reply(send, 403, f"this token is not the admin token (${ADMIN_TOKEN_ENV})")
+                return
+            if not scope.get("path", "").isprintable():
+                # a line break in the tool name ends the router's match: a bare 404 would hide why
+                await _reply(send, 422, BAD_TOOL)
+                return
+            scope.setdefault("state", {})[ADMIN_GRANTED] = True
+        elif self.tokens is not None:
+            found = None if presented is None else self.tokens.tenant_of(presented)
             if found is None:
-                await _reply(
-                    send,
-                    401,
-                    "a valid 'Authorization: Bearer <token>' header is required",
-                    {"www-authenticate": 'Bearer realm="agent-breaker"'},
-                )
+                await _reply(send, 401, "a valid 'Authorization: Bearer <token>' header is required", _CHALLENGE)
                 return
             tenant = found
         body = b""
@@ -349,6 +387,8 @@ class RequestGuard:
 
 #: where the request guard leaves the parsed body for the endpoint (ASGI scope state)
 PARSED_BODY = "agent_breaker_body"
+#: set in the ASGI scope state by the request guard once the admin token checked out
+ADMIN_GRANTED = "agent_breaker_admin"
 # a JSON string, its loop unrolled (fast in `re`); the closing quote is optional, so an
 # unterminated string is consumed once instead of rescanned from each of its quotes
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?')
@@ -395,6 +435,21 @@ def _size(value: Any) -> int:
     return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
 
 
+_CHALLENGE = {"www-authenticate": 'Bearer realm="agent-breaker"'}
+
+
+def _bearer(headers: Mapping[str, str]) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header, if the request has one."""
+    scheme, _, presented = headers.get("authorization", "").partition(" ")
+    return presented.strip() if scheme.lower() == "bearer" and presented.strip() else None
+
+
+def _is_admin_path(path: str) -> bool:
+    # the path the router matches (percent-decoded by the ASGI server): no spelling reaches
+    # an admin route past this check
+    return path == BREAKERS_PATH or path.startswith(BREAKERS_PATH + "/")
+
+
 def _host_name(host: str) -> str:
     host = host.strip().lower()
     if host.startswith("["):
@@ -402,8 +457,26 @@ def _host_name(host: str) -> str:
     return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
+def error_body(status: int, message: str) -> dict[str, Any]:
+    """Every error this server answers, from the guard or an endpoint: `{"error": {"message": ...}}`."""
+    return {"error": {"message": message, "type": "invalid_request_error", "code": status}}
+
+
+def json_error(status: int, message: str) -> JSONResponse:
+    return JSONResponse(status_code=status, content=error_body(status, message))
+
+
+def parsed_body(model: type[BaseModel], request: Request) -> Any:
+    """The request's body as `model`, or the 422 answer. The request guard has parsed the body
+    and held it to the size, depth and count limits (an empty body is no object: 422)."""
+    try:
+        return model.model_validate(request.scope.get("state", {}).get(PARSED_BODY))
+    except ValidationError as exc:
+        return json_error(422, "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors()))
+
+
 async def _reply(send: Send, status: int, message: str, headers: Mapping[str, str] | None = None) -> None:
-    body = json.dumps({"error": {"message": message, "type": "invalid_request_error", "code": status}}).encode()
+    body = json.dumps(error_body(status, message)).encode()
     raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     raw += [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": raw})
@@ -492,6 +565,15 @@ class ServedConfigs:
         if rails is None:
             raise LookupError(f"unknown config id; this server serves {self.ids}")
         return rails
+
+    def engine(self, config_id: str | None) -> tuple[str, Engine]:
+        """A config's id and engine; the id may be left out when the server serves one config
+        (ValueError otherwise; LookupError for an unknown one)."""
+        if config_id is None:
+            if len(self.rails) != 1:
+                raise ValueError(f"config_id is required: this server serves {self.ids}")
+            config_id = self.ids[0]
+        return config_id, self.get(config_id).runtime.registered_action_params[ENGINE_PARAM]
 
 
 def _is_config(folder: Path) -> bool:
@@ -595,19 +677,14 @@ def install_events_endpoint(app: Any, configs: ServedConfigs, colang: ColangThre
     pool = ColangPool()
     app.state.agent_breaker_colang = pool
 
-    def error(status: int, message: str) -> JSONResponse:
-        return JSONResponse(
-            status_code=status, content={"error": {"message": message, "type": "invalid_request_error", "code": status}}
-        )
-
     def prepared(config_id: str, session_id: str, raw: list[dict[str, Any]], where: str) -> JSONResponse | tuple[Any, list]:
         """The config's rails and the events as the flows take them, or the error answer."""
         try:
             rails = configs.get(config_id)
         except LookupError as exc:
-            return error(404, str(exc))
+            return json_error(404, str(exc))
         if not configs.takes_events[config_id]:
-            return error(
+            return json_error(
                 400,
                 f"config {config_id} is a Colang 1.0 config for native tool calling: it takes no "
                 "agent-breaker events (send them to a Colang 2.x config such as agent_breaker)",
@@ -618,30 +695,23 @@ def install_events_endpoint(app: Any, configs: ServedConfigs, colang: ColangThre
             at = f"{where}[{i}]" if where == "events" else where
             kind = event.get("type")
             if kind not in BY_COLANG:
-                return error(422, f"{at}.type must be one of {sorted(BY_COLANG)}")
+                return json_error(422, f"{at}.type must be one of {sorted(BY_COLANG)}")
             for name in _COLANG_FIELDS:
                 # these reach the Colang state: ids only, checked before they get there
                 if event.get(name) is not None and not is_id(event[name]):
-                    return error(422, f"{at}.{name}: an id of 1 to {MAX_ID_CHARS} printable characters")
+                    return json_error(422, f"{at}.{name}: an id of 1 to {MAX_ID_CHARS} printable characters")
             tenant = event.get("tenant")
             if bound is not None:
                 if tenant is not None and tenant != bound:
-                    return error(403, f"{at}.tenant: this token acts for one tenant only, and it is not that one")
+                    return json_error(403, f"{at}.tenant: this token acts for one tenant only, and it is not that one")
                 tenant = bound
             events.append({**event, "session_id": session_id, **({"tenant": tenant} if tenant is not None else {})})
         return rails, events
 
-    def parsed(model: type[BaseModel], request: Request) -> Any:
-        # the request guard has parsed the body and held it to the size, depth and count limits
-        try:
-            return model.model_validate(request.scope["state"][PARSED_BODY])
-        except ValidationError as exc:
-            return error(422, "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()))
-
     @app.post(EVENTS_PATH, tags=["agent-breaker"])
     async def agent_breaker_events(request: Request) -> Any:
         """Run agent-breaker events through the config's Colang flows; answer the verdicts."""
-        body = parsed(EventsRequest, request)
+        body = parsed_body(EventsRequest, request)
         if isinstance(body, JSONResponse):
             return body
         ready = prepared(body.config_id, body.session_id, body.events, "events")
@@ -656,12 +726,12 @@ def install_events_endpoint(app: Any, configs: ServedConfigs, colang: ColangThre
         """Check one tool call as a gateway does: 200 with the verdict when it may run; 429 when
         it is refused, with Retry-After (when the heuristic knows one), X-Agent-Breaker-Heuristic
         and X-Agent-Breaker-Reason; 422 for an event the guard cannot read."""
-        body = parsed(CheckRequest, request)
+        body = parsed_body(CheckRequest, request)
         if isinstance(body, JSONResponse):
             return body
         event = {"type": TOOL_CALL_EVENT, **body.event}
         if event["type"] != TOOL_CALL_EVENT:
-            return error(422, f"event.type must be {TOOL_CALL_EVENT} (or left out): the check takes tool calls")
+            return json_error(422, f"event.type must be {TOOL_CALL_EVENT} (or left out): the check takes tool calls")
         ready = prepared(body.config_id, body.session_id, [event], "event")
         if isinstance(ready, JSONResponse):
             return ready
@@ -681,6 +751,55 @@ def install_events_endpoint(app: Any, configs: ServedConfigs, colang: ColangThre
         return JSONResponse(status_code=status, content=verdict, headers=headers)
 
     return pool
+
+
+class ForceRequest(BaseModel):
+    """The breaker admin's POST body."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    state: str = Field(max_length=64, description="The state to set: closed, forced_open, disabled or metrics_only.")
+
+
+def install_admin_endpoints(app: Any, configs: ServedConfigs) -> None:
+    """Add the breaker admin routes (only with an admin token: the request guard lets nothing
+    else reach them). `config_id` and `tenant` are query parameters."""
+
+    async def run(request: Request, act: Callable[[Engine], Any]) -> Any:
+        """`act` on the chosen config's engine, or the error answer."""
+        if not request.scope.get("state", {}).get(ADMIN_GRANTED):
+            return json_error(403, "the admin routes need the admin token")  # reached past the guard's check
+        try:
+            config_id, engine = configs.engine(request.query_params.get("config_id"))
+        except LookupError as exc:
+            return json_error(404, str(exc))
+        except ValueError as exc:
+            return json_error(422, str(exc))
+        try:
+            # a shared store waits on the network: off the event loop
+            answer = await asyncio.to_thread(act, engine) if engine.store.remote else act(engine)
+        except AdminInputError as exc:
+            return json_error(422, str(exc))
+        except StorageError as exc:
+            return json_error(503, str(exc))
+        return {"config_id": config_id, **answer}
+
+    @app.get(BREAKERS_PATH, tags=["agent-breaker"])
+    async def agent_breaker_breakers(request: Request) -> Any:
+        """Every tool breaker of the config (or of `tenant`), with its state and counters."""
+        tenant = request.query_params.get("tenant")
+        return await run(request, lambda engine: {"breakers": breaker_rows(engine, checked_tenant(tenant))})
+
+    @app.post(BREAKERS_PATH + "/{tool:path}", tags=["agent-breaker"])
+    async def agent_breaker_force(tool: str, request: Request) -> Any:
+        """Force a tool's breaker open, reset it closed, disable it or make it metrics-only."""
+        body = parsed_body(ForceRequest, request)
+        if isinstance(body, JSONResponse):
+            return body
+        tenant = request.query_params.get("tenant")
+        return await run(
+            request, lambda engine: force(engine, checked_tool(tool), operator_state(body.state), checked_tenant(tenant))
+        )
 
 
 def install_metrics_endpoint(app: Any) -> None:
@@ -728,6 +847,7 @@ def build_app(root: Path, *, host: str, environ: Mapping[str, str] = os.environ)
             f"refusing to bind {host} without authentication: set ${API_TOKEN_ENV} (or ${API_TOKENS_FILE_ENV}), or bind 127.0.0.1"
         )
     limits = Limits.from_env(environ)
+    admin = admin_token(tokens, environ)
     quiet_nemo_logging()
     from nemoguardrails.server import api
 
@@ -755,6 +875,8 @@ def build_app(root: Path, *, host: str, environ: Mapping[str, str] = os.environ)
         rails.colang = colang
     install_events_endpoint(api.app, configs, colang)
     install_metrics_endpoint(api.app)
+    if admin is not None:
+        install_admin_endpoints(api.app, configs)
     set_max_context_events(limits.max_events)
     api.app.state.agent_breaker_configs = configs
-    return RequestGuard(api.app, tokens=tokens, hosts=allowed_hosts(host, environ), limits=limits, configs=configs)
+    return RequestGuard(api.app, tokens=tokens, hosts=allowed_hosts(host, environ), limits=limits, configs=configs, admin=admin)

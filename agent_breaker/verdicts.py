@@ -112,8 +112,11 @@ class Incident:
     tokens_so_far: int
     cost_usd_so_far: float
 
+    kind = "trip"
+
     def to_dict(self) -> dict[str, Any]:
         return {
+            "kind": self.kind,
             "ts": self.ts,
             "session": self.session,
             "tenant": self.tenant,
@@ -127,4 +130,46 @@ class Incident:
             "counters": dict(self.counters),
             "tokens_so_far": self.tokens_so_far,
             "cost_usd_so_far": round(self.cost_usd_so_far, 6),
+        }
+
+
+#: what a breaker transition is called in incidents: `breaker_forced` is any operator move
+BREAKER_OPENED = "breaker_opened"
+BREAKER_HALF_OPEN = "breaker_half_open"
+BREAKER_CLOSED = "breaker_closed"
+BREAKER_FORCED = "breaker_forced"
+_BREAKER_EVENTS = {"open": BREAKER_OPENED, "half_open": BREAKER_HALF_OPEN, "closed": BREAKER_CLOSED}
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerIncident:
+    """A tool's breaker changed state: on-call hears when a tool goes down and when it
+    recovers. `forced` marks an operator's move."""
+
+    ts: float
+    tool: str
+    tenant: str | None
+    src: str
+    dst: str
+    reason: str
+    forced: bool
+    counters: dict[str, Any]
+
+    kind = "breaker"
+
+    @property
+    def event(self) -> str:
+        return BREAKER_FORCED if self.forced else _BREAKER_EVENTS[self.dst]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "event": self.event,
+            "ts": self.ts,
+            "tool": self.tool,
+            "tenant": self.tenant,
+            "from": self.src,
+            "to": self.dst,
+            "reason": self.reason,
+            "counters": dict(self.counters),
         }

@@ -150,20 +150,27 @@ def result(i: int | str, tool: str = "run_sql", ok: bool = False, payload: Any =
 
 
 @contextlib.contextmanager
-def served_with_tenants(tokens: dict[str, str], folder: Path, redis_db: int) -> Iterator[Server]:
+def served_with_tenants(
+    tokens: dict[str, str], folder: Path, redis_db: int, env: dict[str, str] | None = None
+) -> Iterator[Server]:
     """A server whose tokens file maps these tokens to tenants ("*": any), the Redis config's keys
-    in a database of the caller's own (emptied before and after)."""
+    in a database of the caller's own (emptied before and after), and `env` besides."""
     redis_or_skip()
     tokens_file = folder / "tokens.json"
     tokens_file.write_text(json.dumps(tokens))
-    url = REDIS_URL.rsplit("/", 1)[0] + f"/{redis_db}"
+    url = db_url(redis_db)
     _flush(url)
-    srv = start({"AGENT_BREAKER_API_TOKENS_FILE": str(tokens_file), "REDIS_URL": url}, token=TOKEN)
+    srv = start({"AGENT_BREAKER_API_TOKENS_FILE": str(tokens_file), "REDIS_URL": url, **(env or {})}, token=TOKEN)
     try:
         yield srv
     finally:
         srv.stop()
         _flush(url)
+
+
+def db_url(db: int) -> str:
+    """The test Redis, database `db`."""
+    return REDIS_URL.rsplit("/", 1)[0] + f"/{db}"
 
 
 def _flush(url: str) -> None:

@@ -13,6 +13,7 @@ os.environ.setdefault("NEMO_GUARDRAILS_NO_USAGE_STATS", "1")
 os.environ.setdefault("AGENT_BREAKER_FINGERPRINT_SECRET", "test-fingerprint-secret")
 
 from agent_breaker import Engine, FakeClock, ReceiptKeys
+from agent_breaker.verdicts import BreakerIncident, Incident
 
 SESSION = "s1"
 #: the Redis the contract suite runs on (.ci/run starts one on loopback if none answers)
@@ -79,13 +80,23 @@ def keys() -> ReceiptKeys:
 
 @pytest.fixture
 def incidents() -> list:
+    """The trips the engines of `make_engine` report."""
     return []
 
 
 @pytest.fixture
-def make_engine(clock: FakeClock, keys: ReceiptKeys, incidents: list, shared_store):
+def transitions() -> list:
+    """The breaker incidents (moves between states) the engines of `make_engine` report."""
+    return []
+
+
+@pytest.fixture
+def make_engine(clock: FakeClock, keys: ReceiptKeys, incidents: list, transitions: list, shared_store):
+    def listen(incident: Incident | BreakerIncident) -> None:
+        (transitions if isinstance(incident, BreakerIncident) else incidents).append(incident)
+
     def make(config: dict[str, Any] | None = None, **kwargs: Any) -> Engine:
-        kwargs.setdefault("listeners", [incidents.append])
+        kwargs.setdefault("listeners", [listen])
         kwargs.setdefault("receipt_keys", keys)
         if shared_store is not None:
             kwargs.setdefault("store", shared_store)

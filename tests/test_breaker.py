@@ -30,8 +30,8 @@ OPERATOR = (S.CLOSED, *MANUAL)
 OPERATOR_MOVES = sorted({(src, dst) for src, dst in TRANSITIONS if dst in OPERATOR}, key=lambda p: (p[0].value, p[1].value))
 # forcing OPEN or HALF_OPEN is no operator move, from any state (even where the table has the move)
 NOT_OPERATOR_MOVES = [(src, dst) for src in S for dst in S if dst not in OPERATOR]
-# moves into an operator state that the table forbids; resetting a closed breaker is no move at all
-ILLEGAL_OPERATOR_MOVES = [(src, dst) for src, dst in ILLEGAL if dst in OPERATOR and (src, dst) != (S.CLOSED, S.CLOSED)]
+# forcing the manual state a breaker is in already: no move (the table has none)
+REPEATED_MOVES = [(m, m) for m in MANUAL]
 
 
 def cfg(**kw) -> BreakerConfig:
@@ -78,7 +78,7 @@ def test_check_transition_rejects_every_move_not_in_the_table(src, dst):
 
 
 def test_force_sorts_every_pair_into_exactly_one_case():
-    cases = [set(NOT_OPERATOR_MOVES), set(ILLEGAL_OPERATOR_MOVES), {(S.CLOSED, S.CLOSED)}, set(OPERATOR_MOVES)]
+    cases = [set(NOT_OPERATOR_MOVES), set(REPEATED_MOVES), {(S.CLOSED, S.CLOSED)}, set(OPERATOR_MOVES)]
     assert sum(len(c) for c in cases) == len(ALL_PAIRS) == 36
     assert set().union(*cases) == set(ALL_PAIRS)
     assert set(MANUAL_MOVES) <= set(OPERATOR_MOVES)
@@ -95,15 +95,13 @@ def test_force_rejects_every_move_outside_the_operator_states_and_leaves_the_sta
     assert (st.state, st.changed_at, st.consecutive_failures) == (src, T0, 3)
 
 
-@pytest.mark.parametrize(("src", "dst"), ILLEGAL_OPERATOR_MOVES, ids=[f"{a.value}->{b.value}" for a, b in ILLEGAL_OPERATOR_MOVES])
-def test_force_rejects_every_operator_move_not_in_the_table_and_leaves_the_state(src, dst):
+@pytest.mark.parametrize(("src", "dst"), REPEATED_MOVES, ids=[f"{a.value}->{b.value}" for a, b in REPEATED_MOVES])
+def test_forcing_the_state_a_breaker_is_in_moves_nothing(src, dst):
+    # an operator may repeat a command (a retried admin request): no error, no transition
+    assert (src, dst) not in TRANSITIONS
     st = BreakerState("payments_api", state=src, changed_at=T0)
-    with pytest.raises(IllegalTransition) as info:
-        force(st, dst, T0 + 5.0, cfg())
-    msg = str(info.value)
-    assert "'payments_api'" in msg and f"from {src.value}" in msg and f"to {dst.value}" in msg
-    assert st.state is src
-    assert st.changed_at == T0
+    assert force(st, dst, T0 + 5.0, cfg()) is None
+    assert (st.state, st.changed_at) == (src, T0)
 
 
 def test_force_closed_on_a_closed_breaker_resets_its_counters_without_a_transition():
@@ -592,7 +590,7 @@ def test_force_closed_resets_the_breaker(src):
 TOOL = "fetch_page"
 
 
-def test_tool_failing_in_five_sessions_is_blocked_in_a_sixth_then_recovers(make_engine, clock, incidents):
+def test_tool_failing_in_five_sessions_is_blocked_in_a_sixth_then_recovers(make_engine, clock, incidents, transitions):
     engine = make_engine({"breaker": {"open_s": 30.0, "half_open_probes": 2}})
     for i in range(5):
         v = run(engine, clock, TOOL, {"url": f"https://x/{i}"}, False, None, session=f"s{i}", error=OUTAGE)
@@ -625,6 +623,26 @@ def test_tool_failing_in_five_sessions_is_blocked_in_a_sixth_then_recovers(make_
     assert r2.breaker_state == "closed"
     assert engine.breaker_state(TOOL) is S.CLOSED
     assert engine.check_tool_call(call(TOOL, {"url": "https://x/9"}, session="s9")).allowed
+    # on-call hears the tool go down and come back, each move once, with its time and why
+    assert [(t.event, t.tool, t.src, t.dst, t.ts) for t in transitions] == [
+        ("breaker_opened", TOOL, "closed", "open", opened_at),
+        ("breaker_half_open", TOOL, "open", "half_open", opened_at + 30.0),
+        ("breaker_closed", TOOL, "half_open", "closed", opened_at + 31.0),
+    ]
+    assert transitions[0].reason == "5 failures in a row (threshold 5)" or "failures" in transitions[0].reason
+    assert transitions[0].counters == {"open_interval_s": 30.0}
+    assert transitions[0].to_dict()["kind"] == "breaker"
+
+
+def test_an_operator_forcing_a_breaker_is_an_incident(make_engine, clock, transitions):
+    engine = make_engine()
+    engine.force_breaker(TOOL, "forced_open")
+    engine.force_breaker(TOOL, "forced_open")  # no move: no second incident
+    engine.force_breaker(TOOL, "closed")
+    assert [(t.event, t.src, t.dst, t.reason) for t in transitions] == [
+        ("breaker_forced", "closed", "forced_open", "operator"),
+        ("breaker_forced", "forced_open", "closed", "operator"),
+    ]
 
 
 def test_a_failed_probe_through_the_engine_reopens_for_longer(make_engine, clock):
@@ -665,7 +683,7 @@ def test_metrics_only_breaker_never_blocks_and_warns_once_tripped(make_engine, c
     assert engine.breaker_state(TOOL) is S.METRICS_ONLY
 
 
-def test_force_breaker_rejects_an_illegal_move(make_engine):
+def test_force_breaker_rejects_a_state_no_operator_may_set(make_engine):
     engine = make_engine()
     engine.force_breaker(TOOL, "forced_open")
     # OPEN and HALF_OPEN are the breaker's own states: no operator move leads there
@@ -673,7 +691,5 @@ def test_force_breaker_rejects_an_illegal_move(make_engine):
         with pytest.raises(ValueError, match=rf"breaker ':{TOOL}': an operator may set .*, not {S(dst).value}$"):
             engine.force_breaker(TOOL, dst)
         assert engine.breaker_state(TOOL) is S.FORCED_OPEN
-    # an operator state the table does not reach from here
-    with pytest.raises(IllegalTransition, match="from forced_open to forced_open"):
-        engine.force_breaker(TOOL, "forced_open")
+    engine.force_breaker(TOOL, "forced_open")  # repeated: nothing moves
     assert engine.breaker_state(TOOL) is S.FORCED_OPEN

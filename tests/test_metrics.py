@@ -84,3 +84,55 @@ def test_metrics_can_be_turned_off(make_engine, clock):
     assert allowed_calls() == before  # nothing recorded anywhere, the process registry included
     run(make_engine(), clock, "search", {"q": 1}, True, {"hits": [1]}, session="on")
     assert allowed_calls() == before + 1  # an engine with no telemetry given reports to REGISTRY
+
+
+def test_breaker_state_per_tool_and_its_transitions(make_engine, clock):
+    from conftest import OUTAGE
+
+    telemetry = Metrics()
+    engine = make_engine({"breaker": {"open_s": 10.0, "half_open_probes": 1}}, telemetry=telemetry)
+    run(engine, clock, "search", {"q": 1}, True, {"hits": [1]})
+    for i in range(5):
+        run(engine, clock, "fetch", {"n": i}, False, None, error=OUTAGE, session=f"s{i}")
+    found = samples(generate_latest(telemetry.registry).decode())
+
+    def state(tool: str, name: str) -> float:
+        return found[("agent_breaker_breaker_state", (("state", name), ("tool", tool)))]
+
+    assert (state("fetch", "open"), state("fetch", "closed")) == (1, 0)
+    assert state("search", "closed") == 1
+    moves = ("agent_breaker_breaker_transitions_total", (("from_state", "closed"), ("to_state", "open"), ("tool", "fetch")))
+    assert found[moves] == 1
+    engine.force_breaker("fetch", "closed")
+    found = samples(generate_latest(telemetry.registry).decode())
+    assert (state("fetch", "open"), state("fetch", "closed")) == (0, 1)
+
+
+def test_tool_names_are_capped_in_breaker_labels(make_engine, clock):
+    telemetry = Metrics(max_label_values=2)
+    engine = make_engine(telemetry=telemetry)
+    for i in range(10):
+        engine.check_tool_call(call(f"tool_{uuid.uuid4().hex}", {"n": i}, session=f"s{i}"))
+    tools = {
+        dict(labels)["tool"]
+        for (name, labels) in samples(generate_latest(telemetry.registry).decode())
+        if name == "agent_breaker_breaker_state"
+    }
+    assert len(tools) == 2  # past the cap a tool has no state series (one series cannot say whose state it is)
+
+
+def test_sessions_live_and_evicted(clock, keys):
+    from agent_breaker import Engine
+
+    telemetry = Metrics()
+    config = {"sessions": {"max_sessions": 3, "ttl_s": 60.0}}
+    engine = Engine(config, clock=clock, telemetry=telemetry, listeners=[], receipt_keys=keys)
+    for i in range(5):
+        engine.check_tool_call(call("search", {"q": i}, session=f"s{i}"))
+    found = samples(generate_latest(telemetry.registry).decode())
+    assert found[("agent_breaker_sessions_live", ())] == 3
+    assert found[("agent_breaker_sessions_evicted_total", ())] == 2
+    clock.advance(61.0)
+    engine.check_tool_call(call("search", {"q": 9}, session="late"))
+    found = samples(generate_latest(telemetry.registry).decode())
+    assert (found[("agent_breaker_sessions_live", ())], found[("agent_breaker_sessions_evicted_total", ())]) == (1, 5)

@@ -65,6 +65,15 @@ class BreakerState:
             d["changed_at"],
         )
 
+    def failures_in_window(self, now: float) -> int:
+        """Failed calls in the sliding window at `now` (reading evicts old buckets: read a copy)."""
+        return 0 if self.window is None else round(self.window.read(now)[1])
+
+    @property
+    def open_until(self) -> float | None:
+        """When an OPEN breaker lets its first probe through; None in any other state."""
+        return self.opened_at + self.open_interval_s if self.state is S.OPEN else None
+
     def ensure_window(self, cfg: BreakerConfig) -> BucketWindow:
         if self.window is None or self.window.window_s != cfg.window_s or self.window.bucket_s != cfg.bucket_s:
             self.window = BucketWindow(cfg.window_s, cfg.bucket_s, 4)
@@ -210,17 +219,22 @@ def release(st: BreakerState, probe: int) -> None:
 
 
 OPERATOR_STATES = frozenset({S.CLOSED, S.FORCED_OPEN, S.DISABLED, S.METRICS_ONLY})
+#: the reason of every operator move
+OPERATOR = "operator"
 
 
 def force(st: BreakerState, dst: S, now: float, cfg: BreakerConfig) -> Transition | None:
     """Operator moves: force open, disable, metrics-only, or reset to closed. Resetting a
-    closed breaker clears its counters and is no transition."""
+    closed breaker clears its counters and is no transition; forcing the state a breaker is
+    in already does nothing (an operator may repeat a command)."""
     if dst not in OPERATOR_STATES:
         raise ValueError(f"breaker {st.name!r}: an operator may set {sorted(s.value for s in OPERATOR_STATES)}, not {dst.value}")
     if dst is S.CLOSED and st.state is S.CLOSED:
         _reset(st, cfg)
         return None
-    t = _move(st, dst, now, "operator")
+    if dst is st.state:
+        return None
+    t = _move(st, dst, now, OPERATOR)
     if dst is S.CLOSED:
         _reset(st, cfg)
     return t

@@ -7,6 +7,8 @@ changes is work, not a loop, so every streak restarts when a result is new.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from ..config import AgentBreakerConfig
 from ..heuristics import (
     DUPLICATE_MUTATION,
@@ -106,28 +108,45 @@ def polled_by_result(s: SessionState, f: CallFacts) -> bool:
     return st is not None and st.polling
 
 
-def chain_similarity(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig, now: float) -> tuple[bool, bool]:
-    """Is this call similar to its tool's current no-progress chain: (as text, ids aside)."""
+class Similarity(NamedTuple):
+    """How a call compares to its tool's current no-progress chain: similar as text, similar
+    with ids and numbers aside, and the scores that decided (for the incident's evidence)."""
+
+    text: bool
+    shape: bool
+    score: float | None = None
+    thought: float | None = None
+
+
+NOT_SIMILAR = Similarity(False, False)
+
+
+def chain_similarity(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig, now: float) -> Similarity:
+    """Is this call similar to its tool's current no-progress chain."""
     chain = s.loops.chains.get(f.tool)
     if chain is None or chain.epoch != s.loops.epoch or now - chain.last_ts > cfg.near_duplicate.window_s:
-        return False, False
+        return NOT_SIMILAR
     c = cfg.near_duplicate
-    thoughts = chain.fp_thought is not None and f.fp_thought is not None
-    if thoughts and similarity(f.fp_thought, chain.fp_thought) < c.thought_similarity:  # type: ignore[arg-type]
-        return False, False
+    thought = None
+    if chain.fp_thought is not None and f.fp_thought is not None:
+        thought = similarity(f.fp_thought, chain.fp_thought)
+        if thought < c.thought_similarity:
+            return Similarity(False, False, None, thought)
     if chain.failed:
-        return False, similarity(f.fp_shape, chain.fp_shape) >= c.args_similarity
+        score = similarity(f.fp_shape, chain.fp_shape)
+        return Similarity(False, score >= c.args_similarity, score, thought)
     # a success chain takes lexical variants only (case, whitespace, punctuation): similar
     # writes that each succeed (an e-mail to each recipient) are work, even with equal results
-    return f.fp_text == chain.fp_text, False
+    same = f.fp_text == chain.fp_text
+    return Similarity(same, False, 1.0 if same else None, thought)
 
 
 def check_near_duplicate(
-    s: SessionState, f: CallFacts, cfg: AgentBreakerConfig, similar: tuple[bool, bool], polling: bool
+    s: SessionState, f: CallFacts, cfg: AgentBreakerConfig, similar: Similarity, polling: bool
 ) -> Trip | None:
     chain = s.loops.chains.get(f.tool)
     c = cfg.near_duplicate
-    if chain is None or not (similar[1] if chain.failed else similar[0]):
+    if chain is None or not (similar.shape if chain.failed else similar.text):
         return None
     if chain.length < failure_limit(cfg, c.max_repeats, chain.failed and chain.transient):
         return None
@@ -140,8 +159,20 @@ def check_near_duplicate(
         f"{chain.length} near-identical calls to {f.tool} in a row {what}",
         "Rewording the same call will not change the outcome. Fix the cause (a wrong table, id or parameter) "
         "or report what you found.",
-        {"repeats": chain.length, "max_repeats": c.max_repeats, "args_similarity": c.args_similarity},
+        {"repeats": chain.length, "max_repeats": c.max_repeats, "args_similarity": c.args_similarity}
+        | _scores(similar, c.thought_similarity),
     )
+
+
+def _scores(similar: Similarity, thought_threshold: float) -> dict[str, float]:
+    """The similarity scores that decided, rounded (evidence in verdicts and incidents)."""
+    out = {}
+    if similar.score is not None:
+        out["similarity"] = round(similar.score, 3)
+    if similar.thought is not None:
+        out["thought_similarity"] = round(similar.thought, 3)
+        out["thought_threshold"] = thought_threshold
+    return out
 
 
 def check_same_answer(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig, polling: bool) -> Trip | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from typing import Protocol, TypeVar
+from urllib.parse import unquote
 
 from ..breaker import BreakerState, BreakerStateName, Permission, Recorded, Transition
 from ..config import BreakerConfig
@@ -37,6 +38,11 @@ def key_parts(*parts: str) -> str:
     """Join several caller-supplied parts (tenant, tool, feature) into one key, each escaped:
     ("a:b", "c") and ("a", "b:c") give different keys."""
     return ":".join(escape_key_part(p) for p in parts)
+
+
+def split_key(key: str) -> list[str]:
+    """The parts `key_parts` joined, unescaped (for display: a key never needs decoding to be used)."""
+    return [unquote(p, errors="surrogatepass") for p in key.split(":")]
 
 
 class StorageError(RuntimeError):
@@ -72,3 +78,7 @@ class Store(Protocol):
     def breaker_force(self, key: str, cfg: BreakerConfig, now: float, state: BreakerStateName) -> Transition | None: ...
 
     def breaker_state(self, key: str) -> BreakerState | None: ...
+
+    def breaker_list(self) -> list[tuple[str, BreakerState]]:
+        """Every breaker the store holds, as (key, state): copies, read without deciding
+        anything (operators; a shared store reads them without blocking its writers)."""

@@ -256,6 +256,8 @@ elseif op == "force" then
   local dst = args.state
   if dst == "closed" and st.state == "closed" then
     reset()
+  elseif dst == st.state then
+    -- already there: an operator repeating a command moves nothing
   else
     local err = move(dst, "operator")
     if err then return err end

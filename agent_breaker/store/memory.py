@@ -37,6 +37,7 @@ class MemoryStore:
         self._spend: dict[str, list[float]] = {}  # key -> [window index, tokens, cost]
         self._lock = threading.RLock()
         self._rng = rng or random.Random()
+        self.evicted = 0  # sessions dropped for max_sessions or ttl_s (the sessions_evicted metric)
 
     # sessions
     def update_session(self, key: str, now: float, fn: Callable[[object | None], tuple[object, R]]) -> R:
@@ -56,12 +57,14 @@ class MemoryStore:
         sessions = self._sessions
         while len(sessions) > self.max_sessions:
             sessions.popitem(last=False)
+            self.evicted += 1
         # least recently used first: stop at the first one still fresh
         while sessions:
             key, (seen, _) = next(iter(sessions.items()))
             if now - seen <= self.ttl_s:
                 break
             del sessions[key]
+            self.evicted += 1
 
     def peek_session(self, key: str) -> object | None:
         with self._lock:
@@ -153,3 +156,8 @@ class MemoryStore:
     def breaker_state(self, key: str) -> BreakerState | None:
         with self._lock:
             return self._breakers.get(key)
+
+    def breaker_list(self) -> list[tuple[str, BreakerState]]:
+        with self._lock:
+            # copies through the wire form: a reader must not share state a decision mutates
+            return [(key, BreakerState.from_wire(key, st.to_wire())) for key, st in self._breakers.items()]

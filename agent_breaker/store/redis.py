@@ -52,6 +52,7 @@ import hashlib
 import json
 import logging
 import random
+import re
 import secrets
 import threading
 import time
@@ -60,7 +61,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, TypeVar, cast
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import redis as redis_lib
 
@@ -78,6 +79,7 @@ CHANNEL = "agent-breaker:breaker-transitions"
 MAX_CAS_ATTEMPTS = 32
 CAS_BACKOFF_S = 0.0005  # doubled per conflict, with jitter, capped at 20 ms
 NEAR_CACHE_MAX = 10_000  # breakers in the near-cache (it is cleared when full)
+SCAN_COUNT = 500  # keys per SCAN step, and per pipeline of GETs, when breakers are listed
 # the last Redis state of this many keys (least recently used go first) seeds the in-process
 # state during an outage
 MIRROR_SESSIONS = 10_000
@@ -502,6 +504,34 @@ class RedisStore:
 
         return self._redis_or_local(remote, lambda: self._local_breaker(key, lambda: self._local.breaker_state(key)))
 
+    def breaker_list(self) -> list[tuple[str, BreakerState]]:
+        head = self.breaker_key("")[:-1]  # every breaker key is this, the escaped key, and "}"
+
+        def remote() -> list[tuple[str, BreakerState]]:
+            # SCAN, never KEYS: Redis keeps answering the fleet while it is walked
+            rkeys = list(self.redis.scan_iter(match=_glob_escape(head) + "*}", count=SCAN_COUNT))
+            found = []
+            for i in range(0, len(rkeys), SCAN_COUNT):
+                batch = rkeys[i : i + SCAN_COUNT]
+                pipe = self.redis.pipeline(transaction=False)
+                for rkey in batch:
+                    pipe.get(rkey)
+                for rkey, raw in zip(batch, pipe.execute(), strict=True):
+                    if raw is not None:  # not expired since the scan
+                        key = unquote(rkey.decode()[len(head) : -1], errors="surrogatepass")
+                        found.append((key, BreakerState.from_wire(key, json.loads(raw))))
+            return found
+
+        return self._redis_or_local(remote, self._local_breakers)
+
+    def _local_breakers(self) -> list[tuple[str, BreakerState]]:
+        """The breakers as this worker knows them during an outage: its in-process ones, else
+        the last state it read from Redis."""
+        with self._lock:
+            known = {key: BreakerState.from_wire(key, raw) for key, raw in self._breakers_seen.items()}
+            known.update(self._local.breaker_list())
+            return list(known.items())
+
     def _local_breaker(self, key: str, run: Callable[[], R]) -> R:
         """Run `run` on the in-process breaker; on its first use during an outage it starts
         from the last state seen on Redis, or from a broadcast that it opened (near-cache),
@@ -657,6 +687,11 @@ class RedisStore:
         """Remove every key of this prefix (tests, teardown)."""
         keys = list(self.redis.scan_iter(match=f"{self.prefix}:*", count=1000))
         return self.redis.delete(*keys) if keys else 0
+
+
+def _glob_escape(text: str) -> str:
+    """`text` as a literal in a Redis match pattern (a prefix may hold glob characters)."""
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
 
 
 def _decode_session(raw: bytes | None) -> Any:

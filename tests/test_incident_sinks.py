@@ -1,0 +1,231 @@
+"""Incident sinks: the webhook (JSON with a Slack-compatible `text`), retries with backoff, a
+bounded queue that never makes a decision wait, the JSON-lines file; then the real server
+posting a runaway's trip and a breaker's opening to a local receiver."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+
+import pytest
+from _receiver import Receiver, receiving
+from conftest import CALL_ERROR, OUTAGE, call, run
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from agent_breaker import Engine
+from agent_breaker.config import INCIDENT_WEBHOOK_ENV, ConfigError, IncidentsConfig, parse_config
+from agent_breaker.incidents import QueuedSink, json_lines, sinks_for, slack_text, webhook
+from agent_breaker.metrics import Metrics
+
+SECRET = "SECRET-PAYLOAD-5d81e2"
+
+
+def counted(telemetry: Metrics, sink: str, outcome: str) -> float:
+    for family in text_string_to_metric_families(generate_latest(telemetry.registry).decode()):
+        for s in family.samples:
+            if s.name == "agent_breaker_incidents_total" and s.labels == {"sink": sink, "outcome": outcome}:
+                return s.value
+    return 0.0
+
+
+def runaway(engine: Engine, clock, session: str = "s1") -> None:
+    """Three identical failing calls with distinctive payload text, then the refused fourth."""
+    for _ in range(3):
+        run(engine, clock, "run_sql", {"q": SECRET}, False, {"error": SECRET}, error=CALL_ERROR, thought=SECRET, session=session)
+    assert not engine.check_tool_call(call("run_sql", {"q": SECRET}, session=session, thought=SECRET)).allowed
+
+
+def test_the_webhook_gets_each_incident_as_json_with_slack_text_and_no_payload(make_engine, clock):
+    telemetry = Metrics()
+    with receiving() as receiver:
+        sink = QueuedSink("webhook", webhook(receiver.url + "/hook", 5.0), metrics=telemetry)
+        engine = make_engine(telemetry=telemetry, listeners=[sink])
+        runaway(engine, clock)
+        assert sink.flush(20)
+        [body] = receiver.json_bodies("/hook")
+    assert (body["kind"], body["heuristic"], body["severity"], body["session"], body["tool"]) == (
+        "trip",
+        "identical_failure",
+        "block",
+        "s1",
+        "run_sql",
+    )
+    assert body["counters"]["failures"] == 3
+    assert body["text"].startswith(":no_entry: agent-breaker block identical_failure on run_sql (session s1)")
+    assert SECRET not in json.dumps(body)
+    assert counted(telemetry, "webhook", "delivered") == 1
+
+
+def test_a_breaker_opening_and_closing_reach_the_webhook(make_engine, clock):
+    with receiving() as receiver:
+        sink = QueuedSink("webhook", webhook(receiver.url, 5.0))
+        engine = make_engine({"breaker": {"open_s": 10.0, "half_open_probes": 1}}, listeners=[sink])
+        for i in range(5):
+            run(engine, clock, "fetch", {"n": i}, False, None, error=OUTAGE, session=f"s{i}")
+        clock.advance(10.0)
+        run(engine, clock, "fetch", {"n": 9}, True, {"ok": 1}, session="probe")
+        assert sink.flush(20)
+        events = [(b["event"], b["from"], b["to"]) for b in receiver.json_bodies() if b["kind"] == "breaker"]
+        texts = [b["text"] for b in receiver.json_bodies() if b["kind"] == "breaker"]
+    assert events == [
+        ("breaker_opened", "closed", "open"),
+        ("breaker_half_open", "open", "half_open"),
+        ("breaker_closed", "half_open", "closed"),
+    ]
+    assert texts[0].startswith(":red_circle: agent-breaker: fetch breaker closed -> open")
+
+
+def test_a_failing_receiver_is_retried_with_exponential_backoff(make_engine, clock):
+    waits: list[float] = []
+    telemetry = Metrics()
+    with receiving(statuses=[503, 502, 200]) as receiver:
+        sink = QueuedSink("webhook", webhook(receiver.url, 5.0), retries=3, backoff_s=0.5, sleep=waits.append, metrics=telemetry)
+        runaway(make_engine(listeners=[sink]), clock)
+        assert sink.flush(20)
+        assert len(receiver.requests) == 3  # two refusals, then delivered once
+    assert waits == [0.5, 1.0]
+    assert (counted(telemetry, "webhook", "delivered"), counted(telemetry, "webhook", "failed")) == (1, 0)
+
+
+def test_a_receiver_that_keeps_failing_is_given_up_on_counted_and_logged(make_engine, clock, caplog):
+    waits: list[float] = []
+    telemetry = Metrics()
+    with receiving(statuses=[500] * 10) as receiver:
+        sink = QueuedSink(
+            "webhook",
+            webhook(receiver.url, 5.0),
+            retries=4,
+            backoff_s=1.0,
+            max_backoff_s=3.0,
+            sleep=waits.append,
+            metrics=telemetry,
+        )
+        runaway(make_engine(listeners=[sink]), clock)
+        assert sink.flush(20)
+        assert len(receiver.requests) == 5
+    assert waits == [1.0, 2.0, 3.0, 3.0]  # doubled, then capped
+    assert counted(telemetry, "webhook", "failed") == 1
+    assert "incident sink webhook failed 5 times" in caplog.text
+
+
+def test_a_request_the_receiver_refuses_is_not_retried(make_engine, clock):
+    telemetry = Metrics()
+    with receiving(statuses=[400]) as receiver:
+        sink = QueuedSink("webhook", webhook(receiver.url, 5.0), sleep=lambda s: None, metrics=telemetry)
+        runaway(make_engine(listeners=[sink]), clock)
+        assert sink.flush(20)
+        assert len(receiver.requests) == 1
+    assert counted(telemetry, "webhook", "failed") == 1
+
+
+def test_a_hung_receiver_never_holds_a_decision_and_a_full_queue_drops_and_counts(make_engine, clock):
+    gate = threading.Event()
+    telemetry = Metrics()
+    raised: list = []
+    with receiving(gate=gate) as receiver:
+        sink = QueuedSink("webhook", webhook(receiver.url, 30.0), queue_size=2, metrics=telemetry)
+        engine = make_engine(telemetry=telemetry, listeners=[raised.append, sink])
+        runaway(engine, clock, "s0")
+        assert receiver.arrived.wait(20)  # the sink's thread is now stuck in the receiver
+        # every later trip is decided while the receiver holds the first one: nothing waits on it
+        for n in range(1, 6):
+            runaway(engine, clock, f"s{n}")
+        assert not receiver.requests  # still held: the decisions above finished without it
+        gate.set()
+        assert sink.flush(20)
+        delivered = [b["session"] for b in receiver.json_bodies()]
+    assert len(raised) > 3
+    assert delivered == [i.session for i in raised[:3]]  # the one in flight, then the queue's two
+    assert counted(telemetry, "webhook", "dropped") == sink.dropped == len(raised) - 3
+    assert counted(telemetry, "webhook", "delivered") == 3
+
+
+def test_a_receiver_that_is_down_costs_decisions_nothing_and_is_counted(make_engine, clock):
+    telemetry = Metrics()
+    down = Receiver()
+    url = down.url
+    down.close()  # nothing listens there now: connection refused
+    sink = QueuedSink("webhook", webhook(url, 2.0), retries=1, sleep=lambda s: None, metrics=telemetry)
+    runaway(make_engine(listeners=[sink], telemetry=telemetry), clock)
+    assert sink.flush(20)
+    assert counted(telemetry, "webhook", "failed") == 1
+
+
+def test_the_file_sink_appends_one_json_line_per_incident(make_engine, clock, tmp_path):
+    path = tmp_path / "incidents.jsonl"
+    sink = QueuedSink("file", json_lines(str(path)))
+    engine = make_engine(listeners=[sink])
+    runaway(engine, clock, "a")
+    runaway(engine, clock, "b")
+    assert sink.flush(20)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [(d["session"], d["heuristic"]) for d in lines] == [("a", "identical_failure"), ("b", "identical_failure")]
+    assert SECRET not in path.read_text()
+
+
+def test_config_and_environment_name_the_sinks(monkeypatch, tmp_path):
+    monkeypatch.delenv(INCIDENT_WEBHOOK_ENV, raising=False)
+    assert sinks_for(IncidentsConfig(), Metrics()) == []
+    monkeypatch.setenv(INCIDENT_WEBHOOK_ENV, "http://127.0.0.1:9/hook")
+    telemetry = Metrics()
+    [hook] = sinks_for(IncidentsConfig(), telemetry)
+    assert hook.name == "webhook"
+    assert sinks_for(IncidentsConfig(), telemetry) == [hook]  # engines of a process share one queue
+    file_cfg = parse_config({"incidents": {"file": str(tmp_path / "i.jsonl"), "webhook": {"url_env": None}}}).incidents
+    assert [s.name for s in sinks_for(file_cfg, telemetry)] == ["file"]
+    monkeypatch.setenv(INCIDENT_WEBHOOK_ENV, "file:///etc/passwd")
+    with pytest.raises(ConfigError, match=rf"\${INCIDENT_WEBHOOK_ENV} must be an http:// or https:// URL"):
+        sinks_for(IncidentsConfig(), telemetry)
+    with pytest.raises(ConfigError, match="process"):
+        parse_config({"overrides": [{"tenant": "t", "settings": {"incidents": {"file": "x"}}}]})
+
+
+def test_slack_text_names_what_happened():
+    assert (
+        slack_text(
+            {
+                "kind": "trip",
+                "severity": "warn",
+                "heuristic": "token_velocity",
+                "tool": None,
+                "session": "s",
+                "tenant": "acme",
+                "reason": "fast",
+            }
+        )
+        == ":warning: agent-breaker warn token_velocity (session s, tenant acme): fast"
+    )
+
+
+# ----------------------------------------------------------------------------- the real server
+
+pytest.importorskip("nemoguardrails")
+
+
+def test_the_server_posts_a_runaway_and_a_breaker_opening_to_the_webhook_within_seconds():
+    from _server import call as scall
+    from _server import result as sresult
+    from _server import start
+
+    with receiving() as receiver:
+        srv = start({INCIDENT_WEBHOOK_ENV: receiver.url + "/incidents"})
+        try:
+            s = f"w-{uuid.uuid4().hex[:8]}"
+            for i in range(3):
+                srv.verdicts(s, scall(i, args={"q": SECRET}), sresult(i, error=CALL_ERROR, payload={"e": SECRET}))
+            assert not srv.verdicts(s, scall(3, args={"q": SECRET}))[0]["allowed"]
+            tool = f"flaky_{uuid.uuid4().hex[:6]}"
+            for i in range(5):
+                srv.verdicts(f"o{i}-{s}", scall(i, tool, {"n": i}), sresult(i, tool, error=OUTAGE))
+            assert receiver.wait_for(lambda: len(receiver.json_bodies("/incidents")) >= 2)
+            bodies = receiver.json_bodies("/incidents")
+        finally:
+            srv.stop()
+    trips = [b for b in bodies if b["kind"] == "trip"]
+    opened = [b for b in bodies if b["kind"] == "breaker"]
+    assert [(b["heuristic"], b["session"]) for b in trips] == [("identical_failure", s)]
+    assert [(b["event"], b["tool"]) for b in opened] == [("breaker_opened", tool)]
+    assert all(b["text"] for b in bodies)
+    assert SECRET.encode() not in receiver.raw()

@@ -1,7 +1,7 @@
 """Engine benchmark: per-decision latency and replay throughput on a realistic synthetic trace.
 
     python benchmarks/bench_engine.py [--events 100000] [--seed 1] [--sessions 500]
-                                      [--repeat 3] [--no-cli] [--no-gc] [--profile [N]]
+                                      [--repeat 3] [--no-cli] [--no-gc] [--no-metrics] [--tracing] [--profile [N]]
 
 Builds a deterministic (seeded) trace in the shared/spec/traces.md format, in memory: many
 interleaved sessions of paired tool calls and results, assistant and user turns, failures,
@@ -605,6 +605,7 @@ def generate_trace(n_events: int, seed: int, n_sessions: int = 500, runaway_shar
 
 # --------------------------------------------------------------------------- measurement
 METRICS: dict[str, Metrics] = {}  # set from --no-metrics
+TRACER: dict[str, Any] = {}  # set from --tracing
 
 
 def new_engine() -> Engine:
@@ -614,7 +615,23 @@ def new_engine() -> Engine:
         store=MemoryStore(ttl_s=math.inf),
         trust_event_time=True,
         telemetry=METRICS.get("telemetry"),
+        tracer=TRACER.get("tracer"),
     )
+
+
+def sdk_tracer() -> Any:
+    """The OpenTelemetry SDK as a deployment runs it (a batch span processor), exporting to a
+    discarding exporter: the decision's own cost of tracing, not a collector's."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    class Discard(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(Discard()))
+    return provider.get_tracer("bench")
 
 
 KINDS = (
@@ -779,6 +796,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--no-gc", action="store_true", help="disable the garbage collector during the timed passes")
     ap.add_argument("--no-metrics", action="store_true", help="engines record no Prometheus metrics (on by default)")
+    ap.add_argument("--tracing", action="store_true", help="a span per decision (OpenTelemetry SDK, batch processor; off by default)")
     ap.add_argument(
         "--profile",
         type=int,
@@ -791,6 +809,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.no_metrics:
         METRICS["telemetry"] = NO_METRICS
+    if args.tracing:
+        TRACER["tracer"] = sdk_tracer()
 
     t0 = time.perf_counter()
     raw = generate_trace(args.events, args.seed, args.sessions)
@@ -825,6 +845,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("        default config (mode enforce, every heuristic on, breakers shared across sessions)")
     print(f"        Prometheus metrics {'off (--no-metrics)' if args.no_metrics else 'on (the process registry)'}")
+    print(f"        OpenTelemetry {'on (--tracing: SDK, batch processor, discarding exporter)' if args.tracing else 'off'}")
 
     # warm-up: imports, caches, pydantic validators, rapidfuzz, on a throw-away engine
     w = min(args.warmup, len(raw))

@@ -15,11 +15,12 @@ from .events import Assistant, Final, InvalidEventError, ToolCall, ToolResult, U
 from .outcomes import is_semantic_failure
 from .receipts import ReceiptKeys
 from .store import MemoryStore, StorageError, Store, store_from_uri
-from .verdicts import Incident, ResultVerdict, Verdict
+from .verdicts import BreakerIncident, Incident, ResultVerdict, Verdict
 
 __all__ = [
     "AgentBreakerConfig",
     "Assistant",
+    "BreakerIncident",
     "BreakerStateName",
     "Clock",
     "ConfigError",

@@ -15,9 +15,9 @@ from typing import Any, Protocol
 
 from ._text import normalize_name
 from .breaker import BreakerState, BreakerStateName
-from .breaker.core import OPERATOR_STATES
+from .breaker.core import SETTABLE_STATES
 from .config import AgentBreakerConfig, ConfigError
-from .engine import Engine
+from .engine import Engine, breaker_key_parts
 from .events import MAX_ID_CHARS, is_id
 from .receipts import ReceiptKeys
 
@@ -25,7 +25,6 @@ ADMIN_TOKEN_ENV = "AGENT_BREAKER_ADMIN_TOKEN"
 BREAKERS_PATH = "/v1/agent-breaker/breakers"
 DEFAULT_URL = "http://127.0.0.1:8000"
 #: the states an operator may set, as messages list them
-SETTABLE_STATES = sorted(s.value for s in OPERATOR_STATES)
 BAD_TOOL = f"tool: a tool name of 1 to {MAX_ID_CHARS} printable characters"
 
 
@@ -76,7 +75,9 @@ def force(engine: Engine, tool: str, state: BreakerStateName, tenant: str | None
     """Move a breaker as an operator; its state after the move (the tool named as the breaker
     knows it: normalized, as the listing shows it)."""
     engine.force_breaker(tool, state, tenant=tenant)
-    return {"tool": normalize_name(tool), "tenant": tenant, "state": engine.breaker_state(tool, tenant=tenant).value}
+    # the tenant the breaker's key carries: none for a breaker every tenant shares
+    carried, name = breaker_key_parts(engine.breaker_key(tool, tenant=tenant))
+    return {"tool": name, "tenant": carried, "state": engine.breaker_state(tool, tenant=tenant).value}
 
 
 @contextlib.contextmanager

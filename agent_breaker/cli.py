@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from .admin import SETTABLE_STATES
+from .breaker.core import SETTABLE_STATES
 from .config import AgentBreakerConfig, ConfigError, load_config
 
 

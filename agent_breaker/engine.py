@@ -161,13 +161,15 @@ class Engine:
         trust_event_time: bool = False,
         telemetry: Metrics | None = None,
         tracer: Any | None = None,
+        sinks: bool = True,
     ) -> None:
         """`trust_event_time`: decide at each event's own `ts` (replay of a recorded trace).
         Live traffic keeps it False: the engine's clock decides, and a caller's `ts` is
         ignored, so no input can move another session's or a shared breaker's time.
         `listeners` replace the default one (the incident log); the config's incident sinks
-        (`incidents:`) are added to them either way. `tracer`: an OpenTelemetry tracer (default:
-        the process's provider's, when one is configured)."""
+        (`incidents:`, $AGENT_BREAKER_INCIDENT_WEBHOOK) are added to them unless `sinks` is False
+        (replay, the report, benchmarks: what they raise is history, not news for on-call).
+        `tracer`: an OpenTelemetry tracer (default: the process's provider's, when one is set)."""
         self.config = config if isinstance(config, AgentBreakerConfig) else parse_config(config)
         self.store: Store = store or _store_for(self.config)
         self.clock = clock or SystemClock()
@@ -178,7 +180,8 @@ class Engine:
             self.telemetry.watch_sessions(self.store)
         self.tracer = tracer if tracer is not None else configured_tracer()
         self.listeners: list[Listener] = [log_incident] if listeners is None else list(listeners)
-        self.listeners += sinks_for(self.config.incidents, self.telemetry)
+        if sinks:
+            self.listeners += sinks_for(self.config.incidents, self.telemetry)
         self.share_breakers = share_breakers
         self.observe = observe
         self.failure_predicates: dict[str, FailurePredicate] = {
@@ -728,10 +731,7 @@ class Engine:
         """Every shared tool breaker in the store (all the fleet's, on Redis) as (tenant, tool,
         state), sorted; copies of the states. Tenant None: calls without one, or a breaker every
         tenant shares (`breaker.key_by_tenant: false`)."""
-        listed = []
-        for key, st in self.store.breaker_list():
-            *tenant, tool = split_key(key)  # breaker_key's parts: [tenant,] tool
-            listed.append((tenant[0] or None if tenant else None, tool, st))
+        listed = [(*breaker_key_parts(key), st) for key, st in self.store.breaker_list()]
         return sorted(listed, key=lambda row: (row[0] or "", row[1]))
 
     # ----------------------------------------------------------------- incidents and metrics
@@ -767,14 +767,8 @@ class Engine:
             self.telemetry.breaker_seen(name, state.value)
             return
         self.telemetry.breaker_moved(name, t.src.value, t.dst.value)
-        counters: dict[str, Any] = {}
-        if t.dst is BreakerStateName.OPEN and self.share_breakers:
-            try:
-                st = self.store.breaker_state(self._breaker_key(cfg, tenant, name))
-            except StorageError:
-                st = None
-            if st is not None:  # when the first probe may run, for on-call
-                counters["open_interval_s"] = round(st.open_interval_s, 3)
+        # for on-call: how long until the first probe may run
+        counters = {} if t.open_interval_s is None else {"open_interval_s": round(t.open_interval_s, 3)}
         incident = BreakerIncident(
             ts=t.at,
             tool=name,
@@ -789,9 +783,12 @@ class Engine:
 
     def _tell(self, incident: Incident | BreakerIncident) -> None:
         if self.tracer is not None:
-            from opentelemetry import trace
+            try:
+                from opentelemetry import trace
 
-            trace.get_current_span().add_event(f"agent_breaker.{incident.kind}", _span_event(incident))
+                trace.get_current_span().add_event(f"agent_breaker.{incident.kind}", _span_event(incident))
+            except Exception:  # tracing never breaks a decision
+                log.exception("agent-breaker: span event of an incident failed")
         for listener in self.listeners:
             try:
                 listener(incident)
@@ -802,6 +799,13 @@ class Engine:
         """Trips so far, as {"heuristic:severity": count}."""
         with self._lock:
             return {f"{h}:{sev}": n for (h, sev), n in sorted(self._metrics.items())}
+
+
+def breaker_key_parts(key: str) -> tuple[str | None, str]:
+    """(tenant, tool) of a breaker key (`[tenant:]tool`, each part escaped); tenant None for
+    calls without one, or a breaker every tenant shares."""
+    *tenant, tool = split_key(key)
+    return (tenant[0] or None if tenant else None), tool
 
 
 def _span_event(incident: Incident | BreakerIncident) -> dict[str, Any]:

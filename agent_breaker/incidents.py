@@ -3,12 +3,14 @@
 A sink is an engine listener that only puts the incident's dict on a bounded queue; one daemon
 thread per sink delivers from it, retrying with exponential backoff. A decision therefore
 never waits on a receiver: a slow or dead webhook fills the queue, and what does not fit is
-dropped, counted (`agent_breaker_incidents_dropped_total`) and logged. Incidents hold names,
+dropped, counted (`agent_breaker_incidents_total{outcome="dropped"}`) and logged. At exit, each sink gets
+a few seconds to deliver what is queued (an operator's forced breaker from the CLI included). Incidents hold names,
 numbers and the engine's reasons, never payload text.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import queue
@@ -41,16 +43,28 @@ class Undeliverable(Exception):
 _ICONS = {"block": ":no_entry:", "warn": ":warning:", "breaker_opened": ":red_circle:", "breaker_closed": ":large_green_circle:"}
 
 
+def _plain(value: Any) -> str:
+    """A caller-chosen value as Slack text, not markup: `<!channel>` or `<url|label>` in a
+    session id or tool name must not ping a channel or disguise a link."""
+    return str(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def slack_text(d: dict[str, Any]) -> str:
     """One line a chat channel shows (Slack's `text` field): what happened, to what, why."""
+    v = {k: _plain(x) for k, x in d.items() if isinstance(x, (str, int, float))}
     if d.get("kind") == "breaker":
         icon = _ICONS.get(d["event"], ":large_yellow_circle:")
-        tenant = f" (tenant {d['tenant']})" if d.get("tenant") else ""
-        return f"{icon} agent-breaker: {d['tool']} breaker {d['from']} -> {d['to']}{tenant}: {d['reason']}"
+        tenant = f" (tenant {v['tenant']})" if d.get("tenant") else ""
+        return f"{icon} agent-breaker: {v['tool']} breaker {v['from']} -> {v['to']}{tenant}: {v['reason']}"
     icon = _ICONS.get(d["severity"], ":warning:")
-    where = f" on {d['tool']}" if d.get("tool") else ""
-    tenant = f", tenant {d['tenant']}" if d.get("tenant") else ""
-    return f"{icon} agent-breaker {d['severity']} {d['heuristic']}{where} (session {d['session']}{tenant}): {d['reason']}"
+    where = f" on {v['tool']}" if d.get("tool") else ""
+    tenant = f", tenant {v['tenant']}" if d.get("tenant") else ""
+    return f"{icon} agent-breaker {v['severity']} {v['heuristic']}{where} (session {v['session']}{tenant}): {v['reason']}"
+
+
+def _logged(n: int) -> bool:
+    """Log the 1st, 2nd, 4th, 8th... of a kind: a dead receiver must not flood the log."""
+    return n & (n - 1) == 0
 
 
 class QueuedSink:
@@ -77,6 +91,7 @@ class QueuedSink:
         self._metrics = metrics
         self._sleep = sleep
         self.dropped = 0
+        self.failed = 0
         self._thread = threading.Thread(target=self._run, name=f"agent-breaker-sink-{name}", daemon=True)
         self._thread.start()
 
@@ -86,8 +101,14 @@ class QueuedSink:
         except queue.Full:
             self._count("dropped")
             self.dropped += 1
-            if self.dropped & (self.dropped - 1) == 0:  # the 1st, 2nd, 4th, 8th...: a dead receiver must not flood the log
+            if _logged(self.dropped):
                 log.warning("agent-breaker: incident sink %s is full: %d incident(s) dropped so far", self.name, self.dropped)
+
+    def _failed(self, why: str) -> None:
+        self._count("failed")
+        self.failed += 1
+        if _logged(self.failed):
+            log.warning("agent-breaker: incident sink %s %s (%d undelivered so far)", self.name, why, self.failed)
 
     def _count(self, what: str) -> None:
         if self._metrics is not None:
@@ -108,13 +129,11 @@ class QueuedSink:
             try:
                 self._deliver(item)
             except Undeliverable as exc:
-                self._count("failed")
-                log.warning("agent-breaker: incident sink %s refused an incident: %s", self.name, exc)
+                self._failed(f"refused: {exc}")
                 return
             except Exception as exc:  # anything a receiver does wrong is retried, then counted
                 if attempt == self.retries:
-                    self._count("failed")
-                    log.warning("agent-breaker: incident sink %s failed %d times: %s", self.name, attempt + 1, exc)
+                    self._failed(f"failed {attempt + 1} times: {exc}")
                     return
                 self._sleep(min(self.backoff_s * 2**attempt, self.max_backoff_s))
             else:
@@ -173,15 +192,30 @@ def json_lines(path: str) -> Deliver:
 
 _sinks: dict[tuple[Any, ...], QueuedSink] = {}
 _sinks_lock = threading.Lock()
+#: what a process waits at exit for its sinks to deliver what is queued, in all
+EXIT_GRACE_S = 5.0
 
 
 def _shared_sink(key: tuple[Any, ...], make: Callable[[], QueuedSink]) -> QueuedSink:
-    # engines of one process that name the same target share one queue and one thread
+    # engines of one process that name the same target share one queue and one thread (whose
+    # counts go to the first engine's metrics: the process registry, unless it had its own)
     with _sinks_lock:
         sink = _sinks.get(key)
         if sink is None:
+            if not _sinks:
+                atexit.register(close_all)
             sink = _sinks[key] = make()
         return sink
+
+
+def close_all(grace_s: float = EXIT_GRACE_S) -> None:
+    """Give every sink of the process until `grace_s` to deliver what is queued, then stop."""
+    deadline = time.monotonic() + grace_s
+    with _sinks_lock:
+        sinks = list(_sinks.values())
+        _sinks.clear()
+    for sink in sinks:
+        sink.close(max(0.0, deadline - time.monotonic()))
 
 
 def sinks_for(config: IncidentsConfig, metrics: Metrics) -> list[QueuedSink]:
@@ -193,7 +227,7 @@ def sinks_for(config: IncidentsConfig, metrics: Metrics) -> list[QueuedSink]:
     if url:
         out.append(
             _shared_sink(
-                ("webhook", url, w, id(metrics)),
+                ("webhook", url, w),
                 lambda: QueuedSink(
                     "webhook",
                     webhook(url, w.timeout_s),
@@ -207,5 +241,5 @@ def sinks_for(config: IncidentsConfig, metrics: Metrics) -> list[QueuedSink]:
         )
     if config.file:
         path = str(Path(config.file).expanduser().resolve())
-        out.append(_shared_sink(("file", path, id(metrics)), lambda: QueuedSink("file", json_lines(path), metrics=metrics)))
+        out.append(_shared_sink(("file", path), lambda: QueuedSink("file", json_lines(path), metrics=metrics)))
     return out

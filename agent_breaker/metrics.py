@@ -64,15 +64,36 @@ class _Sessions(Collector):
 
     def __init__(self) -> None:
         self.stores: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._seen: dict[int, int] = {}  # evictions each live store had at the last scrape
+        self._retired = 0  # of the stores gone since: a counter never goes down
+        self._lock = threading.Lock()
+
+    def watch(self, store: SessionCounting) -> None:
+        with self._lock:
+            if store in self.stores:
+                return
+            self.stores.add(store)
+            self._seen[id(store)] = store.evicted
+        weakref.finalize(store, self._retire, id(store))
+
+    def _retire(self, key: int) -> None:
+        with self._lock:
+            self._retired += self._seen.pop(key, 0)
 
     def collect(self) -> Iterator[Any]:
         stores = list(self.stores)
+        if not stores and not self._retired:
+            return iter(())  # no in-memory store (Redis only): no series rather than a false 0
+        with self._lock:
+            for st in stores:
+                self._seen[id(st)] = st.evicted
+            evicted_total = self._retired + sum(self._seen.values())
         live = GaugeMetricFamily("agent_breaker_sessions_live", "Sessions held by this process's in-memory stores.")
         live.add_metric([], sum(st.session_count() for st in stores))
         evicted = CounterMetricFamily(
             "agent_breaker_sessions_evicted", "Sessions the in-memory stores dropped: idle past ttl_s, or past max_sessions."
         )
-        evicted.add_metric([], sum(st.evicted for st in stores))
+        evicted.add_metric([], evicted_total)
         return iter((live, evicted))
 
 
@@ -105,7 +126,7 @@ class Metrics:
         )
         self.breaker_state = Gauge(
             "agent_breaker_breaker_state",
-            "1 for the state this process last saw each tool's breaker in, 0 for the others.",
+            "1 for the state this process last saw each tool's breaker in (any tenant's), 0 for the others.",
             ["tool", "state"],
             registry=r,
         )
@@ -168,7 +189,7 @@ class Metrics:
 
     def watch_sessions(self, store: SessionCounting) -> None:
         """Report an in-memory store's sessions live and evicted (while the store lives)."""
-        self.sessions.stores.add(store)
+        self.sessions.watch(store)
 
     def spent(self, tenant: str | None, feature: str | None, tokens: int, usd: float) -> None:
         if not tokens and not usd:

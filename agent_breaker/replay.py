@@ -175,6 +175,7 @@ def replay_engine(
         # session's time would drop live sessions, so replay evicts by count only
         store=MemoryStore(ttl_s=math.inf, max_sessions=config.sessions.max_sessions),
         listeners=None if incidents else [],
+        sinks=False,  # a replayed trip is history: it must not page anyone
         share_breakers=shared_breakers,
         observe=observe,
         # replay's receipts never leave the process: a per-run key is all it needs

@@ -619,7 +619,7 @@ def _sections(r: dict[str, Any]) -> list[Section]:
             ["heuristic", "sessions", "trips", "block", "warn", "ended", *stopped],
             [
                 [
-                    h["heuristic"],
+                    _plain(h["heuristic"]),
                     *(_num(h[k]) for k in ("sessions", "trips", "block", "warn", "sessions_ended")),
                     *spent(h["stopped"]),
                 ]

@@ -276,7 +276,7 @@ class RequestGuard:
             return
         tenant = ALL_TENANTS
         presented = _bearer(headers)
-        if self.admin is not None and _is_admin_path(scope.get("path", "")):
+        if self.admin is not None and _is_admin_path(_route_path(scope)):
             # the admin token alone opens the admin routes: an API token (a tenant's, or `*`) does not
             if presented is None:
                 await _reply(send, 401, "the admin routes need 'Authorization: Bearer <admin token>'", _CHALLENGE)
@@ -442,6 +442,13 @@ def _bearer(headers: Mapping[str, str]) -> str | None:
     """The token of an `Authorization: Bearer <token>` header, if the request has one."""
     scheme, _, presented = headers.get("authorization", "").partition(" ")
     return presented.strip() if scheme.lower() == "bearer" and presented.strip() else None
+
+
+def _route_path(scope: Mapping[str, Any]) -> str:
+    """The path the router matches: behind a root path (a proxy mount, `--root-path`) the
+    request's path starts with it."""
+    path, root = scope.get("path", ""), scope.get("root_path", "")
+    return path[len(root) :] if root and path.startswith(root) else path
 
 
 def _is_admin_path(path: str) -> bool:

@@ -611,6 +611,7 @@ TRACER: dict[str, Any] = {}  # set from --tracing
 def new_engine() -> Engine:
     return Engine(
         listeners=[],
+        sinks=False,
         receipt_keys=ReceiptKeys.ephemeral(),
         store=MemoryStore(ttl_s=math.inf),
         trust_event_time=True,
@@ -796,7 +797,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--no-gc", action="store_true", help="disable the garbage collector during the timed passes")
     ap.add_argument("--no-metrics", action="store_true", help="engines record no Prometheus metrics (on by default)")
-    ap.add_argument("--tracing", action="store_true", help="a span per decision (OpenTelemetry SDK, batch processor; off by default)")
+    ap.add_argument("--tracing", action="store_true", help="a span per decision (OpenTelemetry SDK, batch processor)")
     ap.add_argument(
         "--profile",
         type=int,

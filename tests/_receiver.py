@@ -1,6 +1,7 @@
-"""A local HTTP receiver for the incident and OTLP tests: a loopback port of its own, each
-request's path and body kept, answers scripted (a status per request), and a gate that holds
-every request until the test opens it (a receiver that hangs)."""
+"""A local HTTP receiver for the incident and OTLP tests (and benchmarks/bench_sinks.py): a
+loopback port of its own, each request's path and body kept, answers scripted (a status per
+request), a gate that holds every request until the test opens it (a receiver that hangs), and
+a delay per request (a slow one)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 
 
 class Receiver:
-    def __init__(self, statuses: list[int] | None = None, gate: threading.Event | None = None) -> None:
+    def __init__(self, statuses: list[int] | None = None, gate: threading.Event | None = None, delay_s: float = 0.0) -> None:
         self.requests: list[tuple[str, bytes]] = []
         self.statuses = list(statuses or [])
         self.gate = gate
@@ -28,6 +29,8 @@ class Receiver:
                 receiver.arrived.set()
                 if receiver.gate is not None:
                     receiver.gate.wait(30)
+                if delay_s:
+                    time.sleep(delay_s)  # a slow receiver (the sinks benchmark)
                 with receiver._lock:
                     receiver.requests.append((self.path, body))
                     status = receiver.statuses.pop(0) if receiver.statuses else 200

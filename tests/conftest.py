@@ -11,6 +11,10 @@ import pytest
 os.environ.setdefault("NEMO_GUARDRAILS_NO_USAGE_STATS", "1")
 # shared (Redis) configs need one fingerprint secret per fleet; worker processes inherit it
 os.environ.setdefault("AGENT_BREAKER_FINGERPRINT_SECRET", "test-fingerprint-secret")
+# a developer's shell may point these at a real webhook or collector: tests set their own
+os.environ.pop("AGENT_BREAKER_INCIDENT_WEBHOOK", None)
+os.environ.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
+os.environ.pop("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", None)
 
 from agent_breaker import Engine, FakeClock, ReceiptKeys
 from agent_breaker.verdicts import BreakerIncident, Incident

@@ -381,3 +381,11 @@ def test_the_cli_on_redis_and_the_server_see_each_others_forced_states(server):
     assert proc.returncode == 0, proc.stderr
     assert [b["state"] for b in listed(server, "agent_breaker_redis").json()["breakers"] if b["tool"] == tool] == ["closed"]
     assert check(server, tool, "agent_breaker_redis").status_code == 200
+
+
+def test_behind_a_root_path_the_admin_routes_are_still_admin_routes():
+    from agent_breaker.server import _is_admin_path, _route_path
+
+    mounted = {"path": "/guard/v1/agent-breaker/breakers/run_sql", "root_path": "/guard"}
+    assert _is_admin_path(_route_path(mounted))
+    assert _route_path({"path": "/v1/agent-breaker/breakers"}) == "/v1/agent-breaker/breakers"

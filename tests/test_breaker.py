@@ -140,7 +140,7 @@ def test_default_breaker_opens_after_exactly_five_failures_in_a_row():
     assert fail(st, c, T0, 4) == [None] * 4
     assert st.state is S.CLOSED
     t = record(st, c, T0 + 1.0, failed=True)
-    assert t == Transition("tool", S.CLOSED, S.OPEN, T0 + 1.0, "5 failures in a row (threshold 5)")
+    assert t == Transition("tool", S.CLOSED, S.OPEN, T0 + 1.0, "5 failures in a row (threshold 5)", open_interval_s=30.0)
     assert st.state is S.OPEN
     assert st.opened_at == T0 + 1.0
     assert st.open_interval_s == 30.0
@@ -366,7 +366,7 @@ def test_a_failed_probe_reopens_with_backoff_doubling_up_to_max_open_s():
         p = acquire(st, c, now)
         assert p.probe is not None and p.state is S.HALF_OPEN
         t = record(st, c, now + 1.0, failed=True, probe=p.probe)
-        assert t == Transition("tool", S.HALF_OPEN, S.OPEN, now + 1.0, "a half-open probe failed")
+        assert t == Transition("tool", S.HALF_OPEN, S.OPEN, now + 1.0, "a half-open probe failed", st.open_interval_s)
         now += 1.0
         assert st.opened_at == now
         intervals.append(st.open_interval_s)

@@ -14,9 +14,9 @@ from conftest import CALL_ERROR, OUTAGE, call, run
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent_breaker import Engine
+from agent_breaker import Engine, ReceiptKeys
 from agent_breaker.config import INCIDENT_WEBHOOK_ENV, ConfigError, IncidentsConfig, parse_config
-from agent_breaker.incidents import QueuedSink, json_lines, sinks_for, slack_text, webhook
+from agent_breaker.incidents import QueuedSink, close_all, json_lines, sinks_for, slack_text, webhook
 from agent_breaker.metrics import Metrics
 
 SECRET = "SECRET-PAYLOAD-5d81e2"
@@ -107,7 +107,7 @@ def test_a_receiver_that_keeps_failing_is_given_up_on_counted_and_logged(make_en
         assert len(receiver.requests) == 5
     assert waits == [1.0, 2.0, 3.0, 3.0]  # doubled, then capped
     assert counted(telemetry, "webhook", "failed") == 1
-    assert "incident sink webhook failed 5 times" in caplog.text
+    assert "incident sink webhook failed 5 times" in caplog.text and "(1 undelivered so far)" in caplog.text
 
 
 def test_a_request_the_receiver_refuses_is_not_retried(make_engine, clock):
@@ -180,6 +180,56 @@ def test_config_and_environment_name_the_sinks(monkeypatch, tmp_path):
         sinks_for(IncidentsConfig(), telemetry)
     with pytest.raises(ConfigError, match="process"):
         parse_config({"overrides": [{"tenant": "t", "settings": {"incidents": {"file": "x"}}}]})
+
+
+def test_slack_text_is_text_not_markup():
+    hostile = {
+        "kind": "trip",
+        "severity": "block",
+        "heuristic": "identical_failure",
+        "tool": "<!here>",
+        "session": "<!channel> <https://evil.example|click here>",
+        "tenant": "a&b",
+        "reason": "r",
+    }
+    text = slack_text(hostile)
+    assert "<!" not in text and "|click" in text and "<https" not in text
+    assert "&lt;!channel&gt;" in text and "a&amp;b" in text
+
+
+def test_replay_and_report_never_page_on_call(monkeypatch, tmp_path):
+    from agent_breaker.config import AgentBreakerConfig
+    from agent_breaker.replay import replay_engine, replay_lines
+    from agent_breaker.report import observe
+
+    trace = [
+        json.dumps(e)
+        for i in range(4)
+        for e in (
+            {"type": "tool_call", "ts": 10.0 * i, "session": "r", "call_id": f"c{i}", "tool": "run_sql", "args": {"q": 1}},
+            {
+                "type": "tool_result",
+                "ts": 10.0 * i + 1,
+                "session": "r",
+                "call_id": f"c{i}",
+                "tool": "run_sql",
+                "ok": False,
+                "error": "syntax error",
+                "error_kind": "call",
+            },
+        )
+    ]
+    with receiving() as receiver:
+        monkeypatch.setenv(INCIDENT_WEBHOOK_ENV, receiver.url)
+        engine = replay_engine(AgentBreakerConfig(), incidents=True)
+        [out], _ = replay_lines(trace, engine)
+        assert out["tripped"]  # a trip that would have been posted, were replay wired to the sinks
+        report = observe(iter(line.encode() for line in trace))
+        assert report is not None
+        live = Engine(AgentBreakerConfig(), listeners=[], receipt_keys=ReceiptKeys.ephemeral())  # the control: a live one posts
+        assert [s.name for s in live.listeners] == ["webhook"]
+        close_all()
+    assert receiver.requests == []
 
 
 def test_slack_text_names_what_happened():

@@ -390,7 +390,8 @@ def test_hostile_names_are_escaped_everywhere(tmp_path, capsys):
         tool=HOSTILE,
         counters={HOSTILE: 3, "\x1b[31mred": 1},
     )
-    path = lines(tmp_path / "i.jsonl", [hostile, breaker(HOSTILE, HOSTILE)])
+    escape = trip("t", 2.0, "\x1b[31mEVIL", 100, 1.0)  # a heuristic name is the input's too
+    path = lines(tmp_path / "i.jsonl", [hostile, escape, breaker(HOSTILE, HOSTILE)])
     out_html = tmp_path / "out.html"
     code, out, _ = run(str(path), "--html", str(out_html), capsys=capsys)
     assert code == 0

@@ -8,7 +8,7 @@ any. Storage backends run them under a lock (memory) or mirror them in Lua (Redi
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..config import BreakerConfig
@@ -89,6 +89,7 @@ class Transition:
     dst: S
     at: float
     reason: str
+    open_interval_s: float | None = None  # into OPEN: how long until the first probe may run
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +131,7 @@ def _open(st: BreakerState, cfg: BreakerConfig, now: float, interval_s: float, r
     st.open_interval_s = interval_s
     st.probes.clear()
     st.probe_successes = 0
-    return t
+    return replace(t, open_interval_s=interval_s)
 
 
 def acquire(st: BreakerState, cfg: BreakerConfig, now: float) -> Permission:
@@ -219,6 +220,8 @@ def release(st: BreakerState, probe: int) -> None:
 
 
 OPERATOR_STATES = frozenset({S.CLOSED, S.FORCED_OPEN, S.DISABLED, S.METRICS_ONLY})
+#: their names, sorted (what the admin route and the CLI accept)
+SETTABLE_STATES = sorted(s.value for s in OPERATOR_STATES)
 #: the reason of every operator move
 OPERATOR = "operator"
 

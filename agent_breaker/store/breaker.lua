@@ -134,6 +134,7 @@ local function open(interval, reason)
   st.open_interval_s = interval
   st.probes = {}
   st.probe_successes = 0
+  transition.open_interval_s = string.format("%.17g", interval)
   return nil
 end
 

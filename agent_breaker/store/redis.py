@@ -436,7 +436,10 @@ class RedisStore:
         t = out.get("transition")
         if not t:
             return None
-        return Transition(key, _S(t["src"]), _S(t["dst"]), float(t["at"]), t["reason"])
+        interval = t.get("open_interval_s")
+        return Transition(
+            key, _S(t["src"]), _S(t["dst"]), float(t["at"]), t["reason"], None if interval is None else float(interval)
+        )
 
     def breaker_acquire(self, key: str, cfg: BreakerConfig, now: float) -> Permission:
         bkey = self.breaker_key(key)

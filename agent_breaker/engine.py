@@ -12,6 +12,7 @@ and tells the listeners. Policy resolution lives in `policy.py`, result classifi
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import hashlib
 import hmac
@@ -95,6 +96,8 @@ class _Decided:
 
 
 _R = TypeVar("_R", Verdict, ResultVerdict)
+#: the span of the decision in progress (OpenTelemetry), for its incidents' span events
+_DECISION_SPAN: contextvars.ContextVar[Any] = contextvars.ContextVar("agent_breaker_decision_span", default=None)
 
 
 def _measured(event: str) -> Callable[[Callable[[Engine, Any], _R]], Callable[[Engine, Any], _R]]:
@@ -118,14 +121,22 @@ def _measured(event: str) -> Callable[[Callable[[Engine, Any], _R]], Callable[[E
             if self.tracer is None:
                 verdict, _, _ = timed(self, event)
             else:
-                # no exception recorded: an invalid event's message may quote its payload
-                with self.tracer.start_as_current_span(span_name, record_exception=False, set_status_on_exception=False) as span:
+                # a child of the caller's current span, not made current itself (attaching a
+                # context costs more than the rest of a span): incidents find it in _DECISION_SPAN
+                span = self.tracer.start_span(span_name, record_exception=False, set_status_on_exception=False)
+                token = _DECISION_SPAN.set(span)
+                try:
                     verdict, heuristic, outcome = timed(self, event)
+                finally:
+                    _DECISION_SPAN.reset(token)
+                if span.is_recording():
                     span.set_attributes(
                         {"agent_breaker.event": event_name, "agent_breaker.verdict": outcome}
                         | ({} if heuristic is None else {"agent_breaker.heuristic": heuristic})
                         | attributes("agent_breaker.counters", getattr(verdict, "counters", {}))
                     )
+                # no exception recorded: an invalid event's message may quote its payload
+                span.end()
             if isinstance(verdict, InvalidEventError):
                 raise verdict
             return verdict
@@ -725,7 +736,14 @@ class Engine:
         cfg = self._policy(tenant, None, None).cfg
         dst = BreakerStateName(state)
         moved = self.store.breaker_force(self.breaker_key(tool, tenant=tenant), cfg.breaker, self.clock.now(), dst)
-        self._breaker_moved(moved, normalize_name(tool), tenant, cfg, dst)
+        span = None if self.tracer is None or moved is None else self.tracer.start_span("agent_breaker.breaker_force")
+        token = _DECISION_SPAN.set(span)
+        try:
+            self._breaker_moved(moved, normalize_name(tool), tenant, cfg, dst)
+        finally:
+            _DECISION_SPAN.reset(token)
+            if span is not None:
+                span.end()
 
     def breakers(self) -> list[tuple[str | None, str, BreakerState]]:
         """Every shared tool breaker in the store (all the fleet's, on Redis) as (tenant, tool,
@@ -782,11 +800,10 @@ class Engine:
         self._tell(incident)
 
     def _tell(self, incident: Incident | BreakerIncident) -> None:
-        if self.tracer is not None:
+        span = _DECISION_SPAN.get()
+        if span is not None:
             try:
-                from opentelemetry import trace
-
-                trace.get_current_span().add_event(f"agent_breaker.{incident.kind}", _span_event(incident))
+                span.add_event(f"agent_breaker.{incident.kind}", _span_event(incident))
             except Exception:  # tracing never breaks a decision
                 log.exception("agent-breaker: span event of an incident failed")
         for listener in self.listeners:

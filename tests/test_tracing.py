@@ -123,3 +123,21 @@ def test_the_server_exports_spans_over_otlp_to_the_standard_endpoint():
             srv.stop()
     assert b"guard-under-test" in receiver.raw()
     assert SECRET.encode() not in receiver.raw()
+
+
+def test_an_operator_move_is_a_span_with_its_breaker_event(make_engine, spans):
+    tracer, exporter = spans
+    engine = make_engine(tracer=tracer)
+    engine.force_breaker("fetch", "forced_open")
+    [span] = exporter.get_finished_spans()
+    assert span.name == "agent_breaker.breaker_force"
+    assert [(e.name, e.attributes["agent_breaker.event"]) for e in span.events] == [("agent_breaker.breaker", "breaker_forced")]
+
+
+def test_a_decision_span_is_a_child_of_the_callers_span(make_engine, clock, spans):
+    tracer, exporter = spans
+    engine = make_engine(tracer=tracer)
+    with tracer.start_as_current_span("gateway request"):
+        engine.check_tool_call(call("search", {"q": 1}))
+    decision, request = exporter.get_finished_spans()
+    assert decision.parent is not None and decision.parent.span_id == request.context.span_id

@@ -21,6 +21,7 @@ pytest.importorskip("nemoguardrails")
 httpx = pytest.importorskip("httpx")
 
 from _chat_cli import ChatCLI  # noqa: E402
+from _receiver import Receiver  # noqa: E402
 from _server import TOKEN, call, child_env, result, start  # noqa: E402
 from agent_breaker.configs import config_path  # noqa: E402
 from conftest import REDIS_URL, redis_or_skip  # noqa: E402
@@ -167,9 +168,19 @@ def test_replay_prints_no_payload(tmp_path):
 def debug_server():
     redis_or_skip()
     url = REDIS_URL.rsplit("/", 1)[0] + "/12"
-    srv = start({"AGENT_BREAKER_API_TOKEN": TOKEN, "REDIS_URL": url}, token=TOKEN, log_level="debug")
-    yield srv, url
+    # every output an operator reads: incidents posted to a webhook, spans exported over OTLP
+    receiver = Receiver()
+    env = {
+        "AGENT_BREAKER_API_TOKEN": TOKEN,
+        "REDIS_URL": url,
+        "AGENT_BREAKER_INCIDENT_WEBHOOK": receiver.url + "/incidents",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
+        "OTEL_BSP_SCHEDULE_DELAY": "100",
+    }
+    srv = start(env, token=TOKEN, log_level="debug")
+    yield srv, url, receiver
     srv.stop()
+    receiver.close()
     import redis
 
     client = redis.Redis.from_url(url)
@@ -180,10 +191,19 @@ def debug_server():
 
 @pytest.mark.parametrize("config_id", ["agent_breaker", "agent_breaker_redis"])
 def test_the_server_logs_and_stores_no_payload(debug_server, config_id):
-    srv, url = debug_server
+    srv, url, receiver = debug_server
     marker = _marker()
     session = f"pay-{uuid.uuid4().hex[:8]}"
-    for event in _payload_events(marker):
+    tool = f"flaky_{uuid.uuid4().hex[:6]}"
+    runaway = [
+        e for i in range(4) for e in (call(10 + i, "run_sql", {"q": marker}, thought=marker), result(10 + i, error=marker))
+    ]
+    for i in range(5):  # an outage: a breaker opens
+        down = result(20 + i, tool, error="connection refused", error_kind="dependency")
+        assert (
+            srv.events(f"{session}-o{i}", call(20 + i, tool, {"q": f"{marker}{i}"}), down, config_id=config_id).status_code == 200
+        )
+    for event in [*_payload_events(marker), *runaway]:
         r = srv.events(session, event, config_id=config_id)
         assert r.status_code in (200, 413, 422), r.text
         assert not _found_in(r.text, marker), r.text  # no verdict repeats the payload
@@ -202,6 +222,17 @@ def test_the_server_logs_and_stores_no_payload(debug_server, config_id):
     # a request the guard refuses: its body reaches no log either
     r = srv.post("/v1/agent-breaker/events", {"session_id": session, "events": [{"type": f"Bad{marker}"}]})
     assert r.status_code == 422 and not _found_in(r.text, marker)
+    metrics = httpx.get(srv.base + "/metrics", headers=srv.headers, timeout=30).text
+    assert 'verdict="blocked"' in metrics and not _found_in(metrics, marker)
+
+    def arrived() -> tuple[list, list]:
+        bodies = receiver.json_bodies("/incidents")
+        return [b for b in bodies if b.get("session") == session], [b for b in bodies if b.get("tool") == tool]
+
+    assert receiver.wait_for(lambda: all(arrived()) and any(p == "/v1/traces" for p, _ in receiver.requests))
+    trips, opened = arrived()
+    assert "identical_failure" in {b["heuristic"] for b in trips} and opened[0]["event"] == "breaker_opened"
+    assert not _found_in(receiver.raw().decode("utf-8", "replace"), marker)  # webhook bodies and spans alike
     time.sleep(0.5)  # let the server flush its log file
     log = srv.log()
     assert "DEBUG" in log or "INFO" in log or "agent-breaker" in log

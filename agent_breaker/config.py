@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from . import heuristics as H
 from ._canonical import DEFAULT_VOLATILE_FIELDS
 from ._text import normalize_name
+from .schemas import Check, SchemaError, compile_check
 
 Mode = Literal["enforce", "observe", "off"]
 
@@ -335,6 +336,28 @@ class ToolPolicy(_Frozen):
         description="Whose are this tool's failures: read from each error (auto), always the dependency's (they "
         "count for its breaker), or always the call's own (they feed the loop detectors only).",
     )
+    args_schema: dict[str, Any] | None = Field(None, description="JSON Schema the arguments must meet (schema_violation).")
+    args_model: str | None = Field(None, description="A pydantic model ('package.module:Model') the arguments must meet.")
+    result_schema: dict[str, Any] | None = Field(
+        None, description="JSON Schema a successful result must meet; one that does not is a failed call (the call's own)."
+    )
+    result_model: str | None = Field(None, description="A pydantic model a successful result must meet.")
+
+    @model_validator(mode="after")
+    def _schemas_compile(self) -> ToolPolicy:
+        # a schema that cannot check anything fails the config now, not the first call
+        try:
+            compile_check(self.args_schema, self.args_model)
+            compile_check(self.result_schema, self.result_model)
+        except SchemaError as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+    def args_check(self) -> Check | None:
+        return compile_check(self.args_schema, self.args_model)
+
+    def result_check(self) -> Check | None:
+        return compile_check(self.result_schema, self.result_model)
 
 
 class IdenticalFailureConfig(_Frozen):
@@ -646,6 +669,51 @@ class IncidentsConfig(_Frozen):
     file: str | None = Field(None, description="Append each incident as a JSON line to this file.")
 
 
+ESCALATIONS_DB_ENV = "AGENT_BREAKER_ESCALATIONS_DB"
+QUEUE_URL_ENV = "AGENT_BREAKER_QUEUE_URL"
+DEFAULT_QUEUE_NAME = "agent_breaker.escalations"
+DEFAULT_MAX_EXCERPT_CHARS = 200
+
+
+class EscalationsConfig(_Frozen):
+    """escalations: the human escalation queue (a SQLite file) and where its outbox is relayed
+    (RabbitMQ, besides the incident sinks). Where things live is process-level; whether a
+    record may carry payload excerpts is set per tenant (overrides)."""
+
+    db: str | None = Field(
+        None,
+        description=f"The SQLite file (${ESCALATIONS_DB_ENV} wins when set; neither: "
+        "$XDG_STATE_HOME/agent-breaker/escalations.db, else ~/.local/state/agent-breaker/escalations.db).",
+    )
+    db_env: str | None = Field(ESCALATIONS_DB_ENV, description="An environment variable that, when set, holds the file's path.")
+    queue_url: str | None = Field(None, description="amqp:// or amqps:// URL of a RabbitMQ broker the relay publishes to.")
+    queue_url_env: str | None = Field(QUEUE_URL_ENV, description="An environment variable that, when set, holds the URL.")
+    queue: str = Field(
+        DEFAULT_QUEUE_NAME,
+        min_length=1,
+        max_length=255,
+        pattern=r"^[A-Za-z0-9_.:-]+$",
+        description="The durable quorum queue the relay publishes to.",
+    )
+    excerpts: bool = Field(
+        False,
+        description="Records may carry short payload excerpts (off: names, numbers and hashes only); set it per "
+        "tenant with an override.",
+    )
+    max_excerpt_chars: int = Field(DEFAULT_MAX_EXCERPT_CHARS, ge=1, le=2000, description="Longest excerpt kept, when on.")
+
+    def resolved_queue_url(self) -> str | None:
+        import os
+
+        url = (os.environ.get(self.queue_url_env) if self.queue_url_env else None) or self.queue_url
+        if url and not url.startswith(("amqp://", "amqps://")):
+            source = (
+                f"${self.queue_url_env}" if self.queue_url_env and os.environ.get(self.queue_url_env) else "escalations.queue_url"
+            )
+            raise ConfigError(f"{source} must be an amqp:// or amqps:// URL, not {url.split('://')[0][:20]!r}://...")
+        return url or None
+
+
 class GlobalBudgetConfig(_Frozen):
     """global_budget: spend per tenant and feature across every worker."""
 
@@ -717,6 +785,7 @@ class AgentBreakerConfig(_Frozen):
     storage: StorageConfig = StorageConfig()
     sessions: SessionsConfig = SessionsConfig()
     incidents: IncidentsConfig = IncidentsConfig()
+    escalations: EscalationsConfig = EscalationsConfig()
     overrides: tuple[Override, ...] = Field(
         (), description="Settings per tenant / feature / agent; the more specific override wins."
     )
@@ -789,6 +858,11 @@ PROCESS_LEVEL = (
     "storage",
     "sessions",
     "incidents",
+    "escalations.db",
+    "escalations.db_env",
+    "escalations.queue_url",
+    "escalations.queue_url_env",
+    "escalations.queue",
     "fingerprint_secret",
     "receipts.key_env",
     "receipts.key_file",

@@ -207,6 +207,7 @@ class Engine:
         self.policies = Policies(self.config, self.fingerprints, observe=observe)
         self._confirmation = self._said(CONFIRMATION)
         self._mixed: OrderedDict[str, None] = OrderedDict()
+        self._shapes: OrderedDict[str, bool] = OrderedDict()  # tool -> did its latest result meet its schema
         self._metrics: Counter[tuple[str, str]] = Counter()
         self._lock = threading.Lock()
 
@@ -371,6 +372,8 @@ class Engine:
         if cfg.mode == "off":
             return ALLOW
         f = self._facts(ev, p)
+        problem = p.schema_problem(f.tool, ev.args)
+        schema_trip = None if problem is None else schema_violation(f.tool, "arguments", problem)
         self.telemetry.spent(ev.tenant, ev.feature, f.tokens, f.cost_usd)
         polling_tool = p.polling(ev.tool)
         global_trip = self._global_spend(step, f.tokens, f.cost_usd)
@@ -400,7 +403,7 @@ class Engine:
                 return s, decided
             similar = loops.chain_similarity(s, f, cfg, now)
             polling = polling_tool or loops.polled_by_result(s, f)
-            block, warn = judge(cfg, [global_trip]) if global_trip is not None else (None, None)
+            block, warn = judge(cfg, [global_trip, schema_trip]) if global_trip or schema_trip else (None, None)
             if block is None:
                 block, call_warn = run_checks(p.call_checks, CheckContext(s, f, cfg, now, polling, similar))
                 warn = warn or call_warn
@@ -497,6 +500,11 @@ class Engine:
         if cfg.mode == "off":
             return ResultVerdict(True)
         out = classify(ev, cfg, p.in_progress, self.failure_predicates.get(ev.tool))
+        result_trips = self._result_schema(p, ev, out)
+        if result_trips and p.mode(H.SCHEMA_VIOLATION) == "enforce":
+            # a result that breaks its schema is a failed call, the call's own: it feeds the
+            # loop detectors, mints no receipt, and proves nothing to a half-open breaker
+            out = replace(out, failed=True, dependency=False, retry_after_s=None)
         canonical = self._result_canonical(p, ev.result)
         result_hash = self.fingerprints.hash64(canonical)
         # the loop detectors compare results without what churns: repeats of a call without
@@ -519,6 +527,9 @@ class Engine:
                 reason = f"no call of {ev.tool} {which} was allowed in this session and awaits its result"
                 return None, _Decided(ResultVerdict(False, H.INVALID_EVENT, reason))
             decided = _Decided(ResultVerdict(True, failed=out.failed))
+            for trip in result_trips:
+                decided.trips.append((trip, "block" if trip.heuristic == H.SCHEMA_VIOLATION and out.failed else "warn"))
+                decided.verdict = replace(decided.verdict, heuristic=trip.heuristic, reason=trip.reason)
             if references:
                 s.ledger.observe(references)
             if self.share_breakers:
@@ -550,6 +561,40 @@ class Engine:
             return s, decided
 
         return self._commit(step, decide, ev.tool)
+
+    def _result_schema(self, p: Policy, ev: ToolResult, out: Outcome) -> list[Trip]:
+        """A successful result checked against its tool's schema: schema_violation when it
+        breaks it, and schema_drift too when the tool's results met it until now (per process)."""
+        if out.failed:
+            return []
+        problem = p.schema_problem(ev.tool, ev.result, result=True)
+        if problem is None:
+            if ev.tool in p.cfg.tools:
+                self._remember_shape(ev.tool, True)
+            return []
+        trips = []
+        if self._remember_shape(ev.tool, False) and p.mode(H.SCHEMA_DRIFT) != "off":
+            trips.append(
+                Trip(
+                    H.SCHEMA_DRIFT,
+                    "tool",
+                    f"{ev.tool} started returning another shape: its result {problem}",
+                    "The tool's output changed shape: do not rely on its results until its owner checks it.",
+                )
+            )
+        if p.mode(H.SCHEMA_VIOLATION) != "off":
+            trips.append(schema_violation(ev.tool, "result", problem))
+        return trips
+
+    def _remember_shape(self, tool: str, conforming: bool) -> bool:
+        """Note whether a tool's latest result met its schema; True when one that did is
+        followed by one that does not (the moment it drifted)."""
+        with self._lock:
+            before = self._shapes.pop(tool, None)
+            self._shapes[tool] = conforming
+            if len(self._shapes) > MAX_MIXED_SESSIONS:
+                self._shapes.popitem(last=False)
+        return before is True and not conforming
 
     def _receipt(
         self,
@@ -834,6 +879,17 @@ def _span_event(incident: Incident | BreakerIncident) -> dict[str, Any]:
     return attributes("agent_breaker", {k: v for k, v in d.items() if v is not None}) | attributes(
         "agent_breaker.counters", counters
     )
+
+
+def schema_violation(tool: str, what: str, problem: str) -> Trip:
+    """Arguments (before the call) or a result (after it) that break the tool's schema: the
+    observation names the field and what is wrong, so the agent can fix the call."""
+    fix = (
+        f"Fix the arguments and call {tool} again: {problem}."
+        if what == "arguments"
+        else f"{tool} returned a result that does not meet its schema: do not rely on it; try again or use another tool."
+    )
+    return Trip(H.SCHEMA_VIOLATION, "call", f"{tool} {what}: {problem}", fix, {"part": what})
 
 
 def _halted_verdict(s: SessionState, cfg: AgentBreakerConfig, tool: str | None) -> Verdict | None:

@@ -27,6 +27,10 @@ STEP_LIMIT = "step_limit"
 DEPTH_LIMIT = "depth_limit"
 
 UNVERIFIED_CLAIM = "unverified_claim"
+#: arguments (before the call) or a result (after it) that break the tool's schema or model
+SCHEMA_VIOLATION = "schema_violation"
+#: a tool whose results met its schema starts returning another shape
+SCHEMA_DRIFT = "schema_drift"
 EMPTY_MUTATION_RESULT = "empty_mutation_result"
 
 GLOBAL_BUDGET = "global_budget"
@@ -60,6 +64,8 @@ CONFIGURABLE: tuple[str, ...] = (
     UNVERIFIED_CLAIM,
     EMPTY_MUTATION_RESULT,
     GLOBAL_BUDGET,
+    SCHEMA_VIOLATION,
+    SCHEMA_DRIFT,
 )
 
 #: the loop heuristics: their halts end when the user says something new

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import heuristics as H
+from . import schemas
 from ._canonical import Canonicalizer, ChurnMask, Fingerprinter, normalize_key
 from .config import AgentBreakerConfig, Mode
 from .detectors import loops
@@ -125,6 +126,7 @@ class Policy:
     session_limits: tuple[EnabledCheck, ...]
     _mutating: dict[str, bool]
     _polling: dict[str, bool]
+    _checks: dict[tuple[str, bool], schemas.Check | None]  # (tool, of the result): only tools under `tools:`
 
     @classmethod
     def build(cls, cfg: AgentBreakerConfig, fingerprints: Fingerprinter) -> Policy:
@@ -143,6 +145,7 @@ class Policy:
             frozenset(normalize_key(k) for k in cfg.duplicate_mutation.idempotency_fields),
             enabled(cfg, CALL_CHECKS),
             enabled(cfg, SESSION_LIMITS),
+            {},
             {},
             {},
         )
@@ -170,6 +173,18 @@ class Policy:
 
     def mode(self, heuristic: str) -> Mode:
         return self.cfg.mode_of(heuristic)
+
+    def schema_problem(self, tool: str, value: Any, *, result: bool = False) -> str | None:
+        """What is wrong with a call's arguments (or its result) by the tool's schema or model;
+        None when it meets them, or the tool has none."""
+        policy = self.cfg.tools.get(tool)
+        if policy is None or self.mode(H.SCHEMA_VIOLATION) == "off":
+            return None
+        key = (tool, result)
+        if key not in self._checks:
+            self._checks[key] = policy.result_check() if result else policy.args_check()
+        check = self._checks[key]
+        return None if check is None else check(value)
 
     def polling(self, tool: str) -> bool:
         """Marked `polling` under tools:, or named like a status tool (stuck_polling.polling_tools)."""

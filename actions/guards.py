@@ -36,6 +36,8 @@ CALLER_TENANT: contextvars.ContextVar[str | None] = contextvars.ContextVar("agen
 #: events the server keeps out of Colang state, by a random reference, for one request
 PAYLOADS: dict[str, Mapping[str, Any]] = {}
 PAYLOAD_REF = "agent_breaker_ref"
+#: a routed verdict's mapped arguments, by the reference of the event it answers (see PAYLOADS)
+ROUTE_ARGS: dict[str, Any] = {}
 
 
 def collect_incident(incident: Incident | BreakerIncident) -> None:
@@ -65,6 +67,11 @@ def colang_fields(event: Any) -> Mapping[str, Any]:
         return {}
     ref = args.get(PAYLOAD_REF)
     return args if ref is None else PAYLOADS.get(ref, args)  # gone: run_event refuses it
+
+
+def _ref_of(event: Any) -> str | None:
+    args = getattr(event, "arguments", event)
+    return args.get(PAYLOAD_REF) if isinstance(args, Mapping) else None
 
 
 def _echo(fields: Mapping[str, Any], name: str) -> str | None:
@@ -123,7 +130,15 @@ async def decide(engine: Engine, kind: EventKind | str, fields: Mapping[str, Any
 
 def _guard_action(kind: EventKind) -> Any:
     async def guard(event: Any, agent_breaker_engine: Engine) -> dict[str, Any]:
-        return await decide(agent_breaker_engine, kind, colang_fields(event))
+        out = await decide(agent_breaker_engine, kind, colang_fields(event))
+        ref = _ref_of(event)
+        route = out.get("route")
+        if ref is not None and route is not None and route.get("args") is not None:
+            # a fallback's mapped arguments are the caller's payload: they go back by the
+            # request's table, like the event came, not through Colang state
+            ROUTE_ARGS[ref] = route["args"]
+            out["route"] = {**route, "args": None}
+        return out
 
     guard.__name__ = kind.action
     guard.__doc__ = f"{kind.colang} -> the verdict dict its flow sends as {kind.verdict}."

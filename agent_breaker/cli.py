@@ -164,6 +164,100 @@ def _breakers(args: argparse.Namespace) -> int:
     return 0
 
 
+def _escalations_db(args: argparse.Namespace) -> Path:
+    """--db, else $AGENT_BREAKER_ESCALATIONS_DB (or the config's variable), else the config's
+    `escalations.db`, else the default file."""
+    from .escalations import db_path
+
+    config = load_config(args.config) if args.config else AgentBreakerConfig()
+    return db_path(config.escalations, explicit=args.db)
+
+
+def _escalations(args: argparse.Namespace) -> int:
+    from .escalations import EscalationError, SqliteEscalations
+    from .escalations.operator import format_escalation, format_escalations
+
+    path = _escalations_db(args)
+    if not path.exists():
+        # opening the store would create an empty file: a mistyped --db must not look like an empty queue
+        if args.action == "list":
+            print(f"agent-breaker: no escalations db at {path} (nothing escalated there yet)", file=sys.stderr)
+            return 0
+        print(f"agent-breaker: no escalations db at {path} (set --db or $AGENT_BREAKER_ESCALATIONS_DB)", file=sys.stderr)
+        return 2
+    try:
+        store = SqliteEscalations(path)
+        try:
+            if args.action == "list":
+                rows = store.list(status=args.status, limit=args.limit)
+            elif args.action == "show":
+                found = store.get(args.id)
+                if found is None:
+                    print(f"agent-breaker: no escalation {args.id} in {path}", file=sys.stderr)
+                    return 2
+                rows = [found]
+            else:
+                rows = [store.resolve(args.id, args.decision, args.note)]
+        finally:
+            store.close()
+    except EscalationError as exc:
+        print(f"agent-breaker: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        for row in rows:
+            print(json.dumps(row.to_dict()))
+    elif args.action == "list":
+        print(format_escalations(rows))
+    elif args.action == "show":
+        print(format_escalation(rows[0]))
+    else:
+        print(f"{rows[0].id}: {rows[0].status}")
+    return 0
+
+
+def _relay(args: argparse.Namespace) -> int:
+    import signal
+
+    from .escalations import EscalationError, Relay, RelayBusy, SqliteEscalations, targets_for
+
+    config = load_config(args.config) if args.config else AgentBreakerConfig()
+    path = _escalations_db(args)
+    targets, closers = targets_for(config)
+    if not targets:
+        print(
+            "agent-breaker: the relay has no target: set $AGENT_BREAKER_QUEUE_URL (RabbitMQ), "
+            "$AGENT_BREAKER_INCIDENT_WEBHOOK, or incidents.file / escalations.queue_url in --config",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        store = SqliteEscalations(path)
+        relay = Relay(store, targets)
+        try:
+            if args.once:
+                # every pending row, pass after pass, until none is left or a target fails
+                while relay.run_once() and not relay.failures:
+                    pass
+            else:
+                print(f"agent-breaker: relaying {path} to {', '.join(targets)} (Ctrl-C stops)", file=sys.stderr, flush=True)
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    signal.signal(sig, lambda *_: relay.request_stop())
+                relay.run()
+            pending = store.pending_count()
+        finally:
+            relay.close()
+            store.close()
+            for close in closers:
+                close()
+    except (EscalationError, RelayBusy) as exc:
+        print(f"agent-breaker: {exc}", file=sys.stderr)
+        return 2
+    failed = f"; last failure: {relay.last_error}" if relay.failures else ""
+    where = ", ".join(targets)
+    print(f"agent-breaker: relayed {relay.delivered} message(s) to {where}; {pending} pending{failed}", file=sys.stderr)
+    return 1 if relay.failures else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="agent-breaker", description="Deterministic guards for AI agents.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -210,6 +304,27 @@ def main(argv: list[str] | None = None) -> int:
     fp.add_argument("tool")
     fp.add_argument("state", choices=SETTABLE_STATES)
     bp.set_defaults(func=_breakers)
+    db = argparse.ArgumentParser(add_help=False)
+    db.add_argument("--db", help="the SQLite file (default: $AGENT_BREAKER_ESCALATIONS_DB, else ~/.local/state/agent-breaker/)")
+    db.add_argument("--config", help="YAML config whose escalations (and incidents) settings to use")
+    ep = sub.add_parser("escalations", help="sessions frozen for a human: list, show, resolve (resume or abort)")
+    esub = ep.add_subparsers(dest="action", required=True)
+    el = esub.add_parser("list", parents=[db], help="the newest escalations first")
+    el.add_argument("--status", choices=["open", "resumed", "aborted"], help="only escalations in this status")
+    el.add_argument("--limit", type=int, default=100, help="at most this many (1 to 1000; default 100)")
+    el.add_argument("--json", action="store_true", help="one JSON line per escalation")
+    es = esub.add_parser("show", parents=[db], help="one escalation, every field")
+    es.add_argument("id")
+    es.add_argument("--json", action="store_true", help="the escalation as one JSON line")
+    er = esub.add_parser("resolve", parents=[db], help="resume the session (lift the freeze) or abort it (keep it closed)")
+    er.add_argument("id")
+    er.add_argument("--decision", required=True, choices=["resume", "abort"])
+    er.add_argument("--note", help="why, for the record (at most 2000 characters)")
+    er.add_argument("--json", action="store_true", help="the resolved escalation as one JSON line")
+    ep.set_defaults(func=_escalations)
+    relay = sub.add_parser("relay", parents=[db], help="deliver the escalation outbox to RabbitMQ and the incident sinks")
+    relay.add_argument("--once", action="store_true", help="deliver what is pending, then exit (1 if a target failed)")
+    relay.set_defaults(func=_relay)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

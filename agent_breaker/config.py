@@ -318,6 +318,45 @@ class BreakerConfig(_Frozen):
         return self
 
 
+class Alternative(_Frozen):
+    """fallback.alternatives[]: an equivalent tool, and how this tool's arguments map onto its."""
+
+    tool: str = Field(min_length=1, description="The equivalent tool (it has its own breaker).")
+    args: dict[str, str] = Field(
+        default_factory=dict,
+        description="Its argument <- a path in the refused call's arguments ('customer.id'); empty: the same arguments.",
+    )
+    constants: dict[str, Any] = Field(default_factory=dict, description="Arguments of fixed value.")
+
+    @field_validator("tool")
+    @classmethod
+    def _normalized(cls, tool: str) -> str:
+        return normalize_name(tool)
+
+    def mapped(self, args: Any) -> dict[str, Any] | None:
+        """The alternative's arguments, or None when the refused call lacks a mapped path."""
+        if not self.args:
+            return {**args, **self.constants} if isinstance(args, dict) else None
+        out: dict[str, Any] = {}
+        for target, path in self.args.items():
+            value: Any = args
+            for part in path.split("."):
+                if not isinstance(value, dict) or part not in value:
+                    return None
+                value = value[part]
+            out[target] = value
+        return {**out, **self.constants}
+
+
+class FallbackConfig(_Frozen):
+    """fallback: where a call goes when the tool's breaker refuses it, tier by tier: the first
+    alternative whose breaker lets calls through, else the static answer, else a human."""
+
+    alternatives: tuple[Alternative, ...] = ()
+    static: str | None = Field(None, min_length=1, max_length=4000, description="A deterministic answer, as the observation.")
+    escalate: bool = Field(False, description="Hand the session to a human (the escalation queue) when nothing else serves.")
+
+
 class ToolPolicy(_Frozen):
     """What the guard knows of one tool (under `tools:`, by its normalized name)."""
 
@@ -342,6 +381,7 @@ class ToolPolicy(_Frozen):
         None, description="JSON Schema a successful result must meet; one that does not is a failed call (the call's own)."
     )
     result_model: str | None = Field(None, description="A pydantic model a successful result must meet.")
+    fallback: FallbackConfig | None = Field(None, description="Where a call goes when this tool's breaker refuses it.")
 
     @model_validator(mode="after")
     def _schemas_compile(self) -> ToolPolicy:
@@ -710,7 +750,8 @@ class EscalationsConfig(_Frozen):
             source = (
                 f"${self.queue_url_env}" if self.queue_url_env and os.environ.get(self.queue_url_env) else "escalations.queue_url"
             )
-            raise ConfigError(f"{source} must be an amqp:// or amqps:// URL, not {url.split('://')[0][:20]!r}://...")
+            # no part of the value in the message: a URL without its scheme still holds the password
+            raise ConfigError(f"{source} must be an amqp:// or amqps:// URL")
         return url or None
 
 

@@ -452,7 +452,40 @@ class Engine:
         verdict = self._commit(step, decide, f.tool)
         if permission is not None and permission.probe is not None and not verdict.allowed:
             self._release_probe(bkey, cfg, permission.probe)
+        if not verdict.allowed and verdict.heuristic in _TOOL_DOWN:
+            verdict = self._fallback(step, f.tool, verdict)
         return verdict
+
+    def _fallback(self, step: _Step, tool: str, verdict: Verdict) -> Verdict:
+        """A call its tool's breaker refused, routed down the tool's fallback tiers: the first
+        alternative that is serving (its own breaker), else the static answer."""
+        fb = step.p.cfg.tool(tool).fallback
+        if fb is None:
+            return verdict
+        for alt in fb.alternatives:
+            args = alt.mapped(step.ev.args)
+            if alt.tool != tool and args is not None and self._serving(step, alt.tool):
+                route = {"tier": "alternative", "tool": alt.tool, "args": args}
+                return _routed(verdict, route, f"{tool} is unavailable: call {alt.tool} instead (the same request, mapped).")
+        if fb.static is not None:
+            route = {"tier": "static", "answer": fb.static}
+            return _routed(verdict, route, f"{tool} is unavailable. Use this answer instead: {fb.static}")
+        return verdict
+
+    def _serving(self, step: _Step, tool: str) -> bool:
+        """Would this tool's breaker let a call through now (read only: the alternative's own
+        call goes through its breaker when the caller runs it)."""
+        if not self.share_breakers or step.p.mode(H.CIRCUIT_OPEN) == "off":
+            return True
+        try:
+            st = self.store.breaker_state(self._breaker_key(step.p.cfg, step.ev.tenant, tool))
+        except StorageError:
+            return False
+        if st is None:
+            return True
+        if st.state is BreakerStateName.OPEN:
+            return step.now >= st.opened_at + st.open_interval_s  # its next call is a probe
+        return st.state is not BreakerStateName.FORCED_OPEN
 
     def _release_probe(self, bkey: str, cfg: AgentBreakerConfig, probe: int) -> None:
         try:
@@ -879,6 +912,19 @@ def _span_event(incident: Incident | BreakerIncident) -> dict[str, Any]:
     return attributes("agent_breaker", {k: v for k, v in d.items() if v is not None}) | attributes(
         "agent_breaker.counters", counters
     )
+
+
+#: refusals that say the tool itself is down: a tool's fallback serves these
+_TOOL_DOWN = frozenset({H.CIRCUIT_OPEN, H.CIRCUIT_HALF_OPEN})
+
+
+def _routed(verdict: Verdict, route: dict[str, Any], instruction: str) -> Verdict:
+    """A refusal with the fallback taken: the route for the caller, and the observation that
+    tells the agent (for the static tier, the answer itself)."""
+    observation = {**(verdict.observation or {}), "actionable_instruction": instruction, "fallback": route["tier"]}
+    if route["tier"] == "static":
+        observation["answer"] = route["answer"]
+    return replace(verdict, route=route, observation=observation)
 
 
 def schema_violation(tool: str, what: str, problem: str) -> Trip:

@@ -56,6 +56,14 @@ def slack_text(d: dict[str, Any]) -> str:
         icon = _ICONS.get(d["event"], ":large_yellow_circle:")
         tenant = f" (tenant {v['tenant']})" if d.get("tenant") else ""
         return f"{icon} agent-breaker: {v['tool']} breaker {v['from']} -> {v['to']}{tenant}: {v['reason']}"
+    if d.get("kind") in ("escalation", "resolution"):
+        # the escalation outbox (agent_breaker.escalations) reaches the webhook through its relay
+        tenant = f", tenant {v['tenant']}" if d.get("tenant") else ""
+        what = f"escalation {v['id']} ({v['heuristic']}, session {v['session_id']}{tenant})"
+        if d["kind"] == "escalation":
+            return f":sos: agent-breaker {what} waits for a human: {v['reason']}"
+        note = f": {v['note']}" if d.get("note") else ""
+        return f":white_check_mark: agent-breaker {what} {v['status']}{note}"
     icon = _ICONS.get(d["severity"], ":warning:")
     where = f" on {v['tool']}" if d.get("tool") else ""
     tenant = f", tenant {v['tenant']}" if d.get("tenant") else ""

@@ -69,7 +69,7 @@ KINDS: tuple[EventKind, ...] = (
             "mutating": "mutating",
         },
         ("tool_name", "tool_args"),
-        ("session_id", "call_id", "allowed", "heuristic", "severity", "reason", "observation"),
+        ("session_id", "call_id", "allowed", "heuristic", "severity", "reason", "observation", "route"),
         "tool",
     ),
     EventKind(

@@ -12,6 +12,8 @@ What it adds to the stock server (see README, "Security"):
   request) before anything recursive runs, NeMo included: bad input gets a 4xx, never a 500;
 - breaker admin routes (`GET /v1/agent-breaker/breakers`, `POST .../breakers/{tool}`), only
   with $AGENT_BREAKER_ADMIN_TOKEN set, and opened by that token alone (no API token);
+- escalation admin routes (`GET /v1/agent-breaker/escalations`, `POST .../escalations/{id}`),
+  behind the same token, on the SQLite file of the escalation queue;
 - the events endpoint runs events through a small pool of live Colang states per config, and
   they hold no payload: the Colang runtime sees ids and a reference, the action reads the event
   from a table that lives for the request only.
@@ -53,6 +55,7 @@ from .actions.guards import (
     MAX_CONTEXT_EVENTS,
     PAYLOAD_REF,
     PAYLOADS,
+    ROUTE_ARGS,
     context_events,
     merge_context_messages,
     set_max_context_events,
@@ -70,6 +73,17 @@ from .admin import (
 )
 from .config import ConfigError
 from .engine import Engine
+from .escalations import (
+    BAD_ID,
+    ESCALATIONS_PATH,
+    MAX_NOTE_CHARS,
+    AlreadyResolved,
+    EscalationStorageError,
+    InvalidEscalation,
+    UnknownEscalation,
+    db_path,
+)
+from .escalations.operator import Stores
 from .events import MAX_ID_CHARS, is_id
 from .protocol import BY_COLANG, TOOL_CALL_EVENT, VERDICT_TYPES
 from .store import StorageError
@@ -286,7 +300,7 @@ class RequestGuard:
                 return
             if not scope.get("path", "").isprintable():
                 # a line break in the tool name ends the router's match: a bare 404 would hide why
-                await _reply(send, 422, BAD_TOOL)
+                await _reply(send, 422, BAD_ID if _route_path(scope).startswith(ESCALATIONS_PATH) else BAD_TOOL)
                 return
             scope.setdefault("state", {})[ADMIN_GRANTED] = True
         elif self.tokens is not None:
@@ -451,10 +465,14 @@ def _route_path(scope: Mapping[str, Any]) -> str:
     return path[len(root) :] if root and path.startswith(root) else path
 
 
+#: the admin routes' prefixes: the breakers, and the escalation queue
+ADMIN_PATHS = (BREAKERS_PATH, ESCALATIONS_PATH)
+
+
 def _is_admin_path(path: str) -> bool:
     # the path the router matches (percent-decoded by the ASGI server): no spelling reaches
     # an admin route past this check
-    return path == BREAKERS_PATH or path.startswith(BREAKERS_PATH + "/")
+    return any(path == prefix or path.startswith(prefix + "/") for prefix in ADMIN_PATHS)
 
 
 def _host_name(host: str) -> str:
@@ -666,7 +684,13 @@ class ColangPool:
                     out, state = await rails.process_events_async([colang_event], state)
                 finally:
                     PAYLOADS.pop(ref, None)
-                verdicts.extend({k: v for k, v in e.items() if k not in _NOISE} for e in out if e.get("type") in VERDICT_TYPES)
+                    route_args = ROUTE_ARGS.pop(ref, None)
+                for e in out:
+                    if e.get("type") in VERDICT_TYPES:
+                        verdict = {k: v for k, v in e.items() if k not in _NOISE}
+                        if route_args is not None and verdict.get("route"):
+                            verdict["route"] = {**verdict["route"], "args": route_args}
+                        verdicts.append(verdict)
         except BaseException:
             state = None  # a state an event broke is not reused
             raise
@@ -809,6 +833,63 @@ def install_admin_endpoints(app: Any, configs: ServedConfigs) -> None:
         )
 
 
+class ResolveRequest(BaseModel):
+    """The escalation admin's POST body."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    decision: str = Field(max_length=16, description="resume (lift the freeze) or abort (keep the session closed).")
+    note: str | None = Field(None, max_length=MAX_NOTE_CHARS, description="Why, for the record.")
+
+
+def install_escalation_endpoints(app: Any, configs: ServedConfigs) -> None:
+    """Add the escalation admin routes (only with an admin token, like the breaker admin's):
+    `GET /v1/agent-breaker/escalations` (`?status=`, `?limit=`) and `POST .../escalations/{id}`.
+    They read the SQLite file the served configs name (`escalations.db`, or
+    $AGENT_BREAKER_ESCALATIONS_DB, or the default); `config_id` picks a config when they name
+    different files."""
+    paths = {config_id: db_path(configs.engine(config_id)[1].config.escalations) for config_id in configs.ids}
+    stores = Stores()
+
+    async def run(request: Request, act: Callable[[Any], Any]) -> Any:
+        """`act` on the chosen file's store (off the event loop: SQLite may wait on a lock), or the error answer."""
+        if not request.scope.get("state", {}).get(ADMIN_GRANTED):
+            return json_error(403, "the admin routes need the admin token")  # reached past the guard's check
+        config_id = request.query_params.get("config_id")
+        if config_id is not None and config_id not in paths:
+            return json_error(404, f"unknown config id; this server serves {configs.ids}")
+        files = {paths[config_id]} if config_id is not None else set(paths.values())
+        if len(files) != 1:
+            return json_error(422, f"config_id is required: the served configs keep escalations in other files ({configs.ids})")
+        try:
+            return await asyncio.to_thread(lambda: act(stores.get(files.pop())))
+        except InvalidEscalation as exc:
+            return json_error(422, str(exc))
+        except UnknownEscalation as exc:
+            return json_error(404, str(exc))
+        except AlreadyResolved as exc:
+            return json_error(409, str(exc))
+        except EscalationStorageError as exc:
+            return json_error(503, str(exc))
+
+    @app.get(ESCALATIONS_PATH, tags=["agent-breaker"])
+    async def agent_breaker_escalations(request: Request) -> Any:
+        """The newest escalations first (`status`: open, resumed or aborted; `limit`: 1 to 1000)."""
+        status = request.query_params.get("status")
+        raw = request.query_params.get("limit", "100")
+        # what is not a small whole number in ASCII digits is 0, which the store refuses (422)
+        limit = int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 5 else 0
+        return await run(request, lambda store: {"escalations": [e.to_dict() for e in store.list(status, limit)]})
+
+    @app.post(ESCALATIONS_PATH + "/{escalation_id}", tags=["agent-breaker"])
+    async def agent_breaker_resolve(escalation_id: str, request: Request) -> Any:
+        """Resume or abort an open escalation; 409 when it was resolved before."""
+        body = parsed_body(ResolveRequest, request)
+        if isinstance(body, JSONResponse):
+            return body
+        return await run(request, lambda store: store.resolve(escalation_id, body.decision, body.note).to_dict())
+
+
 def install_metrics_endpoint(app: Any) -> None:
     """Add GET /metrics: the process's decision metrics, in Prometheus' text exposition format
     (behind the same bearer token as every other route)."""
@@ -884,6 +965,7 @@ def build_app(root: Path, *, host: str, environ: Mapping[str, str] = os.environ)
     install_metrics_endpoint(api.app)
     if admin is not None:
         install_admin_endpoints(api.app, configs)
+        install_escalation_endpoints(api.app, configs)
     set_max_context_events(limits.max_events)
     api.app.state.agent_breaker_configs = configs
     return RequestGuard(api.app, tokens=tokens, hosts=allowed_hosts(host, environ), limits=limits, configs=configs, admin=admin)

@@ -26,6 +26,9 @@ class Verdict:
     observation: dict[str, Any] | None = None
     # identifies the execution for record_tool_result when the caller has no call_id
     call_id: str | None = None
+    # a refused call's fallback (tools.<name>.fallback): {"tier": "alternative", "tool", "args"},
+    # {"tier": "static", "answer"} or {"tier": "escalate", "escalation_id"}
+    route: dict[str, Any] | None = None
 
     @property
     def tripped(self) -> bool:
@@ -41,6 +44,7 @@ class Verdict:
             "counters": dict(self.counters),
             "observation": None if self.observation is None else dict(self.observation),
             "call_id": self.call_id,
+            "route": None if self.route is None else dict(self.route),
         }
 
 

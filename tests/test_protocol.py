@@ -60,7 +60,7 @@ def test_every_verdict_the_flows_send_has_its_fields():
 def test_the_fail_closed_observation_has_the_fields_of_every_observation():
     from agent_breaker.verdicts import observation
 
-    literal = re.search(r"observation=(\{\"error\": \"GUARD_ERROR\".*?\})\)", FLOWS).group(1)
+    literal = re.search(r"observation=(\{\"error\": \"GUARD_ERROR\".*?\})[,)]", FLOWS).group(1)
     keys = re.findall(r'"(\w+)":', literal)
     assert keys == list(observation(H.GUARD_ERROR, "t", "m", "i", None))
 

@@ -1,0 +1,59 @@
+"""What an operator sees of the escalations, shared by `agent-breaker escalations` and the
+server's escalation routes: one store per file, and the CLI's table."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from .records import Escalation
+from .sqlite import SqliteEscalations
+
+
+class Stores:
+    """One `SqliteEscalations` per file, opened on first use: configs of one server that name
+    the same file share it."""
+
+    def __init__(self) -> None:
+        self._stores: dict[Path, SqliteEscalations] = {}
+        self._lock = threading.Lock()
+
+    def get(self, path: Path) -> SqliteEscalations:
+        with self._lock:
+            store = self._stores.get(path)
+            if store is None:
+                store = self._stores[path] = SqliteEscalations(path)
+            return store
+
+
+def format_escalations(escalations: list[Escalation]) -> str:
+    """The CLI's table: one escalation a line, the newest first, times in UTC."""
+    header = f"{'id':20} {'status':8} {'created':20} {'tenant':16} {'session':24} {'heuristic':20} reason"
+    lines = [header, "-" * len(header)]
+    for e in escalations:
+        lines.append(
+            f"{e.id:20} {e.status:8} {_utc(e.created_at):20} {_cut(e.tenant or '-', 16):16} {_cut(e.session, 24):24} "
+            f"{_cut(e.heuristic, 20):20} {_cut(e.reason, 60)}"
+        )
+    return "\n".join(lines)
+
+
+def format_escalation(e: Escalation) -> str:
+    """`show`: every field, one a line."""
+    d: dict[str, Any] = e.to_dict()
+    d["created_at"] = f"{_utc(e.created_at)} ({e.created_at})"
+    if e.resolved_at is not None:
+        d["resolved_at"] = f"{_utc(e.resolved_at)} ({e.resolved_at})"
+    width = max(len(k) for k in d)
+    return "\n".join(f"{k:{width}}  {v if isinstance(v, str) else json.dumps(v)}" for k, v in d.items())
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _utc(ts: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))

@@ -1,0 +1,384 @@
+"""The embedded escalation store: one SQLite file, the escalation queue and its outbox.
+
+An escalation and the outbox row that announces it are written in one transaction, and so are
+a resolution and its row: a process killed at any point leaves both or neither, and the relay
+(`relay.py`) delivers what the outbox holds, at least once, however long after.
+
+The file is in WAL mode (readers never wait for the writer: `frozen()` on the decision path
+does not queue behind a relay marking rows delivered) with `synchronous=FULL` by default: each
+commit is on disk before `escalate()` returns, so an escalation survives a power cut as well
+as a killed process. Escalations are rare (a trip that needs a human), so an fsync each is
+cheap next to what losing one costs: a runaway session unfrozen after a reboot with no trace
+of why. NORMAL (`synchronous="NORMAL"`) survives a killed process but may lose the last
+commits to a power cut or an OS crash; `benchmarks/bench_outbox.py` measures both. Writes take
+the write lock up front (`BEGIN IMMEDIATE`), so two writers wait for each other (up to a busy
+timeout of 5 s) instead of failing mid-transaction, and a check-then-update (two operators
+resolving one escalation) happens once.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from ..config import EscalationsConfig
+from .records import (
+    STATUSES,
+    AlreadyResolved,
+    Decision,
+    Escalation,
+    EscalationStorageError,
+    InvalidEscalation,
+    Status,
+    UnknownEscalation,
+    checked_decision,
+    checked_id,
+    checked_note,
+)
+
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_S = 5.0
+DEFAULT_LIST_LIMIT = 100
+MAX_LIST_LIMIT = 1000
+#: an incident bigger than this is not one the engine made (they are names and numbers)
+MAX_MESSAGE_BYTES = 65_536
+DB_FILE = "escalations.db"
+
+OutboxKind = Literal["escalation", "resolution", "incident"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS escalations (
+    id TEXT PRIMARY KEY,
+    key TEXT NOT NULL,
+    tenant TEXT,
+    session TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('open', 'resumed', 'aborted')),
+    decision TEXT CHECK (decision IN ('resume', 'abort')),
+    note TEXT,
+    resolved_at REAL,
+    record TEXT NOT NULL
+);
+-- one open escalation per key, whoever writes: the idempotency of escalate() holds across processes
+CREATE UNIQUE INDEX IF NOT EXISTS escalations_open_key ON escalations (key) WHERE status = 'open';
+CREATE INDEX IF NOT EXISTS escalations_session ON escalations (session, tenant);
+CREATE INDEX IF NOT EXISTS escalations_created ON escalations (created_at);
+CREATE TABLE IF NOT EXISTS outbox (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    idempotency_key TEXT NOT NULL UNIQUE,
+    kind TEXT NOT NULL CHECK (kind IN ('escalation', 'resolution', 'incident')),
+    payload TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    delivered_at REAL,
+    attempts INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS outbox_pending ON outbox (seq) WHERE delivered_at IS NULL;
+"""
+_COLUMNS = "status, decision, note, resolved_at, record"
+
+
+def default_db_path(environ: Mapping[str, str] = os.environ) -> Path:
+    """$XDG_STATE_HOME/agent-breaker/escalations.db, else ~/.local/state/agent-breaker/escalations.db.
+
+    State, not cache (it must survive) nor config; per user, and the same file wherever a
+    command starts: the server, `agent-breaker escalations` and `agent-breaker relay` run from
+    other working directories must all see one queue (a path relative to the working directory
+    would split it silently)."""
+    state = environ.get("XDG_STATE_HOME") or ""
+    base = Path(state) if Path(state).is_absolute() else Path.home() / ".local" / "state"  # the XDG rule: relative is ignored
+    return base / "agent-breaker" / DB_FILE
+
+
+def db_path(
+    config: EscalationsConfig | None = None, *, explicit: str | None = None, environ: Mapping[str, str] = os.environ
+) -> Path:
+    """Where the escalations live: `explicit` (a --db argument), else the config's variable
+    ($AGENT_BREAKER_ESCALATIONS_DB), else the config's `db`, else `default_db_path()`; absolute."""
+    config = config or EscalationsConfig()
+    chosen = explicit or (environ.get(config.db_env) if config.db_env else None) or config.db
+    return (Path(chosen).expanduser() if chosen else default_db_path(environ)).resolve()
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxRow:
+    """One message waiting for the relay: `message` is what targets receive, `key` its
+    idempotency key (consumers drop a key they have seen)."""
+
+    seq: int
+    key: str
+    kind: OutboxKind
+    message: dict[str, Any]
+    created_at: float
+    attempts: int
+
+
+class _Connection(sqlite3.Connection):
+    """A connection that can be weakly referenced: the store tracks every thread's connection
+    without keeping a finished thread's one alive."""
+
+
+class SqliteEscalations:
+    """The escalation queue and outbox in one SQLite file; safe to share between threads (one
+    connection each) and processes (SQLite's locks). A new object on the same file sees
+    everything an earlier one wrote."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: Literal["FULL", "NORMAL"] = "FULL",
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if synchronous not in ("FULL", "NORMAL"):
+            raise ValueError(f"synchronous must be FULL or NORMAL, but was {synchronous!r}")
+        self.path = Path(path).expanduser().resolve()
+        self.synchronous = synchronous
+        self.clock = clock
+        self._local = threading.local()
+        self._connections: weakref.WeakSet[_Connection] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self._closed = False
+        _create_private(self.path)
+        conn = self._conn()
+        try:
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if mode != "wal":
+                # readers beside a writer, and the durability above, assume WAL (a network file system refuses it)
+                raise EscalationStorageError(f"escalations db {self.path}: SQLite refused WAL mode (journal mode {mode})")
+            with self._write() as c:
+                version = c.execute("PRAGMA user_version").fetchone()[0]
+                if version > SCHEMA_VERSION:
+                    raise EscalationStorageError(
+                        f"escalations db {self.path} has schema {version}: written by a newer agent-breaker "
+                        f"(this one knows {SCHEMA_VERSION})"
+                    )
+                if version < SCHEMA_VERSION:
+                    for statement in _SCHEMA.split(";"):
+                        if statement.strip():
+                            c.execute(statement)
+                    c.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        except sqlite3.Error as exc:
+            raise EscalationStorageError(f"escalations db {self.path}: {exc}") from None
+
+    # ------------------------------------------------------------------ the queue (EscalationStore)
+
+    def escalate(self, record: Escalation) -> Escalation:
+        """Open `record` and its outbox row in one transaction, or return the escalation already
+        open for its key (same tenant, session and heuristic) untouched: no second row."""
+        if record.status != "open":
+            raise InvalidEscalation(f"status: only an open escalation can be escalated, not a {record.status} one")
+        with self._write() as c:
+            row = c.execute(f"SELECT {_COLUMNS} FROM escalations WHERE key = ? AND status = 'open'", (record.key,)).fetchone()
+            if row is not None:
+                return _escalation(row)
+            facts = record.to_dict()
+            c.execute(
+                "INSERT INTO escalations (id, key, tenant, session, created_at, status, record) "
+                "VALUES (?, ?, ?, ?, ?, 'open', ?)",
+                (record.id, record.key, record.tenant, record.session, record.created_at, _json(facts)),
+            )
+            self._outbox(c, f"escalation:{record.id}", "escalation", {"kind": "escalation", **facts})
+        return record
+
+    def frozen(self, tenant: str | None, session: str) -> Escalation | None:
+        """The escalation that keeps this session frozen, or None: an open one (waiting for a
+        human; the oldest, if several heuristics escalated it), else an aborted one (a human
+        closed the session for good). A resumed escalation freezes nothing. Read from the file
+        on each call, so a resolution made by another process (the CLI, the server) counts at once."""
+        row = self._read_one(
+            f"SELECT {_COLUMNS} FROM escalations WHERE session = ? AND tenant IS ? AND status IN ('open', 'aborted') "
+            # open before aborted; the oldest open one, the latest aborted one
+            "ORDER BY status = 'aborted', CASE status WHEN 'open' THEN created_at ELSE -created_at END, rowid LIMIT 1",
+            (session, tenant),
+        )
+        return None if row is None else _escalation(row)
+
+    def resolve(self, escalation_id: str, decision: Decision, note: str | None = None) -> Escalation:
+        """Resume or abort an open escalation, with its `resolution` outbox row, in one
+        transaction. Once only: a second resolution (another operator, a retried request)
+        raises AlreadyResolved naming the status; an unknown id raises UnknownEscalation."""
+        escalation_id = checked_id(escalation_id)
+        decision = checked_decision(decision)
+        note = checked_note(note)
+        with self._write() as c:
+            # under the write lock: nobody resolves it between this read and the update
+            row = c.execute(f"SELECT {_COLUMNS} FROM escalations WHERE id = ?", (escalation_id,)).fetchone()
+            if row is None:
+                raise UnknownEscalation(f"no escalation {escalation_id}")
+            current = _escalation(row)
+            if current.status != "open":
+                raise AlreadyResolved(escalation_id, current.status)
+            done = current.resolved(decision, note, self.clock())
+            c.execute(
+                "UPDATE escalations SET status = ?, decision = ?, note = ?, resolved_at = ? WHERE id = ? AND status = 'open'",
+                (done.status, done.decision, done.note, done.resolved_at, escalation_id),
+            )
+            self._outbox(c, f"resolution:{escalation_id}", "resolution", {"kind": "resolution", **done.to_dict()})
+        return done
+
+    def list(self, status: Status | None = None, limit: int = DEFAULT_LIST_LIMIT) -> builtins.list[Escalation]:
+        """The newest escalations first (`status`: only those), at most `limit` (1 to 1000)."""
+        if status is not None and status not in STATUSES:
+            raise InvalidEscalation(f"status must be one of {list(STATUSES)}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST_LIMIT:
+            raise InvalidEscalation(f"limit must be between 1 and {MAX_LIST_LIMIT}")
+        rows = self._read(
+            f"SELECT {_COLUMNS} FROM escalations WHERE ?1 IS NULL OR status = ?1 ORDER BY created_at DESC, rowid DESC LIMIT ?2",
+            (status, limit),
+        )
+        return [_escalation(r) for r in rows]
+
+    def get(self, escalation_id: str) -> Escalation | None:
+        """One escalation, or None; a malformed id raises InvalidEscalation."""
+        row = self._read_one(f"SELECT {_COLUMNS} FROM escalations WHERE id = ?", (checked_id(escalation_id),))
+        return None if row is None else _escalation(row)
+
+    def add_incident(self, incident: Mapping[str, Any]) -> str:
+        """Put an incident (`Incident.to_dict()`, `BreakerIncident.to_dict()`) on the outbox;
+        its idempotency key is a hash of its content, so adding it twice adds one row.
+        Returns the key."""
+        try:
+            canonical = json.dumps(dict(incident), sort_keys=True, separators=(",", ":"))
+        except (TypeError, ValueError):
+            raise InvalidEscalation("incident: a JSON object of names and numbers") from None
+        if len(canonical) > MAX_MESSAGE_BYTES:
+            raise InvalidEscalation(f"incident: over {MAX_MESSAGE_BYTES} bytes as JSON")
+        key = "incident:" + hashlib.sha256(canonical.encode()).hexdigest()
+        with self._write() as c:
+            self._outbox(c, key, "incident", json.loads(canonical))
+        return key
+
+    # ------------------------------------------------------------------ the outbox (the relay's side)
+
+    def pending(self, limit: int) -> builtins.list[OutboxRow]:
+        """Undelivered outbox rows, oldest first."""
+        rows = self._read(
+            "SELECT seq, idempotency_key, kind, payload, created_at, attempts FROM outbox "
+            "WHERE delivered_at IS NULL ORDER BY seq LIMIT ?",
+            (limit,),
+        )
+        return [
+            OutboxRow(seq, key, kind, json.loads(payload), created_at, attempts)
+            for seq, key, kind, payload, created_at, attempts in rows
+        ]
+
+    def pending_count(self) -> int:
+        return int(self._read_one("SELECT count(*) FROM outbox WHERE delivered_at IS NULL", ())[0])
+
+    def mark_delivered(self, seqs: Iterable[int]) -> None:
+        """Every target accepted these rows."""
+        at = self.clock()
+        with self._write() as c:
+            c.executemany("UPDATE outbox SET delivered_at = ? WHERE seq = ? AND delivered_at IS NULL", [(at, s) for s in seqs])
+
+    def mark_attempted(self, seq: int) -> None:
+        """A delivery of this row failed (it stays pending)."""
+        with self._write() as c:
+            c.execute("UPDATE outbox SET attempts = attempts + 1 WHERE seq = ?", (seq,))
+
+    def prune_delivered(self, before: float) -> int:
+        """Forget rows delivered before `before` (epoch seconds); how many went."""
+        with self._write() as c:
+            return c.execute("DELETE FROM outbox WHERE delivered_at IS NOT NULL AND delivered_at < ?", (before,)).rowcount
+
+    def close(self) -> None:
+        """Close every thread's connection; the store is unusable after."""
+        with self._lock:
+            self._closed = True
+            connections = list(self._connections)
+        for conn in connections:
+            conn.close()
+
+    # ------------------------------------------------------------------ internals
+
+    def _outbox(self, c: sqlite3.Connection, key: str, kind: OutboxKind, message: dict[str, Any]) -> None:
+        c.execute(
+            "INSERT INTO outbox (idempotency_key, kind, payload, created_at) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (idempotency_key) DO NOTHING",
+            (key, kind, _json(message), self.clock()),
+        )
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: _Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            with self._lock:
+                if self._closed:
+                    raise EscalationStorageError(f"escalations db {self.path}: the store is closed")
+                try:
+                    conn = sqlite3.connect(
+                        self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False, factory=_Connection
+                    )
+                    conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+                except sqlite3.Error as exc:
+                    raise EscalationStorageError(f"escalations db {self.path}: {exc}") from None
+                self._connections.add(conn)
+            self._local.conn = conn
+        return conn
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, the write lock taken up front; any SQLite error rolls it back
+        and becomes EscalationStorageError."""
+        conn = self._conn()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise EscalationStorageError(f"escalations db {self.path}: {exc}") from None
+        try:
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error):
+                raise EscalationStorageError(f"escalations db {self.path}: {exc}") from None
+            raise
+
+    def _read(self, sql: str, params: tuple[Any, ...]) -> builtins.list[Any]:
+        try:
+            return self._conn().execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise EscalationStorageError(f"escalations db {self.path}: {exc}") from None
+
+    def _read_one(self, sql: str, params: tuple[Any, ...]) -> Any:
+        rows = self._read(sql, params)
+        return rows[0] if rows else None
+
+
+def _escalation(row: tuple[Any, ...]) -> Escalation:
+    status, decision, note, resolved_at, record = row
+    return Escalation.from_dict(
+        {**json.loads(record), "status": status, "decision": decision, "note": note, "resolved_at": resolved_at}
+    )
+
+
+def _json(value: Any) -> str:
+    # ASCII only: any text (a lone surrogate in an excerpt included) survives the round trip
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _create_private(path: Path) -> None:
+    """The file (0600) and any missing parent folders (0700): it names tenants and sessions."""
+    missing = []
+    parent = path.parent
+    while not parent.exists():
+        missing.append(parent)
+        parent = parent.parent
+    for folder in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # another process made it meanwhile
+            folder.mkdir(mode=0o700)
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
+    except OSError as exc:
+        raise EscalationStorageError(f"escalations db {path}: {exc.strerror}") from None

@@ -1,0 +1,714 @@
+"""The escalation queue (issue 12, item 3): records, the SQLite store (idempotent escalate, the
+freeze and its resolution, restarts, two operators at once, hostile ids and notes), the relay's
+delivery rules, `agent-breaker escalations` / `relay`, and the escalation routes of the real
+server. Real SQLite files, a real HTTP receiver, a real server: no mocks."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import stat
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_breaker.config import ConfigError, parse_config
+from agent_breaker.escalations import (
+    AlreadyResolved,
+    Escalation,
+    InvalidEscalation,
+    Relay,
+    RelayBusy,
+    Spend,
+    SqliteEscalations,
+    ToolOutcome,
+    UnknownEscalation,
+    db_path,
+    default_db_path,
+    escalation_key,
+)
+from agent_breaker.escalations.relay import incidents_only, sink_targets
+from agent_breaker.incidents import Undeliverable, slack_text
+
+ROOT = Path(__file__).resolve().parents[1]
+NOW = 1_767_225_600.0
+
+
+def escalation(session: str = "s1", heuristic: str = "unverified_claim", tenant: str | None = "acme", **kw: Any) -> Escalation:
+    return Escalation.new(
+        session=session,
+        heuristic=heuristic,
+        reason=kw.pop("reason", "the answer claims wire_transfer ran; no receipt for it"),
+        now=kw.pop("now", NOW),
+        tenant=tenant,
+        feature=kw.pop("feature", "payments"),
+        agent=kw.pop("agent", "teller"),
+        counters=kw.pop("counters", {"claims": 1, "receipts": 0, "args_hash": "9f2c" * 16}),
+        spend=kw.pop("spend", Spend(tokens=12_000, usd=0.42)),
+        tools=kw.pop("tools", [ToolOutcome("wire_transfer", "blocked", 2), ToolOutcome("get_balance", "ok", 3)]),
+        **kw,
+    )
+
+
+@pytest.fixture
+def store(tmp_path) -> Iterator[SqliteEscalations]:
+    s = SqliteEscalations(tmp_path / "escalations.db")
+    yield s
+    s.close()
+
+
+def rows(path: Path, sql: str) -> list[tuple[Any, ...]]:
+    """The file as SQLite itself reads it (not through the store)."""
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()
+
+
+# ----------------------------------------------------------------------------- records
+
+
+def test_a_record_round_trips_through_its_dict_and_holds_no_excerpts_unless_given():
+    e = escalation()
+    d = e.to_dict()
+    assert Escalation.from_dict(d) == e
+    assert d["session_id"] == "s1" and d["status"] == "open" and "excerpts" not in d
+    assert d["tools"] == [
+        {"tool": "wire_transfer", "outcome": "blocked", "count": 2},
+        {"tool": "get_balance", "outcome": "ok", "count": 3},
+    ]
+    assert d["spend"] == {"tokens": 12_000, "usd": 0.42}
+    assert e.id.startswith("esc_") and len(e.id) == 20
+    assert e.key == escalation_key("acme", "s1", "unverified_claim") != escalation_key(None, "s1", "unverified_claim")
+    # an unambiguous encoding: moving a separator between the parts makes another key
+    assert escalation_key("a|b", "c", "h") != escalation_key("a", "b|c", "h")
+    opted = escalation(excerpts=["transferred 500 EUR"])
+    assert opted.to_dict()["excerpts"] == ["transferred 500 EUR"]
+
+
+def test_a_record_is_immutable_all_the_way_down():
+    e = escalation()
+    with pytest.raises(AttributeError):
+        e.status = "resumed"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        e.counters["claims"] = 2  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"counters": {"args": "DROP TABLE orders; -- a sentence of payload"}}, "counters.args"),
+        ({"counters": {"Not A Name": 1}}, "counters"),
+        ({"counters": {"n": float("nan")}}, "counters.n"),
+        ({"session": "line\nbreak"}, "session"),
+        ({"session": "x" * 257}, "session"),
+        ({"heuristic": "Not-a-name"}, "heuristic"),
+        ({"reason": "r" * 1001}, "reason"),
+        ({"tools": [ToolOutcome("t", "ok")] * 65}, "tools"),
+        ({"excerpts": ["x" * 2001]}, "excerpts"),
+    ],
+)
+def test_a_record_refuses_what_is_not_names_numbers_and_hashes_naming_the_field(change, field):
+    with pytest.raises(InvalidEscalation, match=field.replace(".", r"\.")) as caught:
+        escalation(**change)
+    assert "DROP TABLE" not in str(caught.value)  # the message names the field, never the value
+
+
+def test_tool_outcomes_and_spend_are_checked():
+    with pytest.raises(InvalidEscalation, match="outcome"):
+        ToolOutcome("t", "Failed with 503")
+    with pytest.raises(InvalidEscalation, match="spend.tokens"):
+        Spend(tokens=-1)
+    with pytest.raises(InvalidEscalation, match="spend.usd"):
+        Spend(usd=float("inf"))
+    with pytest.raises(InvalidEscalation, match="not an escalation record"):
+        Escalation.from_dict({"id": "esc_0123456789abcdef"})
+
+
+# ----------------------------------------------------------------------------- the store
+
+
+def test_escalate_is_idempotent_per_tenant_session_and_heuristic(store):
+    first = store.escalate(escalation())
+    again = store.escalate(escalation(reason="the same trip, decided again by another worker"))
+    assert again == first
+    other_heuristic = store.escalate(escalation(heuristic="step_limit"))
+    other_tenant = store.escalate(escalation(tenant="globex"))
+    assert len({first.id, other_heuristic.id, other_tenant.id}) == 3
+    assert len(store.list()) == 3
+    assert [r[0] for r in rows(store.path, "SELECT kind FROM outbox ORDER BY seq")] == ["escalation"] * 3
+    # resolved, the same key opens a new escalation (a later trip of the resumed session)
+    store.resolve(first.id, "resume")
+    later = store.escalate(escalation(now=NOW + 60))
+    assert later.id != first.id and later in store.list(status="open")
+
+
+def test_a_frozen_session_stays_frozen_until_resumed(store):
+    assert store.frozen("acme", "s1") is None
+    e = store.escalate(escalation())
+    assert store.frozen("acme", "s1") == e
+    assert store.frozen(None, "s1") is None and store.frozen("globex", "s1") is None and store.frozen("acme", "s2") is None
+    done = store.resolve(e.id, "resume", "the transfer was checked by hand")
+    assert (done.status, done.decision, done.note) == ("resumed", "resume", "the transfer was checked by hand")
+    assert done.resolved_at is not None and done.resolved_at >= done.created_at
+    assert store.frozen("acme", "s1") is None
+    assert store.get(e.id) == done
+    outbox = rows(store.path, "SELECT kind, idempotency_key, payload FROM outbox ORDER BY seq")
+    assert [(k, key) for k, key, _ in outbox] == [("escalation", f"escalation:{e.id}"), ("resolution", f"resolution:{e.id}")]
+    assert json.loads(outbox[1][2])["status"] == "resumed"
+
+
+def test_an_aborted_session_stays_closed(store):
+    e = store.escalate(escalation())
+    aborted = store.resolve(e.id, "abort", "the agent invents transfers: stop it")
+    assert aborted.status == "aborted"
+    assert store.frozen("acme", "s1") == aborted  # the engine keeps refusing it, now with the human's decision
+    # a later trip that escalated anyway (another worker) is what the session waits on first
+    reopened = store.escalate(escalation(heuristic="step_limit", now=NOW + 5))
+    assert store.frozen("acme", "s1") == reopened
+
+
+def test_resolving_twice_names_the_status_and_changes_nothing(store):
+    e = store.escalate(escalation())
+    store.resolve(e.id, "abort")
+    with pytest.raises(AlreadyResolved, match="already aborted") as caught:
+        store.resolve(e.id, "resume", "second thoughts")
+    assert caught.value.status == "aborted"
+    assert store.get(e.id).decision == "abort" and store.get(e.id).note is None
+    assert rows(store.path, "SELECT count(*) FROM outbox WHERE kind = 'resolution'") == [(1,)]
+    with pytest.raises(UnknownEscalation):
+        store.resolve("esc_0000000000000000", "resume")
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    ["esc_' OR 1=1 --", "../../etc/passwd", "esc_0123456789ABCDEF", "esc_0123456789abcdef0", "", None, 7, "esc_\n012345678abcde"],
+)
+def test_hostile_ids_never_reach_sql(store, hostile):
+    store.escalate(escalation())
+    for act in (lambda: store.get(hostile), lambda: store.resolve(hostile, "abort")):
+        with pytest.raises(InvalidEscalation, match="escalation id"):
+            act()
+    assert store.list(status="open")  # nothing was resolved
+
+
+def test_decisions_notes_and_listing_limits_are_checked(store):
+    e = store.escalate(escalation())
+    for decision, note, match in [
+        ("delete", None, "decision"),
+        ("resume", "n" * 2001, "note"),
+        ("resume", "a bell \x07", "note"),
+        ("resume", ["not", "text"], "note"),
+    ]:
+        with pytest.raises(InvalidEscalation, match=match):
+            store.resolve(e.id, decision, note)
+    assert store.get(e.id).status == "open"
+    assert store.resolve(e.id, "resume", "line one\n\tline two" + "x" * 1980).status == "resumed"  # at the limit
+    for bad in ({"limit": 0}, {"limit": 1001}, {"limit": True}, {"status": "closed"}):
+        with pytest.raises(InvalidEscalation):
+            store.list(**bad)
+
+
+def test_the_listing_is_newest_first_and_filters_by_status(store):
+    made = [store.escalate(escalation(session=f"s{i}", now=NOW + i)) for i in range(5)]
+    store.resolve(made[1].id, "resume")
+    assert [e.id for e in store.list()] == [e.id for e in reversed(made)]
+    assert [e.id for e in store.list(status="open", limit=2)] == [made[4].id, made[3].id]
+    assert [e.id for e in store.list(status="resumed")] == [made[1].id]
+
+
+def test_a_new_store_on_the_same_file_sees_everything_and_each_sees_the_others_moves(tmp_path):
+    path = tmp_path / "escalations.db"
+    first = SqliteEscalations(path)
+    e = first.escalate(escalation())
+    first.add_incident({"kind": "trip", "session": "s1", "heuristic": "identical_call", "ts": NOW})
+    first.close()
+    engine_side = SqliteEscalations(path)  # the engine's store, after a restart
+    operator_side = SqliteEscalations(path)  # the CLI's or the server's
+    try:
+        assert engine_side.frozen("acme", "s1") == e
+        assert engine_side.pending_count() == 2
+        operator_side.resolve(e.id, "resume")
+        assert engine_side.frozen("acme", "s1") is None  # read from the file: the resolution counts at once
+    finally:
+        engine_side.close()
+        operator_side.close()
+    with pytest.raises(Exception, match="closed"):
+        engine_side.frozen("acme", "s1")
+
+
+def test_two_operators_resolving_at_once_resolve_once(store):
+    e = store.escalate(escalation())
+    won, lost = [], []
+    start = threading.Barrier(40)
+
+    def operator(i: int) -> None:
+        start.wait()
+        try:
+            won.append(store.resolve(e.id, "resume" if i % 2 else "abort", f"operator {i}"))
+        except AlreadyResolved:
+            lost.append(i)
+
+    threads = [threading.Thread(target=operator, args=(i,)) for i in range(40)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert (len(won), len(lost)) == (1, 39)
+    assert store.get(e.id) == won[0]
+    assert rows(store.path, "SELECT count(*) FROM outbox WHERE kind = 'resolution'") == [(1,)]
+
+
+# an operator in a process of its own: opens the file, waits for the go file, resolves
+OPERATOR = """
+import os, sys, time
+from agent_breaker.escalations import AlreadyResolved, SqliteEscalations
+store = SqliteEscalations(sys.argv[1])
+while not os.path.exists(sys.argv[3]):
+    time.sleep(0.001)
+try:
+    store.resolve(sys.argv[2], "abort")
+    print("won")
+except AlreadyResolved:
+    print("lost")
+"""
+
+
+def test_operators_in_other_processes_resolve_once_too(store, tmp_path):
+    e = store.escalate(escalation())
+    go = tmp_path / "go"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", OPERATOR, str(store.path), e.id, str(go)], stdout=subprocess.PIPE, text=True)
+        for _ in range(4)
+    ]
+    time.sleep(0.5)  # let them open the file: they then race for the write lock
+    go.touch()
+    results = sorted(p.communicate(timeout=60)[0].strip() for p in procs)
+    assert results == ["lost", "lost", "lost", "won"]
+    assert rows(store.path, "SELECT count(*) FROM outbox WHERE kind = 'resolution'") == [(1,)]
+
+
+def test_the_same_incident_is_one_outbox_row(store):
+    incident = {"kind": "trip", "ts": NOW, "session": "s1", "heuristic": "identical_call", "counters": {"repeats": 4}}
+    key = store.add_incident(incident)
+    assert store.add_incident(dict(reversed(list(incident.items())))) == key  # its content, not its key order
+    assert store.add_incident({**incident, "ts": NOW + 1}) != key
+    assert store.pending_count() == 2
+    with pytest.raises(InvalidEscalation, match="JSON"):
+        store.add_incident({"kind": "trip", "when": object()})
+    with pytest.raises(InvalidEscalation, match="bytes"):
+        store.add_incident({"kind": "trip", "counters": {"x": "y" * 70_000}})
+
+
+def test_the_file_and_its_new_folders_are_private_and_in_wal_mode(tmp_path):
+    path = tmp_path / "state" / "agent-breaker" / "escalations.db"
+    s = SqliteEscalations(path)
+    s.escalate(escalation())
+    try:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+        assert stat.S_IMODE(path.parent.parent.stat().st_mode) == 0o700
+        assert rows(path, "PRAGMA journal_mode") == [("wal",)]
+        assert rows(path, "PRAGMA user_version") == [(1,)]
+    finally:
+        s.close()
+
+
+def test_a_file_from_a_newer_schema_is_refused(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "newer.db"
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA user_version = 99")
+    conn.close()
+    with pytest.raises(Exception, match="newer agent-breaker"):
+        SqliteEscalations(path)
+
+
+def test_where_the_file_is_looked_for():
+    cfg = parse_config({"escalations": {"db": "/srv/ab/esc.db"}}).escalations
+    assert db_path(cfg, environ={}) == Path("/srv/ab/esc.db")
+    assert db_path(cfg, environ={"AGENT_BREAKER_ESCALATIONS_DB": "/tmp/env.db"}) == Path("/tmp/env.db")
+    assert db_path(cfg, explicit="/tmp/cli.db", environ={"AGENT_BREAKER_ESCALATIONS_DB": "/tmp/env.db"}) == Path("/tmp/cli.db")
+    assert default_db_path({"XDG_STATE_HOME": "/var/state"}) == Path("/var/state/agent-breaker/escalations.db")
+    # the XDG rule: a relative XDG_STATE_HOME is ignored
+    assert default_db_path({"XDG_STATE_HOME": "rel"}) == Path.home() / ".local/state/agent-breaker/escalations.db"
+    assert db_path(None, environ={}) == default_db_path({})
+
+
+def test_the_config_section_checks_its_values_and_where_things_live_is_process_level():
+    with pytest.raises(ConfigError, match="queue"):
+        parse_config({"escalations": {"queue": "no spaces allowed"}})
+    with pytest.raises(ConfigError, match="process-level"):
+        parse_config({"overrides": [{"tenant": "acme", "settings": {"escalations": {"db": "/tmp/x.db"}}}]})
+    # excerpts are opted into per tenant
+    config = parse_config({"overrides": [{"tenant": "acme", "settings": {"escalations": {"excerpts": True}}}]})
+    assert config.resolve("acme", None, None).escalations.excerpts and not config.escalations.excerpts
+
+
+def test_a_queue_url_must_be_amqp_and_the_message_hides_credentials(monkeypatch):
+    for url in ("http://user:s3cret@host/", "user:s3cret@host"):
+        monkeypatch.setenv("AGENT_BREAKER_QUEUE_URL", url)
+        with pytest.raises(ConfigError) as caught:
+            parse_config({}).escalations.resolved_queue_url()
+        assert "s3cret" not in str(caught.value) and "$AGENT_BREAKER_QUEUE_URL must be an amqp://" in str(caught.value)
+    monkeypatch.setenv("AGENT_BREAKER_QUEUE_URL", "amqps://user:s3cret@host/")
+    assert (
+        parse_config({"escalations": {"queue_url": "amqp://other/"}}).escalations.resolved_queue_url()
+        == "amqps://user:s3cret@host/"
+    )
+
+
+# ----------------------------------------------------------------------------- the relay
+
+
+def test_the_relay_hands_every_target_each_row_in_order_with_its_key(store):
+    e = store.escalate(escalation())
+    store.add_incident({"kind": "trip", "ts": NOW, "session": "s1", "heuristic": "identical_call"})
+    store.resolve(e.id, "abort")
+    seen: dict[str, list[tuple[str, str]]] = {"a": [], "b": []}
+    relay = Relay(store, {name: (lambda m, k, name=name: seen[name].append((m["kind"], k))) for name in seen})
+    try:
+        assert relay.run_once() == 3
+        assert relay.run_once() == 0
+    finally:
+        relay.close()
+    expected = [("escalation", f"escalation:{e.id}"), ("trip", seen["a"][1][1]), ("resolution", f"resolution:{e.id}")]
+    assert seen["a"] == seen["b"] == expected
+    assert store.pending_count() == 0
+
+
+def test_a_failing_target_holds_its_row_and_the_rows_after_it_and_the_others_are_not_repeated(store):
+    for i in range(3):
+        store.escalate(escalation(session=f"s{i}"))
+    healthy: list[str] = []
+    down = {"now": True}
+
+    def broker(message: dict[str, Any], key: str) -> None:
+        if down["now"] and message["session_id"] == "s1":
+            raise ConnectionError("broker unreachable")
+
+    relay = Relay(store, {"healthy": lambda m, k: healthy.append(m["session_id"]), "broker": broker})
+    try:
+        assert relay.run_once() == 1  # s0 went; s1 is held up, and s2 waits behind it
+        assert relay.failures == 1 and "broker unreachable" in relay.last_error
+        assert relay.run_once() == 0 and relay.failures == 2
+        assert relay.backoff() == 2 * relay.backoff_s
+        down["now"] = False
+        assert relay.run_once() == 2 and relay.failures == 0
+    finally:
+        relay.close()
+    assert healthy == ["s0", "s1", "s2"]  # s1 reached the healthy target once, not once per retry
+    assert rows(store.path, "SELECT attempts FROM outbox ORDER BY seq") == [(0,), (2,), (0,)]
+
+
+def test_a_message_a_receiver_refuses_does_not_hold_up_the_outbox(store):
+    store.escalate(escalation(session="s0"))
+    store.escalate(escalation(session="s1"))
+
+    def picky(message: dict[str, Any], key: str) -> None:
+        if message["session_id"] == "s0":
+            raise Undeliverable("HTTP 400")
+
+    relay = Relay(store, {"picky": picky})
+    try:
+        assert relay.run_once() == 2 and relay.refused == 1
+    finally:
+        relay.close()
+
+
+def test_one_relay_per_file(store):
+    first = Relay(store, {"t": lambda m, k: None}).start()
+    try:
+        with pytest.raises(RelayBusy, match="another relay"):
+            Relay(SqliteEscalations(store.path), {"t": lambda m, k: None}).run_once()
+    finally:
+        first.stop()
+    second = Relay(store, {"t": lambda m, k: None})  # the first let go of the file
+    second.run_once()
+    second.close()
+
+
+def test_the_relay_thread_delivers_what_is_written_while_it_runs(store):
+    got: list[str] = []
+    relay = Relay(store, {"t": lambda m, k: got.append(k)}, poll_s=0.05).start()
+    try:
+        e = store.escalate(escalation())
+        relay.wake()
+        deadline = time.monotonic() + 10
+        while not got and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        relay.stop()
+    assert got == [f"escalation:{e.id}"]
+
+
+TRIP = {
+    "kind": "trip",
+    "ts": NOW,
+    "session": "s1",
+    "tenant": None,
+    "heuristic": "identical_call",
+    "severity": "block",
+    "tool": "run_sql",
+    "reason": "run_sql was called 4 times with the same arguments and no new result",
+    "counters": {"repeats": 4},
+    "tokens_so_far": 900,
+    "cost_usd_so_far": 0.01,
+}
+
+
+def test_the_incident_sinks_are_targets_the_webhook_for_all_the_file_for_incidents(store, tmp_path):
+    from _receiver import Receiver
+
+    receiver = Receiver()
+    file = tmp_path / "incidents.jsonl"
+    incidents = parse_config({"incidents": {"webhook": {"url": receiver.url + "/hook"}, "file": str(file)}}).incidents
+    e = store.escalate(escalation(session="<!channel>"))
+    store.add_incident(TRIP)
+    store.resolve(e.id, "resume", "checked")
+    relay = Relay(store, sink_targets(incidents))
+    try:
+        assert relay.run_once() == 3
+    finally:
+        relay.close()
+    bodies = receiver.json_bodies("/hook")
+    assert [b["kind"] for b in bodies] == ["escalation", "trip", "resolution"]
+    assert all(b["idempotency_key"] for b in bodies)
+    assert bodies[0]["text"].startswith(f":sos: agent-breaker escalation {e.id} (unverified_claim, session &lt;!channel&gt;")
+    assert bodies[2]["text"].endswith("resumed: checked")
+    lines = [json.loads(line) for line in file.read_text().splitlines()]
+    assert [d["kind"] for d in lines] == ["trip"]  # what `agent-breaker report` reads: incidents only
+    from agent_breaker.report import observe
+
+    with file.open("rb") as f:
+        assert len(observe(f).trips) == 1
+
+
+def test_a_file_target_accepts_other_kinds_unseen():
+    got: list[dict[str, Any]] = []
+    target = incidents_only(got.append)
+    target({"kind": "escalation"}, "k1")
+    target({"kind": "breaker", "tool": "t"}, "k2")
+    assert got == [{"kind": "breaker", "tool": "t", "idempotency_key": "k2"}]
+
+
+def test_the_chat_text_of_an_escalation_escapes_markup():
+    d = {**escalation(tenant="<@U123>").to_dict(), "kind": "resolution", "status": "aborted", "note": "<https://evil|click>"}
+    text = slack_text(d)
+    assert "<" not in text and ">" not in text and "&lt;https://evil|click&gt;" in text
+
+
+# ----------------------------------------------------------------------------- the CLI
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_BREAKER_")}
+    return subprocess.run(
+        [sys.executable, "-m", "agent_breaker.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**clean, **(env or {})},
+    )
+
+
+def test_the_cli_lists_shows_and_resolves(tmp_path):
+    path = tmp_path / "escalations.db"
+    s = SqliteEscalations(path)
+    a = s.escalate(escalation(session="s-a", now=NOW))
+    b = s.escalate(escalation(session="s-b", heuristic="step_limit", now=NOW + 1))
+    env = {"AGENT_BREAKER_ESCALATIONS_DB": str(path)}
+    listed = cli("escalations", "list", env=env)
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert lines[0].split()[:3] == ["id", "status", "created"]
+    assert [line.split()[0] for line in lines[2:]] == [b.id, a.id] and "2026-01-01T00:00:01Z" in lines[2]
+    as_json = [json.loads(line) for line in cli("escalations", "list", "--json", env=env).stdout.splitlines()]
+    assert [(d["id"], d["session_id"], d["heuristic"], d["status"]) for d in as_json] == [
+        (b.id, "s-b", "step_limit", "open"),
+        (a.id, "s-a", "unverified_claim", "open"),
+    ]
+    shown = cli("escalations", "show", a.id, "--db", str(path))  # --db instead of the variable
+    assert shown.returncode == 0 and ["id", a.id] in [line.split() for line in shown.stdout.splitlines()]
+    assert "wire_transfer" in shown.stdout
+    done = cli("escalations", "resolve", a.id, "--decision", "abort", "--note", "invented a transfer", env=env)
+    assert (done.returncode, done.stdout) == (0, f"{a.id}: aborted\n")
+    assert s.frozen("acme", "s-a").status == "aborted"  # what the engine reads
+    still_open = cli("escalations", "list", "--status", "open", "--json", env=env).stdout.splitlines()
+    assert [json.loads(x)["id"] for x in still_open] == [b.id]
+    resumed = json.loads(cli("escalations", "resolve", b.id, "--decision", "resume", "--json", env=env).stdout)
+    assert resumed["status"] == "resumed" and s.frozen("acme", "s-b") is None
+    s.close()
+
+
+def test_the_cli_says_what_went_wrong_and_exits_2(tmp_path):
+    path = tmp_path / "escalations.db"
+    s = SqliteEscalations(path)
+    e = s.escalate(escalation())
+    s.resolve(e.id, "resume")
+    s.close()
+    env = {"AGENT_BREAKER_ESCALATIONS_DB": str(path)}
+    for args, message in [
+        (("resolve", e.id, "--decision", "abort"), "already resumed"),
+        (("resolve", "esc_' OR 1=1 --", "--decision", "abort"), "escalation id"),
+        (("show", "../../etc/passwd"), "escalation id"),
+        (("show", "esc_0000000000000000"), "no escalation esc_0000000000000000"),
+        (("resolve", e.id, "--decision", "resume", "--note", "n" * 2001), "note"),
+        (("list", "--limit", "5000"), "limit"),
+    ]:
+        r = cli("escalations", *args, env=env)
+        assert r.returncode == 2 and message in r.stderr, (args, r.stderr)
+    missing = tmp_path / "typo.db"
+    r = cli("escalations", "show", e.id, "--db", str(missing))
+    assert r.returncode == 2 and "no escalations db" in r.stderr and not missing.exists()
+    r = cli("escalations", "list", "--db", str(missing))
+    assert (r.returncode, r.stdout) == (0, "") and not missing.exists()
+
+
+def test_the_cli_relay_delivers_to_the_configured_sinks_once(tmp_path):
+    path = tmp_path / "escalations.db"
+    s = SqliteEscalations(path)
+    s.add_incident(TRIP)
+    s.escalate(escalation())
+    s.close()
+    incidents = tmp_path / "incidents.jsonl"
+    config = tmp_path / "config.yml"
+    config.write_text(f"incidents:\n  file: {incidents}\n")
+    r = cli("relay", "--once", "--db", str(path), "--config", str(config))
+    assert r.returncode == 0 and "relayed 2 message(s) to file; 0 pending" in r.stderr, r.stderr
+    assert len(incidents.read_text().splitlines()) == 1
+    assert cli("relay", "--once", "--db", str(path), "--config", str(config)).returncode == 0
+    assert len(incidents.read_text().splitlines()) == 1  # delivered rows are not delivered again
+    nothing = cli("relay", "--once", "--db", str(path))
+    assert nothing.returncode == 2 and "no target" in nothing.stderr
+
+
+# ----------------------------------------------------------------------------- the server's routes
+
+httpx = pytest.importorskip("httpx")
+ADMIN = "escalation-admin-" + "c" * 24
+API = "api-token-" + "d" * 24
+PATH = "/v1/agent-breaker/escalations"
+
+
+def admin(token: str = ADMIN) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory) -> Iterator[tuple[Any, Path]]:
+    """A real server on the shipped in-memory config, with an API token and the admin token, and
+    the escalations file it reads (the test seeds it)."""
+    pytest.importorskip("nemoguardrails")
+    from _server import start
+
+    path = tmp_path_factory.mktemp("served") / "escalations.db"
+    env = {"AGENT_BREAKER_ADMIN_TOKEN": ADMIN, "AGENT_BREAKER_API_TOKEN": API, "AGENT_BREAKER_ESCALATIONS_DB": str(path)}
+    srv = start(env, args=("--config", str(ROOT / "config" / "agent_breaker")), token=API)
+    try:
+        yield srv, path
+    finally:
+        srv.stop()
+
+
+def test_the_routes_list_and_resolve_and_the_engine_sees_it(served):
+    srv, path = served
+    s = SqliteEscalations(path)
+    e = s.escalate(escalation(session=f"http-{time.time_ns()}"))
+    r = httpx.get(srv.base + PATH, headers=admin(), timeout=30)
+    assert r.status_code == 200, r.text
+    [row] = [d for d in r.json()["escalations"] if d["id"] == e.id]
+    assert (row["session_id"], row["heuristic"], row["status"]) == (e.session, "unverified_claim", "open")
+    newest = httpx.get(srv.base + PATH, params={"status": "open", "limit": "1"}, headers=admin(), timeout=30).json()
+    assert [d["id"] for d in newest["escalations"]] == [e.id]
+    done = srv.post(f"{PATH}/{e.id}", {"decision": "resume", "note": "checked by hand"}, headers=admin())
+    assert done.status_code == 200, done.text
+    assert (done.json()["status"], done.json()["note"]) == ("resumed", "checked by hand")
+    assert s.frozen("acme", e.session) is None  # the engine's view of the file
+    again = srv.post(f"{PATH}/{e.id}", {"decision": "abort"}, headers=admin())
+    assert again.status_code == 409 and "already resumed" in again.json()["error"]["message"]
+    s.close()
+
+
+def test_the_routes_take_the_admin_token_only(served):
+    srv, _ = served
+    assert httpx.get(srv.base + PATH, timeout=30).status_code == 401
+    for token in ("not-the-admin-token-at-all", API):
+        assert httpx.get(srv.base + PATH, headers=admin(token), timeout=30).status_code == 403
+        assert srv.post(f"{PATH}/esc_0000000000000000", {"decision": "abort"}, headers=admin(token)).status_code == 403
+
+
+def test_bad_input_gets_a_4xx_that_says_why_and_changes_nothing(served):
+    srv, path = served
+    s = SqliteEscalations(path)
+    e = s.escalate(escalation(session=f"bad-{time.time_ns()}"))
+    for target, body, status, message in [
+        (f"{PATH}/esc_0000000000000000", {"decision": "abort"}, 404, "no escalation"),
+        (f"{PATH}/esc_'%20OR%201=1%20--", {"decision": "abort"}, 422, "escalation id"),
+        (f"{PATH}/esc_%0a0123456789abcde", {"decision": "abort"}, 422, "escalation id"),
+        (f"{PATH}/{e.id}", {"decision": "delete"}, 422, "decision"),
+        (f"{PATH}/{e.id}", {"decision": "abort", "note": "n" * 2001}, 422, "note"),
+        (f"{PATH}/{e.id}", {"decision": "abort", "extra": 1}, 422, "extra"),
+        (f"{PATH}?limit=%C2%B2", None, 422, "limit"),
+        (f"{PATH}?limit=99999999999999999999", None, 422, "limit"),
+        (f"{PATH}?status=closed", None, 422, "status"),
+        (f"{PATH}?config_id=nope", None, 404, "unknown config"),
+    ]:
+        if "?" in target:
+            r = httpx.get(srv.base + target, headers=admin(), timeout=30)
+        else:
+            r = srv.post(target, body, headers=admin())
+        assert r.status_code == status and message in r.json()["error"]["message"], (target, r.status_code, r.text)
+    empty = srv.post_raw(f"{PATH}/{e.id}", b"", Authorization=f"Bearer {ADMIN}")
+    assert empty.status_code == 422 and "body" in empty.json()["error"]["message"]
+    assert s.get(e.id).status == "open"
+    s.close()
+
+
+def test_the_routes_are_off_without_an_admin_token(tmp_path):
+    pytest.importorskip("nemoguardrails")
+    from _server import start
+
+    env = {"AGENT_BREAKER_ESCALATIONS_DB": str(tmp_path / "e.db")}
+    srv = start(env, args=("--config", str(ROOT / "config" / "agent_breaker")))
+    try:
+        assert httpx.get(srv.base + PATH, headers=admin(), timeout=30).status_code == 404
+        assert srv.post(f"{PATH}/esc_0000000000000000", {"decision": "abort"}, headers=admin()).status_code == 404
+    finally:
+        srv.stop()
+
+
+def test_both_prefixes_are_admin_paths_and_a_route_reached_past_the_check_still_refuses():
+    pytest.importorskip("nemoguardrails")
+    from fastapi import FastAPI
+
+    from agent_breaker.server import _is_admin_path, install_escalation_endpoints
+
+    assert _is_admin_path(PATH) and _is_admin_path(PATH + "/esc_0123456789abcdef")
+    assert _is_admin_path("/v1/agent-breaker/breakers/run_sql")
+    assert not _is_admin_path(PATH + "x") and not _is_admin_path("/v1/agent-breaker/events")
+
+    class NoConfigs:
+        ids: list[str] = []
+
+    app = FastAPI()
+    install_escalation_endpoints(app, NoConfigs())  # type: ignore[arg-type]
+
+    async def get() -> Any:
+        # no request guard in front: nothing granted the admin token, whatever the request holds
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as client:
+            return await client.get(PATH, headers=admin())
+
+    r = asyncio.run(get())
+    assert r.status_code == 403 and "admin token" in r.text

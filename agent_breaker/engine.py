@@ -24,7 +24,7 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from . import heuristics as H
 from ._canonical import CanonicalError, Fingerprinter
@@ -35,6 +35,9 @@ from .clock import Clock, SystemClock
 from .config import FINGERPRINT_SECRET_ENV, AgentBreakerConfig, ConfigError, parse_config
 from .detectors import churn, conversation, loops
 from .detectors.base import Trip
+from .escalations import AlreadyResolved, EscalationError, EscalationStore, SqliteEscalations, ToolOutcome, db_path
+from .escalations import Escalation as _Escalation
+from .escalations import Spend as EscalationSpend
 from .events import Assistant, Final, InvalidEventError, ToolCall, ToolResult, User, parse_event, parse_typed
 from .failure_policy import storage_unavailable
 from .governor import budget
@@ -93,6 +96,8 @@ class _Decided:
     view: tuple[str, Callable[[ChurnView], bool | None]] | None = None  # an agent view change
     mixed: bool = False  # the session has now made more than one distinct call
     transitions: list[Transition] = field(default_factory=list)  # of the session's own breakers
+    frozen: str | None = None  # refused for this escalation: is it still open?
+    resumed: str | None = None  # a user turn with news lifted the loop halt this escalation froze
 
 
 _R = TypeVar("_R", Verdict, ResultVerdict)
@@ -173,6 +178,7 @@ class Engine:
         telemetry: Metrics | None = None,
         tracer: Any | None = None,
         sinks: bool = True,
+        escalations: EscalationStore | Literal[False] | None = None,
     ) -> None:
         """`trust_event_time`: decide at each event's own `ts` (replay of a recorded trace).
         Live traffic keeps it False: the engine's clock decides, and a caller's `ts` is
@@ -180,7 +186,9 @@ class Engine:
         `listeners` replace the default one (the incident log); the config's incident sinks
         (`incidents:`, $AGENT_BREAKER_INCIDENT_WEBHOOK) are added to them unless `sinks` is False
         (replay, the report, benchmarks: what they raise is history, not news for on-call).
-        `tracer`: an OpenTelemetry tracer (default: the process's provider's, when one is set)."""
+        `tracer`: an OpenTelemetry tracer (default: the process's provider's, when one is set).
+        `escalations`: where session-terminal trips and unverified claims go to a human (default:
+        the config's SQLite file, opened on the first escalation; False: none, as in replay)."""
         self.config = config if isinstance(config, AgentBreakerConfig) else parse_config(config)
         self.store: Store = store or _store_for(self.config)
         self.clock = clock or SystemClock()
@@ -193,6 +201,7 @@ class Engine:
         self.listeners: list[Listener] = [log_incident] if listeners is None else list(listeners)
         if sinks:
             self.listeners += sinks_for(self.config.incidents, self.telemetry)
+        self._escalations: EscalationStore | Literal[False] | None = escalations
         self.share_breakers = share_breakers
         self.observe = observe
         self.failure_predicates: dict[str, FailurePredicate] = {
@@ -293,6 +302,10 @@ class Engine:
         except StorageError as exc:
             return self._unavailable(step, exc, tool)
         s, decided = outcome[0]
+        if decided.frozen is not None and self._thawed(step, decided.frozen):
+            return _THAWED
+        if decided.resumed is not None:
+            self._resumed_by_user(step, decided.resumed)
         if decided.breaker is not None:
             bkey, probe, out = decided.breaker
             if out.breaker_ignores:
@@ -314,6 +327,10 @@ class Engine:
             self._remember_mixed(step.key)
         for trip, severity in decided.trips:
             self._emit(s, step.ev, trip, severity, step.now, tool)
+            if severity == "block" and trip.heuristic in H.ESCALATING and isinstance(decided.verdict, Verdict):
+                escalation = self._escalate(step, s, trip, tool)
+                if escalation is not None:
+                    decided.verdict = replace(decided.verdict, route={"tier": "escalate", "escalation_id": escalation})
         for t in decided.transitions:
             self._breaker_moved(t, tool, step.ev.tenant, step.p.cfg, t.dst)
         return decided.verdict
@@ -392,8 +409,13 @@ class Engine:
             except StorageError as exc:
                 return self._unavailable(step, exc, f.tool)
 
-        def decide(s: SessionState) -> tuple[SessionState, _Decided]:
+        def decide(s: SessionState) -> tuple[SessionState | None, _Decided]:
             decided = _Decided(ALLOW)
+            if s.escalation is not None:
+                # frozen for a human: refused, and nothing of the call is kept
+                decided.frozen = s.escalation
+                decided.verdict = _frozen_verdict(s, f.tool)
+                return None, decided
             budget.account(s, cfg, now, f.tokens, f.cost_usd, f.tool)
             if f.mutating:
                 s.ledger.attempt(f.tool)
@@ -450,6 +472,8 @@ class Engine:
         if permission is not None:
             self._breaker_moved(permission.transition, f.tool, ev.tenant, cfg, permission.state)
         verdict = self._commit(step, decide, f.tool)
+        if verdict is _THAWED:  # a human resumed the session: decide again on its new state
+            verdict = self._commit(step, decide, f.tool)
         if permission is not None and permission.probe is not None and not verdict.allowed:
             self._release_probe(bkey, cfg, permission.probe)
         if not verdict.allowed and verdict.heuristic in _TOOL_DOWN:
@@ -470,7 +494,94 @@ class Engine:
         if fb.static is not None:
             route = {"tier": "static", "answer": fb.static}
             return _routed(verdict, route, f"{tool} is unavailable. Use this answer instead: {fb.static}")
+        if fb.escalate:
+            trip = Trip(verdict.heuristic or H.CIRCUIT_OPEN, "tool", verdict.reason, "", dict(verdict.counters))
+            escalation = self._escalate(step, None, trip, tool)
+            if escalation is not None:
+                route = {"tier": "escalate", "escalation_id": escalation}
+                return _routed(verdict, route, f"{tool} is unavailable: a human has the case ({escalation}). Stop here.")
         return verdict
+
+    # ----------------------------------------------------------------- escalations
+    def escalation_store(self) -> EscalationStore | None:
+        """The escalation store (the config's SQLite file, opened on first use), or None."""
+        if self._escalations is None:
+            with self._lock:
+                if self._escalations is None:
+                    self._escalations = SqliteEscalations(db_path(self.config.escalations))
+        return self._escalations or None
+
+    def _escalate(self, step: _Step, s: SessionState | None, trip: Trip, tool: str | None) -> str | None:
+        """Hand the session to a human: an escalation record (names, numbers, hashes; excerpts
+        only where the tenant opted in) and the session frozen until it is resolved. A store
+        that fails is logged: the trip still refuses what it refuses."""
+        store = self.escalation_store()
+        if store is None:
+            return None
+        try:
+            if s is None:
+                s = step.session(self.store.peek_session(step.key))
+            ev = step.ev
+            esc = _Escalation.new(
+                session=s.sid,
+                heuristic=trip.heuristic,
+                reason=trip.reason,
+                now=step.now,
+                tenant=s.tenant,
+                feature=s.feature,
+                agent=ev.agent or s.agent,
+                counters={k: v for k, v in trip.counters.items() if isinstance(v, (int, float)) and not isinstance(v, bool)},
+                spend=EscalationSpend(int(s.spend.tokens), float(s.spend.cost_usd)),
+                tools=() if tool is None else (ToolOutcome(tool, "blocked" if trip.scope != "tool" else "unavailable"),),
+                excerpts=_excerpts(step) if step.p.cfg.escalations.excerpts else None,
+            )
+            escalation_id = store.escalate(esc).id
+            self.store.update_session(step.key, step.now, lambda st: (_freeze(step.session(st), escalation_id), None))
+        except (EscalationError, StorageError) as exc:
+            log.warning("agent-breaker: escalation of session %r failed: %s", step.key, exc)
+            return None
+        return escalation_id
+
+    def _resumed_by_user(self, step: _Step, escalation_id: str) -> None:
+        """Record the resume a user's turn made; an escalation an operator aborted meanwhile
+        wins: the session is frozen again."""
+        store = self.escalation_store()
+        if store is None:
+            return
+        try:
+            store.resolve(escalation_id, "resume", "a user turn with new content lifted the loop halt")
+        except AlreadyResolved as exc:
+            if exc.status == "aborted":
+                self.store.update_session(step.key, step.now, lambda st: (_freeze(step.session(st), escalation_id), None))
+        except (EscalationError, StorageError) as exc:
+            log.warning("agent-breaker: resume of escalation %s not recorded: %s", escalation_id, exc)
+
+    def _thawed(self, step: _Step, escalation_id: str) -> bool:
+        """Was the escalation that froze this session resumed by a human? Then the freeze is
+        lifted and the loop streaks start over (an abort keeps it frozen for good)."""
+        store = self.escalation_store()
+        try:
+            esc = None if store is None else store.get(escalation_id)
+        except EscalationError as exc:
+            log.warning("agent-breaker: escalation %s unreadable, the session stays frozen: %s", escalation_id, exc)
+            return False
+        if esc is None or esc.status != "resumed":
+            return False  # open, aborted, or held by another process's store: frozen, fail closed
+
+        def thaw(state: object | None) -> tuple[SessionState | None, None]:
+            st = step.session(state)
+            if st.escalation == escalation_id:
+                st.escalation = None
+                st.halted = None
+                st.reset_streaks()
+                st.restart_breaker_streaks()
+            return st, None
+
+        try:
+            self.store.update_session(step.key, step.now, thaw)
+        except StorageError:
+            return False
+        return True
 
     def _serving(self, step: _Step, tool: str) -> bool:
         """Would this tool's breaker let a call through now (read only: the alternative's own
@@ -724,12 +835,15 @@ class Engine:
             if references:
                 s.ledger.observe(references)  # the user's own references may be quoted back
             # a nudge or an auto-reply (None), or what the user already said, restarts nothing
+            decided = _Decided(ALLOW)
             if said_hash is not None and said_hash not in s.loops.said:
                 s.reset_streaks()
                 if s.halted is not None and s.halted[0] in H.LOOPS:  # budget halts stay
                     s.halted = None
+                    # the user is a human too: what they said resumes the escalation of a loop
+                    decided.resumed, s.escalation = s.escalation, None
                 put_bounded(s.loops.said, said_hash, None, MAX_SAID)
-            return s, _Decided(ALLOW)
+            return s, decided
 
         return self._commit(step, decide, None)
 
@@ -912,6 +1026,36 @@ def _span_event(incident: Incident | BreakerIncident) -> dict[str, Any]:
     return attributes("agent_breaker", {k: v for k, v in d.items() if v is not None}) | attributes(
         "agent_breaker.counters", counters
     )
+
+
+#: what _commit answers when a human lifted the freeze the decision found: decide again
+_THAWED: Any = object()
+
+
+def _freeze(s: SessionState, escalation_id: str) -> SessionState:
+    s.escalation = escalation_id
+    return s
+
+
+def _frozen_verdict(s: SessionState, tool: str | None) -> Verdict:
+    handed = f"handed to a human ({s.escalation}); every call waits for their decision"
+    if s.halted is not None:
+        heuristic, reason = s.halted[0], f"session halted earlier: {s.halted[1]}; {handed}"
+    else:
+        heuristic, reason = H.ESCALATED, f"session {handed}"
+    trip = Trip(heuristic, "session", reason, "Stop and tell the user a person is looking into it.")
+    return replace(verdict_for(trip, "block", tool), route={"tier": "escalate", "escalation_id": s.escalation})
+
+
+def _excerpts(step: _Step) -> tuple[str, ...]:
+    """What the tenant opted in to keep of the payload: the event's arguments or text, cut."""
+    limit = step.p.cfg.escalations.max_excerpt_chars
+    ev = step.ev
+    text = getattr(ev, "text", None)
+    if text is None:
+        args = getattr(ev, "args", None)
+        text = None if args is None else json.dumps(args, sort_keys=True, default=str)
+    return () if not text else (text[:limit],)
 
 
 #: refusals that say the tool itself is down: a tool's fallback serves these

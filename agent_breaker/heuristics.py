@@ -84,3 +84,8 @@ LOOPS: frozenset[str] = frozenset(
 
 #: trips that end the session: every later call of it is refused (enforce mode)
 SESSION_TERMINAL: frozenset[str] = LOOPS | {TOKEN_BUDGET, COST_BUDGET, STEP_LIMIT}
+
+#: a session frozen for a human (the escalation queue): its calls wait for their decision
+ESCALATED = "escalated"
+#: trips that hand the session to a human when they block (the escalation queue)
+ESCALATING: frozenset[str] = SESSION_TERMINAL | {UNVERIFIED_CLAIM}

@@ -176,6 +176,7 @@ def replay_engine(
         store=MemoryStore(ttl_s=math.inf, max_sessions=config.sessions.max_sessions),
         listeners=None if incidents else [],
         sinks=False,  # a replayed trip is history: it must not page anyone
+        escalations=False,  # nor hand anyone a case
         share_breakers=shared_breakers,
         observe=observe,
         # replay's receipts never leave the process: a per-run key is all it needs

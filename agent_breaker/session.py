@@ -275,6 +275,8 @@ class SessionState:
     spend: Spend = field(default_factory=Spend)
     # a session-terminal trip: (heuristic, reason)
     halted: tuple[str, str] | None = None
+    # the escalation that froze the session (a human resolves it); every call is refused until then
+    escalation: str | None = None
     loops: Loops = field(default_factory=Loops)
     turns: list[Turn] = field(default_factory=list)
     # session-scoped breakers (when breakers are not shared)

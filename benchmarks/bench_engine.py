@@ -612,6 +612,7 @@ def new_engine() -> Engine:
     return Engine(
         listeners=[],
         sinks=False,
+        escalations=False,
         receipt_keys=ReceiptKeys.ephemeral(),
         store=MemoryStore(ttl_s=math.inf),
         trust_event_time=True,

@@ -31,7 +31,9 @@ def commandstats(client: redis.Redis) -> dict[str, int]:
 
 
 def make_engine(url: str, prefix: str) -> Engine:
-    return Engine(store=RedisStore(url, prefix=prefix), listeners=[], sinks=False, receipt_keys=ReceiptKeys.ephemeral())
+    return Engine(
+        store=RedisStore(url, prefix=prefix), listeners=[], sinks=False, escalations=False, receipt_keys=ReceiptKeys.ephemeral()
+    )
 
 
 def legit_step(engine: Engine, session: str, i: int) -> float:

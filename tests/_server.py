@@ -78,6 +78,8 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
             "AGENT_BREAKER_RECEIPT_KEYS": RECEIPT_KEY,
             "NEMO_GUARDRAILS_NO_USAGE_STATS": "1",
             "AGENT_BREAKER_FINGERPRINT_SECRET": "security-test-secret",
+            # each server's escalations in a file of its own
+            "AGENT_BREAKER_ESCALATIONS_DB": os.path.join(tempfile.mkdtemp(prefix="agent-breaker-serve-"), "escalations.db"),
         }
     )
     env.update(extra or {})

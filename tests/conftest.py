@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import uuid
 from typing import Any
 
@@ -13,6 +14,8 @@ os.environ.setdefault("NEMO_GUARDRAILS_NO_USAGE_STATS", "1")
 os.environ.setdefault("AGENT_BREAKER_FINGERPRINT_SECRET", "test-fingerprint-secret")
 # a developer's shell may point these at a real webhook or collector: tests set their own
 os.environ.pop("AGENT_BREAKER_INCIDENT_WEBHOOK", None)
+# escalations of the tests' engines go to a file of this run's own, never to the user's state folder
+os.environ["AGENT_BREAKER_ESCALATIONS_DB"] = os.path.join(tempfile.mkdtemp(prefix="agent-breaker-tests-"), "escalations.db")
 os.environ.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
 os.environ.pop("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", None)
 

@@ -74,12 +74,15 @@ def test_without_a_tier_that_serves_the_refusal_stands(make_engine, clock):
     assert "fallback" not in v.observation
 
 
-def test_only_a_tool_that_is_down_is_routed(make_engine, clock):
-    engine = engine_with(make_engine)
+def test_only_a_tool_that_is_down_is_routed(make_engine, clock, tmp_path):
+    from agent_breaker.escalations import SqliteEscalations
+
+    engine = make_engine({"tools": {"enrich": {"fallback": FALLBACK}}}, escalations=SqliteEscalations(tmp_path / "e.db"))
     for _ in range(3):  # a loop of the call's own failures: identical_failure, not an outage
         run(engine, clock, "enrich", {"q": 1}, False, None, error="invalid query")
     v = engine.check_tool_call(call("enrich", {"q": 1}))
-    assert (v.heuristic, v.route) == ("identical_failure", None)
+    # the loop halt goes to a human (the escalation queue), not down the tool's tiers
+    assert (v.heuristic, v.route["tier"]) == ("identical_failure", "escalate")
 
 
 # ----------------------------------------------------------------------------- over HTTP

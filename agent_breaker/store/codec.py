@@ -21,7 +21,7 @@ FORMAT = 3  # 3: named slices, each with its own wire form
 
 def encode(s: SessionState) -> bytes:
     slices = {
-        "meta": [s.key, s.tenant, s.feature, s.agent, s.created_s, None if s.halted is None else list(s.halted)],
+        "meta": [s.key, s.tenant, s.feature, s.agent, s.created_s, None if s.halted is None else list(s.halted), s.escalation],
         "spend": s.spend.to_wire(),
         "loops": s.loops.to_wire(),
         "turns": turns_to_wire(s.turns),
@@ -37,7 +37,8 @@ def decode(raw: bytes | str) -> SessionState | None:
     if not isinstance(d, list) or len(d) != 3 or d[0] != FORMAT:
         return None
     _, version, slices = d
-    key, tenant, feature, agent, created_s, halted = slices["meta"]
+    # a session stored before escalations has six meta fields
+    key, tenant, feature, agent, created_s, halted, *escalation = slices["meta"]
     churn: Any = slices["churn"]
     return SessionState(
         key,
@@ -47,6 +48,7 @@ def decode(raw: bytes | str) -> SessionState | None:
         created_s=created_s,
         spend=Spend.from_wire(slices["spend"]),
         halted=None if halted is None else (halted[0], halted[1]),
+        escalation=escalation[0] if escalation else None,
         loops=Loops.from_wire(slices["loops"]),
         turns=turns_from_wire(slices["turns"]),
         breakers={name: BreakerState.from_wire(name, b) for name, b in slices["breakers"].items()},

@@ -1,0 +1,136 @@
+"""The engine hands sessions to humans (issue 12, item 3): a session-terminal trip or an
+unverified claim escalates, the session is frozen (every call refused with the escalation id)
+until an operator resolves it; resume lifts the freeze and restarts the loop streaks, abort keeps
+it closed. On both stores, with the SQLite queue."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import CALL_ERROR, OUTAGE, call, run
+
+from agent_breaker.escalations import SqliteEscalations
+
+SECRET = "SECRET-PAYLOAD-77e1"
+
+
+@pytest.fixture
+def queue(tmp_path):
+    store = SqliteEscalations(tmp_path / "escalations.db")
+    yield store
+    store.close()
+
+
+def runaway(engine, clock, session: str = "s1"):
+    for _ in range(3):
+        run(engine, clock, "run_sql", {"q": SECRET}, False, None, error=CALL_ERROR, session=session, input_tokens=100)
+    return engine.check_tool_call(call("run_sql", {"q": SECRET}, session=session))
+
+
+def test_a_loop_halt_escalates_and_freezes_until_a_human_resumes(make_engine, clock, queue):
+    engine = make_engine(escalations=queue)
+    v = runaway(engine, clock)
+    assert (v.allowed, v.heuristic) == (False, "identical_failure")
+    escalation_id = v.route["escalation_id"]
+    assert v.route == {"tier": "escalate", "escalation_id": escalation_id}
+    [record] = queue.list()
+    assert (record.id, record.session, record.heuristic, record.status) == (escalation_id, "s1", "identical_failure", "open")
+    assert record.counters["failures"] == 3 and record.spend.tokens == 300
+    assert [(t.tool, t.outcome) for t in record.tools] == [("run_sql", "blocked")]
+    assert SECRET not in repr(record.to_dict()) and record.excerpts is None
+    # frozen: any call, even another tool's, is refused with the escalation id
+    other = engine.check_tool_call(call("search", {"q": 1}))
+    assert (other.allowed, other.route) == (False, {"tier": "escalate", "escalation_id": escalation_id})
+    assert escalation_id in other.reason and other.reason.startswith("session halted earlier")
+    queue.resolve(escalation_id, "resume", "fixed the table name")
+    assert engine.check_tool_call(call("search", {"q": 1}, call_id="after")).allowed
+    # the streaks started over: the same failing call gets its three tries again
+    assert engine.check_tool_call(call("run_sql", {"q": SECRET}, call_id="again")).allowed
+
+
+def test_an_aborted_session_stays_closed(make_engine, clock, queue):
+    engine = make_engine(escalations=queue)
+    escalation_id = runaway(engine, clock).route["escalation_id"]
+    queue.resolve(escalation_id, "abort")
+    for i in range(3):
+        v = engine.check_tool_call(call("search", {"q": i}, call_id=f"c{i}"))
+        assert (v.allowed, v.route["escalation_id"]) == (False, escalation_id)
+    # a user's new words do not reopen what an operator closed
+    engine.record_user({"type": "user", "session": "s1", "text": "The table is called orders_2024, try that"})
+    assert not engine.check_tool_call(call("search", {"q": 9})).allowed
+
+
+def test_a_user_turn_with_news_resumes_a_loop_escalation_on_the_record(make_engine, clock, queue):
+    engine = make_engine(escalations=queue)
+    escalation_id = runaway(engine, clock).route["escalation_id"]
+    engine.record_user({"type": "user", "session": "s1", "text": "The table is called orders_2024, try that"})
+    assert engine.check_tool_call(call("run_sql", {"q": "orders_2024"})).allowed
+    record = queue.get(escalation_id)
+    assert (record.status, record.decision, record.note) == (
+        "resumed",
+        "resume",
+        "a user turn with new content lifted the loop halt",
+    )
+
+
+def test_a_budget_halt_waits_for_the_operator(make_engine, clock, queue):
+    engine = make_engine({"step_limit": {"max_steps": 3}}, escalations=queue)
+    verdicts = [run(engine, clock, "search", {"q": i}, True, {"hits": [i]}) for i in range(4)]
+    assert (verdicts[-1].allowed, verdicts[-1].heuristic) == (False, "step_limit")
+    escalation_id = verdicts[-1].route["escalation_id"]
+    engine.record_user({"type": "user", "session": "s1", "text": "Please keep going, it matters"})
+    assert not engine.check_tool_call(call("search", {"q": 9})).allowed
+    assert queue.get(escalation_id).status == "open"
+
+
+def test_an_unverified_claim_escalates_and_freezes_the_session(make_engine, clock, queue):
+    engine = make_engine(escalations=queue)
+    run(engine, clock, "wire_transfer", {"to": "acct", "amount": 5}, False, None, error=OUTAGE)
+    v = engine.verify_final({"type": "final", "session": "s1", "text": "Done: the transfer went through, reference TX-99482."})
+    assert (v.allowed, v.heuristic) == (False, "unverified_claim")
+    escalation_id = v.route["escalation_id"]
+    frozen = engine.check_tool_call(call("wire_transfer", {"to": "acct", "amount": 5}))
+    assert (frozen.allowed, frozen.heuristic, frozen.route["escalation_id"]) == (False, "escalated", escalation_id)
+    assert queue.get(escalation_id).heuristic == "unverified_claim"
+
+
+def test_a_tool_down_with_nothing_else_escalates_by_its_fallback(make_engine, clock, queue):
+    engine = make_engine({"tools": {"enrich": {"fallback": {"escalate": True}}}, "breaker": {"open_s": 60.0}}, escalations=queue)
+    for i in range(5):
+        run(engine, clock, "enrich", {"n": i}, False, None, error=OUTAGE, session=f"down{i}")
+    v = engine.check_tool_call(call("enrich", {"n": 9}, session="lead-42"))
+    assert v.route["tier"] == "escalate" and v.observation["fallback"] == "escalate"
+    [record] = queue.list()
+    assert (record.session, record.heuristic, [t.outcome for t in record.tools]) == ("lead-42", "circuit_open", ["unavailable"])
+    assert not engine.check_tool_call(call("search", {"q": 1}, session="lead-42")).allowed  # frozen
+
+
+def test_excerpts_only_for_a_tenant_that_opted_in(make_engine, clock, queue):
+    config = {"overrides": [{"tenant": "acme", "settings": {"escalations": {"excerpts": True, "max_excerpt_chars": 40}}}]}
+    engine = make_engine(config, escalations=queue)
+    for tenant in ("acme", "globex"):
+        for _ in range(3):
+            run(engine, clock, "run_sql", {"q": SECRET}, False, None, error=CALL_ERROR, session="s", tenant=tenant)
+        engine.check_tool_call(call("run_sql", {"q": SECRET}, session="s", tenant=tenant))
+    records = {r.tenant: r for r in queue.list()}
+    assert records["acme"].excerpts == ('{"q": "SECRET-PAYLOAD-77e1"}',)
+    assert records["globex"].excerpts is None and SECRET not in repr(records["globex"].to_dict())
+
+
+def test_replay_hands_no_one_a_case(tmp_path, monkeypatch):
+    import json
+
+    from agent_breaker.config import AgentBreakerConfig
+    from agent_breaker.replay import replay_engine, replay_lines
+
+    db = tmp_path / "replay.db"
+    monkeypatch.setenv("AGENT_BREAKER_ESCALATIONS_DB", str(db))
+    trace = [
+        json.dumps(e)
+        for i in range(4)
+        for e in (
+            {"type": "tool_call", "ts": 10.0 * i, "session": "r", "call_id": f"c{i}", "tool": "run_sql", "args": {"q": 1}},
+            {"type": "tool_result", "ts": 10.0 * i + 1, "session": "r", "call_id": f"c{i}", "tool": "run_sql", "ok": False},
+        )
+    ]
+    [out], _ = replay_lines(trace, replay_engine(AgentBreakerConfig()))
+    assert out["tripped"] and not db.exists()

@@ -8,9 +8,13 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .breaker.core import SETTABLE_STATES
 from .config import AgentBreakerConfig, ConfigError, load_config
+
+if TYPE_CHECKING:
+    from .escalations import StoreLocation
 
 
 def _replay(args: argparse.Namespace) -> int:
@@ -71,27 +75,36 @@ def _serve(args: argparse.Namespace) -> int:
         if app.tokens is not None
         else "no authentication: loopback only (set $AGENT_BREAKER_API_TOKEN to bind another address)"
     )
+    from .escalations.relay import serve_relays
+
+    # the escalation outbox reaches its targets from here too (`agent-breaker relay` is the same)
+    relays = serve_relays(configs.engine(config_id)[1].config for config_id in configs.ids)
     traced = "; spans exported over OTLP" if tracing else ""
+    relayed = f"; {len(relays)} escalation relay(s)" if relays else ""
     print(
-        f"agent-breaker: serving {', '.join(configs.ids)} on {args.host}:{args.port}; {auth}{traced}", file=sys.stderr, flush=True
+        f"agent-breaker: serving {', '.join(configs.ids)} on {args.host}:{args.port}; {auth}{traced}{relayed}",
+        file=sys.stderr,
+        flush=True,
     )
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from .demo import format_table, run_demo
+    from .demo import format_after, format_table, run_demo
+    from .escalations import db_path
 
     if not args.incidents:
         # the table says what was cut; the incident JSON lines are there with --incidents
         logging.getLogger("agent_breaker.incidents").addHandler(logging.NullHandler())
         logging.getLogger("agent_breaker.incidents").propagate = False
-    rows = run_demo()
+    rows, after = run_demo()
     if args.json:
-        for r in rows:
+        for r in [*rows, *after]:
             print(json.dumps(r))
     else:
         print(format_table(rows))
+        print(format_after(after, str(db_path())))
     return 0
 
 
@@ -164,21 +177,22 @@ def _breakers(args: argparse.Namespace) -> int:
     return 0
 
 
-def _escalations_db(args: argparse.Namespace) -> Path:
-    """--db, else $AGENT_BREAKER_ESCALATIONS_DB (or the config's variable), else the config's
-    `escalations.db`, else the default file."""
-    from .escalations import db_path
+def _escalations_where(args: argparse.Namespace) -> StoreLocation:
+    """--db or --redis (and --prefix), else the config's `escalations.store`: its Redis, or its
+    file ($AGENT_BREAKER_ESCALATIONS_DB or the config's variable, else `escalations.db`, else
+    the default file)."""
+    from .escalations import store_location
 
     config = load_config(args.config) if args.config else AgentBreakerConfig()
-    return db_path(config.escalations, explicit=args.db)
+    return store_location(config, db=args.db, redis_url=args.redis, prefix=args.prefix)
 
 
 def _escalations(args: argparse.Namespace) -> int:
-    from .escalations import EscalationError, SqliteEscalations
+    from .escalations import EscalationError, open_store
     from .escalations.operator import format_escalation, format_escalations
 
-    path = _escalations_db(args)
-    if not path.exists():
+    path = _escalations_where(args)
+    if isinstance(path, Path) and not path.exists():
         # opening the store would create an empty file: a mistyped --db must not look like an empty queue
         if args.action == "list":
             print(f"agent-breaker: no escalations db at {path} (nothing escalated there yet)", file=sys.stderr)
@@ -186,7 +200,7 @@ def _escalations(args: argparse.Namespace) -> int:
         print(f"agent-breaker: no escalations db at {path} (set --db or $AGENT_BREAKER_ESCALATIONS_DB)", file=sys.stderr)
         return 2
     try:
-        store = SqliteEscalations(path)
+        store = open_store(path)
         try:
             if args.action == "list":
                 rows = store.list(status=args.status, limit=args.limit)
@@ -218,10 +232,10 @@ def _escalations(args: argparse.Namespace) -> int:
 def _relay(args: argparse.Namespace) -> int:
     import signal
 
-    from .escalations import EscalationError, Relay, RelayBusy, SqliteEscalations, targets_for
+    from .escalations import EscalationError, Relay, RelayBusy, open_store, targets_for
 
     config = load_config(args.config) if args.config else AgentBreakerConfig()
-    path = _escalations_db(args)
+    path = _escalations_where(args)
     targets, closers = targets_for(config)
     if not targets:
         print(
@@ -231,7 +245,7 @@ def _relay(args: argparse.Namespace) -> int:
         )
         return 2
     try:
-        store = SqliteEscalations(path)
+        store = open_store(path)
         relay = Relay(store, targets)
         try:
             if args.once:
@@ -306,6 +320,8 @@ def main(argv: list[str] | None = None) -> int:
     bp.set_defaults(func=_breakers)
     db = argparse.ArgumentParser(add_help=False)
     db.add_argument("--db", help="the SQLite file (default: $AGENT_BREAKER_ESCALATIONS_DB, else ~/.local/state/agent-breaker/)")
+    db.add_argument("--redis", metavar="URL", help="a fleet's Redis instead of the file (redis://host:6379/0)")
+    db.add_argument("--prefix", help="the fleet's key prefix (default: the config's storage.key_prefix, ab)")
     db.add_argument("--config", help="YAML config whose escalations (and incidents) settings to use")
     ep = sub.add_parser("escalations", help="sessions frozen for a human: list, show, resolve (resume or abort)")
     esub = ep.add_subparsers(dest="action", required=True)

@@ -720,6 +720,11 @@ class EscalationsConfig(_Frozen):
     (RabbitMQ, besides the incident sinks). Where things live is process-level; whether a
     record may carry payload excerpts is set per tenant (overrides)."""
 
+    store: Literal["auto", "sqlite", "redis"] = Field(
+        "auto",
+        description="Where escalations live: sqlite (the file below, one per machine), redis (the Redis of `storage`, "
+        "shared by a fleet), or auto: redis when storage.url is a redis://, rediss:// or unix:// URL, else sqlite.",
+    )
     db: str | None = Field(
         None,
         description=f"The SQLite file (${ESCALATIONS_DB_ENV} wins when set; neither: "
@@ -899,6 +904,7 @@ PROCESS_LEVEL = (
     "storage",
     "sessions",
     "incidents",
+    "escalations.store",
     "escalations.db",
     "escalations.db_env",
     "escalations.queue_url",

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import os
 import secrets
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -116,22 +117,36 @@ class _Decision:
     heuristic: str | None
 
 
+#: the demo's tools with fallback tiers (tools.<name>.fallback), added to the shipped config
+FALLBACK_TOOLS: dict[str, Any] = {
+    "enrich_lead": {"fallback": {"alternatives": [{"tool": "enrich_lead_v1", "args": {"domain": "company.domain"}}]}},
+    "score_lead": {"fallback": {"static": "Lead scoring is down; proceed without a score."}},
+    "sync_crm": {"fallback": {"escalate": True}},
+}
+
+
 class NemoRuntime:
     """The engine interface the replay bookkeeping uses, answered by the Colang flows of a
     NeMo config (`sessions.GuardSessions`: one live state per session, one event per step)."""
 
-    def __init__(self, config_name: str = "agent_breaker") -> None:
+    def __init__(self, config_name: str = "agent_breaker", custom: dict[str, Any] | None = None) -> None:
         from nemoguardrails import LLMRails, RailsConfig
 
         from .actions import ENGINE_PARAM
         from .configs import config_path
         from .sessions import GuardSessions
 
-        rails = LLMRails(RailsConfig.from_path(str(config_path(config_name))))
+        config = RailsConfig.from_path(str(config_path(config_name)))
+        if custom:  # settings merged over the shipped config's agent_breaker block
+            block = config.custom_data.setdefault("agent_breaker", {})
+            block.update(custom)
+        rails = LLMRails(config)
         self.engine = rails.runtime.registered_action_params[ENGINE_PARAM]
         # a live engine decides on its own clock, not the caller's `ts`: the scripted agents'
-        # time is theirs, so the demo moves the engine's clock to each event's time
-        self.clock = FakeClock(0.0)
+        # time is theirs, so the demo moves the engine's clock to each event's time (from now:
+        # escalations the demo writes carry today's date)
+        self.started = time.time()
+        self.clock = FakeClock(self.started)
         self.engine.clock = self.clock
         self.guards = GuardSessions(rails)
         self._loop = asyncio.new_event_loop()
@@ -140,7 +155,7 @@ class NemoRuntime:
         from .protocol import to_colang_event
 
         data = event.model_dump(exclude_none=True)
-        self.clock.set(data["ts"])
+        self.clock.set(self.started + data["ts"])
         return self._loop.run_until_complete(self.guards.send(to_colang_event(data)))
 
     def check_tool_call(self, ev: Any) -> _Decision:
@@ -154,17 +169,24 @@ class NemoRuntime:
     def step_cost_usd(self, ev: Any) -> float:
         return self.engine.step_cost_usd(ev)
 
+    def send(self, event: dict[str, Any]) -> dict[str, Any]:
+        """One trace-format event (a dict) through the flows; its verdict event."""
+        from .events import parse_event
+
+        return self._send(parse_event(event))
+
     def close(self) -> None:
         self._loop.close()
 
 
-def run_demo(listener: Callable[[Any], None] | None = None) -> list[dict[str, Any]]:
-    """Run every scripted agent; one row per agent. `listener` also receives the incidents."""
+def run_demo(listener: Callable[[Any], None] | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Run every scripted agent: one row per agent, then one per agent after a trip (rerouted,
+    given the static answer, escalated). `listener` also receives the incidents."""
     # receipts need a signing key; the demo's never leave this process, so a random one will
     # do (set only while the config is built: the caller's environment is left as it was)
     os.environ.setdefault("NEMO_GUARDRAILS_NO_USAGE_STATS", "1")
     with _environ_default(AGENT_BREAKER_RECEIPT_KEYS="demo:" + secrets.token_hex(32)):
-        runtime = NemoRuntime()
+        runtime = NemoRuntime(custom={"tools": FALLBACK_TOOLS})
     if listener is not None:
         runtime.engine.listeners.append(listener)
     rows = []
@@ -187,8 +209,76 @@ def run_demo(listener: Callable[[Any], None] | None = None) -> list[dict[str, An
             )
             out["cut_at"] = _describe(events, out["trip_event"])
             rows.append(out)
+        after = after_a_trip(runtime)
     finally:
         runtime.close()
+    return rows, after
+
+
+def after_a_trip(runtime: NemoRuntime) -> list[dict[str, Any]]:
+    """Three CRM tools go down for the whole fleet (five sessions see HTTP 503 from each, which
+    opens their shared breakers); then three agents call one each, and act on the route their
+    refusal carries, as a gateway or an agent framework would."""
+    t = 1000.0
+    for worker in range(5):
+        for tool in FALLBACK_TOOLS:
+            t += 1.0
+            s = f"fleet-worker-{worker}"
+            runtime.send({"session": s, "ts": t, "type": "tool_call", "tool": tool, "args": {"n": worker}, "call_id": tool})
+            runtime.send(
+                {
+                    "session": s,
+                    "ts": t + 0.5,
+                    "type": "tool_result",
+                    "tool": tool,
+                    "call_id": tool,
+                    "ok": False,
+                    "error": "HTTP 503 Service Unavailable",
+                }
+            )
+    rows = []
+    for session, tool in (("rerouted-agent", "enrich_lead"), ("static-agent", "score_lead"), ("escalated-agent", "sync_crm")):
+        t += 10.0
+        args = {"company": {"domain": "acme.example", "name": "Acme"}}
+        v = runtime.send({"session": session, "ts": t, "type": "tool_call", "tool": tool, "args": args, "call_id": "c1"})
+        route = v.get("route") or {}
+        row = {"session": session, "tool": tool, "heuristic": v["heuristic"], "route": route.get("tier")}
+        if route.get("tier") == "alternative":
+            # the caller runs the alternative: an ordinary guarded call, with the mapped arguments
+            alt = runtime.send(
+                {
+                    "session": session,
+                    "ts": t + 1,
+                    "type": "tool_call",
+                    "tool": route["tool"],
+                    "args": route["args"],
+                    "call_id": "c2",
+                }
+            )
+            runtime.send(
+                {
+                    "session": session,
+                    "ts": t + 2,
+                    "type": "tool_result",
+                    "tool": route["tool"],
+                    "call_id": "c2",
+                    "ok": True,
+                    "result": {"employees": 120},
+                }
+            )
+            row["then"] = f"ran {route['tool']}{route['args']}: {'allowed' if alt['allowed'] else 'refused'}"
+        elif route.get("tier") == "static":
+            row["then"] = f"used the answer: {route['answer']}"
+        elif route.get("tier") == "escalate":
+            after = runtime.send(
+                {"session": session, "ts": t + 5, "type": "tool_call", "tool": "send_email", "args": {}, "call_id": "c2"}
+            )
+            state = "refused" if not after["allowed"] else "allowed"
+            row["then"] = f"handed to a human ({route['escalation_id']}); its next call is {state}"
+            row["escalation_id"] = route["escalation_id"]
+        else:
+            row["then"] = "refused, no fallback taken"
+        rows.append(row)
     return rows
 
 
@@ -214,6 +304,15 @@ def _describe(events: list[dict[str, Any]], index: int | None) -> str:
 
 def _usd(value: float) -> str:
     return f"${value:.4f}"
+
+
+def format_after(rows: list[dict[str, Any]], db: str) -> str:
+    """The agents after a trip: the route each refusal took, and what the agent did next."""
+    lines = ["", "after a trip: enrich_lead, score_lead and sync_crm are down for the whole fleet", ""]
+    lines += [f"{r['session']:16} {r['tool']:12} -> {r['route'] or '-':12} {r['then']}" for r in rows]
+    if any("escalation_id" in r for r in rows):
+        lines += ["", f"list the escalations with: agent-breaker escalations list --db {db}"]
+    return "\n".join(lines)
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:

@@ -35,7 +35,7 @@ from .clock import Clock, SystemClock
 from .config import FINGERPRINT_SECRET_ENV, AgentBreakerConfig, ConfigError, parse_config
 from .detectors import churn, conversation, loops
 from .detectors.base import Trip
-from .escalations import AlreadyResolved, EscalationError, EscalationStore, SqliteEscalations, ToolOutcome, db_path
+from .escalations import AlreadyResolved, EscalationError, EscalationStore, ToolOutcome, store_for
 from .escalations import Escalation as _Escalation
 from .escalations import Spend as EscalationSpend
 from .events import Assistant, Final, InvalidEventError, ToolCall, ToolResult, User, parse_event, parse_typed
@@ -188,7 +188,7 @@ class Engine:
         (replay, the report, benchmarks: what they raise is history, not news for on-call).
         `tracer`: an OpenTelemetry tracer (default: the process's provider's, when one is set).
         `escalations`: where session-terminal trips and unverified claims go to a human (default:
-        the config's SQLite file, opened on the first escalation; False: none, as in replay)."""
+        the config's store, opened on the first escalation; False: none, as in replay)."""
         self.config = config if isinstance(config, AgentBreakerConfig) else parse_config(config)
         self.store: Store = store or _store_for(self.config)
         self.clock = clock or SystemClock()
@@ -504,11 +504,12 @@ class Engine:
 
     # ----------------------------------------------------------------- escalations
     def escalation_store(self) -> EscalationStore | None:
-        """The escalation store (the config's SQLite file, opened on first use), or None."""
+        """The escalation store (the config's: its SQLite file, or its Redis for a fleet;
+        opened on first use), or None."""
         if self._escalations is None:
             with self._lock:
                 if self._escalations is None:
-                    self._escalations = SqliteEscalations(db_path(self.config.escalations))
+                    self._escalations = store_for(self.config)
         return self._escalations or None
 
     def _escalate(self, step: _Step, s: SessionState | None, trip: Trip, tool: str | None) -> str | None:

@@ -81,7 +81,7 @@ from .escalations import (
     EscalationStorageError,
     InvalidEscalation,
     UnknownEscalation,
-    db_path,
+    store_location,
 )
 from .escalations.operator import Stores
 from .events import MAX_ID_CHARS, is_id
@@ -848,7 +848,7 @@ def install_escalation_endpoints(app: Any, configs: ServedConfigs) -> None:
     They read the SQLite file the served configs name (`escalations.db`, or
     $AGENT_BREAKER_ESCALATIONS_DB, or the default); `config_id` picks a config when they name
     different files."""
-    paths = {config_id: db_path(configs.engine(config_id)[1].config.escalations) for config_id in configs.ids}
+    paths = {config_id: store_location(configs.engine(config_id)[1].config) for config_id in configs.ids}
     stores = Stores()
 
     async def run(request: Request, act: Callable[[Any], Any]) -> Any:

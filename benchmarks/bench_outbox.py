@@ -2,35 +2,42 @@
 on the queue.
 
     python benchmarks/bench_outbox.py [--escalations 3000] [--rate 100] [--seconds 10]
-        [--queue-url amqp://guest:guest@127.0.0.1:5672/%2F]
+        [--queue-url amqp://guest:guest@127.0.0.1:5672/%2F] [--redis redis://127.0.0.1:6379/0]
 
 Printed, each in a temporary SQLite file and a RabbitMQ queue of its own (deleted after):
 1. `escalate()` per second, one thread, with `synchronous=FULL` (the default) and NORMAL: an
-   escalation and its outbox row in one transaction each; and `frozen()` (the read the engine
-   makes on each decision) in microseconds, for a frozen session (the record is read back) and
-   a free one.
+   escalation and its outbox row in one transaction each; and `frozen()` in microseconds, for
+   a frozen session (the record is read back) and a free one.
 2. The relay draining a backlog of that many escalations to RabbitMQ (a durable quorum queue,
    publisher confirms, one message at a time): messages per second.
 3. The relay delay, created -> marked delivered (both on the wall clock), while a writer
    escalates `--rate` per second for `--seconds`, with the relay thread polling every 0.25 s
    (a writer in another process: nothing tells the relay) and woken by the writer (`wake()`,
    the same process): p50 / p99 / max in milliseconds.
+
+With `--redis URL`, the same on `RedisEscalations` instead (a key prefix of its own, deleted
+after): `escalate()` is one Lua script (the record, its indexes and the stream entry), and the
+delay is created -> confirmed by the broker (a stream entry keeps no delivery time).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sqlite3
 import statistics
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pika
 
-from agent_breaker.escalations import Escalation, Relay, Spend, SqliteEscalations, ToolOutcome
+from agent_breaker.escalations import Escalation, RedisEscalations, Relay, Spend, SqliteEscalations, Target, ToolOutcome
 from agent_breaker.escalations.rabbitmq import RabbitPublisher
+
+Store = SqliteEscalations | RedisEscalations
 
 
 def record(i: int) -> Escalation:
@@ -46,15 +53,14 @@ def record(i: int) -> Escalation:
     )
 
 
-def escalate_rate(folder: Path, n: int, synchronous: str) -> tuple[float, SqliteEscalations]:
-    store = SqliteEscalations(folder / f"{synchronous}.db", synchronous=synchronous)  # type: ignore[arg-type]
+def escalate_rate(store: Store, n: int) -> float:
     t0 = time.perf_counter()
     for i in range(n):
         store.escalate(record(i))
-    return n / (time.perf_counter() - t0), store
+    return n / (time.perf_counter() - t0)
 
 
-def frozen_us(store: SqliteEscalations, n: int, prefix: str) -> tuple[float, float]:
+def frozen_us(store: Store, n: int, prefix: str) -> tuple[float, float]:
     lat = []
     for i in range(n):
         t0 = time.perf_counter_ns()
@@ -73,11 +79,23 @@ def delays_ms(path: Path) -> list[float]:
     return sorted(r[0] for r in rows)
 
 
-def steady(folder: Path, url: str, queue: str, rate: float, seconds: float, wake: bool) -> list[float]:
-    path = folder / f"steady-{'wake' if wake else 'poll'}.db"
-    store = SqliteEscalations(path)
+def drain(store: Store, url: str, queue: str) -> None:
+    """The relay to RabbitMQ through a backlog: messages per second."""
     publisher = RabbitPublisher(url, queue)
-    relay = Relay(store, {"rabbitmq": publisher}).start()
+    relay = Relay(store, {"rabbitmq": publisher})
+    t0 = time.perf_counter()
+    while relay.run_once():
+        pass
+    took = time.perf_counter() - t0
+    relay.close()
+    publisher.close()
+    rate = relay.delivered / took
+    print(f"relay -> RabbitMQ (quorum queue, confirms): {relay.delivered:,} messages in {took:.2f} s, {rate:,.0f}/s")
+
+
+def steady(store: Store, target: Target, rate: float, seconds: float, wake: bool) -> None:
+    """A writer escalating `rate` per second for `seconds`, the relay thread delivering to `target`."""
+    relay = Relay(store, {"rabbitmq": target}).start()
     try:
         n = int(rate * seconds)
         t0 = time.perf_counter()
@@ -91,13 +109,93 @@ def steady(folder: Path, url: str, queue: str, rate: float, seconds: float, wake
             time.sleep(0.05)
     finally:
         relay.stop()
+
+
+def steady_sqlite(folder: Path, url: str, queue: str, rate: float, seconds: float, wake: bool) -> list[float]:
+    path = folder / f"steady-{'wake' if wake else 'poll'}.db"
+    store = SqliteEscalations(path)
+    publisher = RabbitPublisher(url, queue)
+    try:
+        steady(store, publisher, rate, seconds, wake)
+    finally:
         publisher.close()
         store.close()
     return delays_ms(path)
 
 
+def steady_redis(store: RedisEscalations, url: str, queue: str, rate: float, seconds: float, wake: bool) -> list[float]:
+    publisher = RabbitPublisher(url, queue)
+    delays: list[float] = []
+
+    def timed(message: dict, key: str) -> None:
+        publisher(message, key)
+        delays.append((time.time() - message["created_at"]) * 1000)
+
+    try:
+        steady(store, timed, rate, seconds, wake)
+    finally:
+        publisher.close()
+    return sorted(delays)
+
+
 def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def print_delays(d: list[float], rate: float, wake: bool) -> None:
+    how = "woken by the writer" if wake else "polling every 0.25 s"
+    print(
+        f"relay delay at {rate:g} escalations/s, {how}: {len(d)} delivered, p50 {pct(d, 0.5):.1f} ms, "
+        f"p99 {pct(d, 0.99):.1f} ms, max {d[-1]:.1f} ms (mean {statistics.fmean(d):.1f})"
+    )
+
+
+def on_sqlite(args: argparse.Namespace, queue: str) -> None:
+    with tempfile.TemporaryDirectory(prefix="bench-outbox-") as tmp:
+        folder = Path(tmp)
+        for sync in ("FULL", "NORMAL"):
+            store = SqliteEscalations(folder / f"{sync}.db", synchronous=sync)  # type: ignore[arg-type]
+            rate = escalate_rate(store, args.escalations)
+            hit = frozen_us(store, 2000, "s")
+            miss = frozen_us(store, 2000, "free")
+            print(
+                f"escalate() synchronous={sync}: {rate:,.0f}/s; frozen() p50 / p99: a frozen session "
+                f"{hit[0]:.0f} / {hit[1]:.0f} us, a free one {miss[0]:.0f} / {miss[1]:.0f} us"
+            )
+            if sync == "FULL":
+                drain(store, args.queue_url, queue)
+            store.close()
+        for wake in (False, True):
+            print_delays(steady_sqlite(folder, args.queue_url, queue, args.rate, args.seconds, wake), args.rate, wake)
+
+
+@contextlib.contextmanager
+def fresh_redis(url: str) -> Iterator[RedisEscalations]:
+    """A Redis store on a key prefix of its own, deleted after."""
+    prefix = f"bench-outbox-{uuid.uuid4().hex[:12]}"
+    store = RedisEscalations(url, prefix=prefix, timeout_s=5.0)
+    try:
+        yield store
+    finally:
+        keys = list(store.redis.scan_iter(match=f"{prefix}:*"))
+        if keys:
+            store.redis.delete(*keys)
+        store.close()
+
+
+def on_redis(args: argparse.Namespace, queue: str) -> None:
+    with fresh_redis(args.redis) as store:
+        rate = escalate_rate(store, args.escalations)
+        hit = frozen_us(store, 2000, "s")
+        miss = frozen_us(store, 2000, "free")
+        print(
+            f"escalate() on Redis: {rate:,.0f}/s; frozen() p50 / p99: a frozen session "
+            f"{hit[0]:.0f} / {hit[1]:.0f} us, a free one {miss[0]:.0f} / {miss[1]:.0f} us"
+        )
+        drain(store, args.queue_url, queue)
+    for wake in (False, True):
+        with fresh_redis(args.redis) as store:
+            print_delays(steady_redis(store, args.queue_url, queue, args.rate, args.seconds, wake), args.rate, wake)
 
 
 def main() -> None:
@@ -106,45 +204,18 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=100.0, help="escalations per second during the delay runs")
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--queue-url", default="amqp://guest:guest@127.0.0.1:5672/%2F")
+    parser.add_argument("--redis", metavar="URL", help="measure RedisEscalations on this Redis instead of SQLite")
     args = parser.parse_args()
     queue = f"agent-breaker-bench-{uuid.uuid4().hex}"
-    with tempfile.TemporaryDirectory(prefix="bench-outbox-") as tmp:
-        folder = Path(tmp)
-        try:
-            for sync in ("FULL", "NORMAL"):
-                rate, store = escalate_rate(folder, args.escalations, sync)
-                hit = frozen_us(store, 2000, "s")
-                miss = frozen_us(store, 2000, "free")
-                print(
-                    f"escalate() synchronous={sync}: {rate:,.0f}/s; frozen() p50 / p99: a frozen session "
-                    f"{hit[0]:.0f} / {hit[1]:.0f} us, a free one {miss[0]:.0f} / {miss[1]:.0f} us"
-                )
-                if sync == "FULL":
-                    backlog = store
-                else:
-                    store.close()
-            publisher = RabbitPublisher(args.queue_url, queue)
-            relay = Relay(backlog, {"rabbitmq": publisher})
-            t0 = time.perf_counter()
-            while relay.run_once():
-                pass
-            took = time.perf_counter() - t0
-            relay.close()
-            publisher.close()
-            backlog.close()
-            rate = relay.delivered / took
-            print(f"relay -> RabbitMQ (quorum queue, confirms): {relay.delivered:,} messages in {took:.2f} s, {rate:,.0f}/s")
-            for wake in (False, True):
-                d = steady(folder, args.queue_url, queue, args.rate, args.seconds, wake)
-                how = "woken by the writer" if wake else "polling every 0.25 s"
-                print(
-                    f"relay delay at {args.rate:g} escalations/s, {how}: {len(d)} delivered, p50 {pct(d, 0.5):.1f} ms, "
-                    f"p99 {pct(d, 0.99):.1f} ms, max {d[-1]:.1f} ms (mean {statistics.fmean(d):.1f})"
-                )
-        finally:
-            connection = pika.BlockingConnection(pika.URLParameters(args.queue_url))
-            connection.channel().queue_delete(queue)
-            connection.close()
+    try:
+        if args.redis:
+            on_redis(args, queue)
+        else:
+            on_sqlite(args, queue)
+    finally:
+        connection = pika.BlockingConnection(pika.URLParameters(args.queue_url))
+        connection.channel().queue_delete(queue)
+        connection.close()
 
 
 if __name__ == "__main__":

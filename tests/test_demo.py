@@ -11,7 +11,8 @@ from agent_breaker.demo import format_table, run_demo
 
 def test_the_demo_cuts_the_runaways_and_leaves_the_legitimate_agents_alone():
     incidents = []
-    rows = {r["session"]: r for r in run_demo(listener=incidents.append)}
+    agents, after = run_demo(listener=incidents.append)
+    rows = {r["session"]: r for r in agents}
     assert rows["looping-agent"]["heuristic"] == "identical_failure"
     assert rows["fabricating-agent"]["heuristic"] == "unverified_claim"
     assert not rows["working-agent"]["tripped"] and not rows["polling-agent"]["tripped"]
@@ -20,3 +21,29 @@ def test_the_demo_cuts_the_runaways_and_leaves_the_legitimate_agents_alone():
     for name in ("looping-agent", "fabricating-agent"):
         assert rows[name]["cost_with_usd"] == round(by_session[name].cost_usd_so_far, 6)
     assert "legitimate agents cut: 0" in format_table(list(rows.values()))
+
+
+def test_after_a_trip_one_agent_is_rerouted_one_gets_the_static_answer_one_is_escalated(tmp_path, monkeypatch):
+    from agent_breaker.escalations import SqliteEscalations
+
+    db = tmp_path / "demo.db"
+    monkeypatch.setenv("AGENT_BREAKER_ESCALATIONS_DB", str(db))
+    _, after = run_demo()
+    rows = {r["session"]: r for r in after}
+    assert [(r["tool"], r["heuristic"], r["route"]) for r in after] == [
+        ("enrich_lead", "circuit_open", "alternative"),
+        ("score_lead", "circuit_open", "static"),
+        ("sync_crm", "circuit_open", "escalate"),
+    ]
+    assert rows["rerouted-agent"]["then"] == "ran enrich_lead_v1{'domain': 'acme.example'}: allowed"
+    assert rows["static-agent"]["then"] == "used the answer: Lead scoring is down; proceed without a score."
+    escalation_id = rows["escalated-agent"]["escalation_id"]
+    assert rows["escalated-agent"]["then"] == f"handed to a human ({escalation_id}); its next call is refused"
+    records = {r.session: r for r in SqliteEscalations(db).list()}
+    assert (records["escalated-agent"].id, records["escalated-agent"].status) == (escalation_id, "open")
+    # the runaways of the first table went to a human too
+    assert {s: r.heuristic for s, r in records.items()} == {
+        "looping-agent": "identical_failure",
+        "fabricating-agent": "unverified_claim",
+        "escalated-agent": "circuit_open",
+    }

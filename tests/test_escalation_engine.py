@@ -5,19 +5,38 @@ it closed. On both stores, with the SQLite queue."""
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
-from conftest import CALL_ERROR, OUTAGE, call, run
+from conftest import CALL_ERROR, OUTAGE, REDIS_URL, call, redis_or_skip, run
 
 from agent_breaker.escalations import SqliteEscalations
 
 SECRET = "SECRET-PAYLOAD-77e1"
 
 
-@pytest.fixture
-def queue(tmp_path):
-    store = SqliteEscalations(tmp_path / "escalations.db")
+@pytest.fixture(params=["sqlite", "redis"])
+def queue(request, tmp_path):
+    """The escalation queue: the embedded SQLite file, and a fleet's Redis (a prefix of its own)."""
+    if request.param == "sqlite":
+        store = SqliteEscalations(tmp_path / "escalations.db")
+        yield store
+        store.close()
+        return
+    redis_or_skip()
+    import redis
+
+    from agent_breaker.escalations import RedisEscalations
+
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    store = RedisEscalations(REDIS_URL, prefix=prefix)
     yield store
     store.close()
+    client = redis.Redis.from_url(REDIS_URL)
+    keys = list(client.scan_iter(match=f"{prefix}:*"))
+    if keys:
+        client.delete(*keys)
+    client.close()
 
 
 def runaway(engine, clock, session: str = "s1"):

@@ -269,13 +269,16 @@ def test_the_server_posts_a_runaway_and_a_breaker_opening_to_the_webhook_within_
             tool = f"flaky_{uuid.uuid4().hex[:6]}"
             for i in range(5):
                 srv.verdicts(f"o{i}-{s}", scall(i, tool, {"n": i}), sresult(i, tool, error=OUTAGE))
-            assert receiver.wait_for(lambda: len(receiver.json_bodies("/incidents")) >= 2)
+            assert receiver.wait_for(lambda: len(receiver.json_bodies("/incidents")) >= 3)
             bodies = receiver.json_bodies("/incidents")
         finally:
             srv.stop()
     trips = [b for b in bodies if b["kind"] == "trip"]
     opened = [b for b in bodies if b["kind"] == "breaker"]
+    escalated = [b for b in bodies if b["kind"] == "escalation"]
     assert [(b["heuristic"], b["session"]) for b in trips] == [("identical_failure", s)]
+    # the runaway went to a human: the server's relay delivered the escalation from the outbox
+    assert [(b["heuristic"], b["session_id"], b["status"]) for b in escalated] == [("identical_failure", s, "open")]
     assert [(b["event"], b["tool"]) for b in opened] == [("breaker_opened", tool)]
     assert all(b["text"] for b in bodies)
     assert SECRET.encode() not in receiver.raw()

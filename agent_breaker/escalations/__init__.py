@@ -10,7 +10,11 @@ same transaction, which a `Relay` delivers at least once, with an idempotency ke
 incident sinks and RabbitMQ (`rabbitmq.RabbitPublisher`; consumers drop repeats,
 `rabbitmq.DedupConsumer`).
 
-    store = SqliteEscalations(db_path(config.escalations))
+Two stores keep the contract: `SqliteEscalations` (a file per machine, the default) and
+`RedisEscalations` (a fleet's Redis: every worker, the CLI and the server see one queue);
+`store_for(config)` opens the one a config names (`escalations.store`).
+
+    store = store_for(config)
     esc = store.escalate(Escalation.new(session="s1", heuristic="unverified_claim", reason=..., now=time.time()))
     store.frozen(None, "s1")  # -> esc, until store.resolve(esc.id, "resume")
 """
@@ -19,11 +23,18 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Mapping
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, TypeAlias
 
+from ..config import AgentBreakerConfig, ConfigError
+from ..store.redis import _without_password
+from .outbox import Outbox, OutboxRow
 from .records import (
     BAD_ID,
     DECISIONS,
+    DEFAULT_LIST_LIMIT,
+    MAX_LIST_LIMIT,
     MAX_NOTE_CHARS,
     STATUSES,
     AlreadyResolved,
@@ -39,8 +50,9 @@ from .records import (
     checked_id,
     escalation_key,
 )
+from .redis import RedisEscalations
 from .relay import Relay, RelayBusy, Target, targets_for
-from .sqlite import DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT, OutboxRow, SqliteEscalations, db_path, default_db_path
+from .sqlite import SqliteEscalations, db_path, default_db_path
 
 ESCALATIONS_PATH = "/v1/agent-breaker/escalations"
 
@@ -73,6 +85,62 @@ class EscalationStore(Protocol):
         ...
 
 
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+@dataclass(frozen=True, slots=True)
+class RedisLocation:
+    """Escalations on a Redis: its URL (never shown: `str()` masks the password), the key prefix
+    and the command timeout."""
+
+    url: str = field(repr=False)
+    prefix: str
+    timeout_s: float
+
+    def __str__(self) -> str:
+        return f"Redis at {_without_password(self.url)}, prefix {self.prefix}"
+
+
+#: where a store keeps escalations: a SQLite file, or a Redis
+StoreLocation: TypeAlias = "Path | RedisLocation"
+
+
+def store_location(
+    config: AgentBreakerConfig, *, db: str | None = None, redis_url: str | None = None, prefix: str | None = None
+) -> StoreLocation:
+    """Where a config keeps its escalations: `escalations.store`, where `auto` is the Redis that
+    holds the guard state (`storage` names a redis://, rediss:// or unix:// URL), else the
+    SQLite file `db_path()` finds. `db`, `redis_url`, `prefix`: the CLI's --db, --redis and
+    --prefix, over the config."""
+    if db and redis_url:
+        raise ConfigError("--db names a SQLite file and --redis a Redis: one or the other")
+    kind = "sqlite" if db else "redis" if redis_url else config.escalations.store
+    url = redis_url or config.storage.resolved_url()
+    if kind == "auto":
+        kind = "redis" if url.startswith(REDIS_SCHEMES) else "sqlite"
+    if kind == "sqlite":
+        if prefix is not None:
+            raise ConfigError("--prefix names keys on a Redis, but these escalations are in a SQLite file")
+        return db_path(config.escalations, explicit=db)
+    if not url.startswith(REDIS_SCHEMES):
+        # no part of the value in the message: a URL without its scheme still holds the password
+        source = "--redis" if redis_url else "storage.url (escalations.store is redis)"
+        raise ConfigError(f"{source} must be a redis://, rediss:// or unix:// URL")
+    return RedisLocation(url, prefix or config.storage.key_prefix, config.storage.timeout_ms / 1000)
+
+
+def open_store(location: StoreLocation) -> SqliteEscalations | RedisEscalations:
+    """The store at `location` (a SQLite file is created if missing)."""
+    if isinstance(location, Path):
+        return SqliteEscalations(location)
+    return RedisEscalations(location.url, prefix=location.prefix, timeout_s=location.timeout_s)
+
+
+def store_for(config: AgentBreakerConfig) -> EscalationStore:
+    """The escalation store a config names (`store_location`)."""
+    return open_store(store_location(config))
+
+
 __all__ = [
     "BAD_ID",
     "DECISIONS",
@@ -88,12 +156,17 @@ __all__ = [
     "EscalationStorageError",
     "EscalationStore",
     "InvalidEscalation",
+    "Outbox",
     "OutboxRow",
+    "REDIS_SCHEMES",
+    "RedisEscalations",
+    "RedisLocation",
     "Relay",
     "RelayBusy",
     "Spend",
     "SqliteEscalations",
     "Status",
+    "StoreLocation",
     "Target",
     "ToolOutcome",
     "UnknownEscalation",
@@ -101,5 +174,8 @@ __all__ = [
     "db_path",
     "default_db_path",
     "escalation_key",
+    "open_store",
+    "store_for",
+    "store_location",
     "targets_for",
 ]

@@ -1,31 +1,30 @@
 """What an operator sees of the escalations, shared by `agent-breaker escalations` and the
-server's escalation routes: one store per file, and the CLI's table."""
+server's escalation routes: one store per location (a file, a Redis and prefix), and the CLI's table."""
 
 from __future__ import annotations
 
 import json
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
+from . import RedisEscalations, SqliteEscalations, StoreLocation, open_store
 from .records import Escalation
-from .sqlite import SqliteEscalations
 
 
 class Stores:
-    """One `SqliteEscalations` per file, opened on first use: configs of one server that name
-    the same file share it."""
+    """One store per location, opened on first use: configs of one server that name the same
+    file (or the same Redis and prefix) share it."""
 
     def __init__(self) -> None:
-        self._stores: dict[Path, SqliteEscalations] = {}
+        self._stores: dict[StoreLocation, SqliteEscalations | RedisEscalations] = {}
         self._lock = threading.Lock()
 
-    def get(self, path: Path) -> SqliteEscalations:
+    def get(self, location: StoreLocation) -> SqliteEscalations | RedisEscalations:
         with self._lock:
-            store = self._stores.get(path)
+            store = self._stores.get(location)
             if store is None:
-                store = self._stores[path] = SqliteEscalations(path)
+                store = self._stores[location] = open_store(location)
             return store
 
 

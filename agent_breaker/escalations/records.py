@@ -39,6 +39,8 @@ MAX_TOOLS = 64
 MAX_EXCERPTS = 8
 MAX_EXCERPT_CHARS = 2000
 BAD_ID = f"escalation id: {ID_PREFIX} and 16 lowercase hex digits"
+DEFAULT_LIST_LIMIT = 100
+MAX_LIST_LIMIT = 1000
 
 CounterValue = int | float | bool | str | None
 
@@ -95,6 +97,22 @@ def checked_note(note: Any) -> str | None:
     if not note.replace("\n", " ").replace("\t", " ").isprintable():
         raise InvalidEscalation("note: printable text (line breaks and tabs allowed)")
     return note
+
+
+def checked_listing(status: Any, limit: Any) -> tuple[Status | None, int]:
+    """A listing's filter and size: a status or None, and 1 to MAX_LIST_LIMIT records."""
+    if status is not None and status not in STATUSES:
+        raise InvalidEscalation(f"status must be one of {list(STATUSES)}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST_LIMIT:
+        raise InvalidEscalation(f"limit must be between 1 and {MAX_LIST_LIMIT}")
+    return status, limit
+
+
+def checked_open(record: Escalation) -> Escalation:
+    """A record to escalate: a store opens escalations, it never writes one already resolved."""
+    if record.status != "open":
+        raise InvalidEscalation(f"status: only an open escalation can be escalated, not a {record.status} one")
+    return record
 
 
 def escalation_key(tenant: str | None, session: str, heuristic: str) -> str:

@@ -1,17 +1,19 @@
 """The relay: delivers the outbox to its targets, at least once, in order.
 
-A pass reads undelivered rows in `seq` order, a batch at a time, and hands each row's message
-to every target with the row's idempotency key. A row is marked delivered only once every
-target accepted it; the marks of a batch are one transaction. A target that fails stops the
-pass at that row (later rows wait: each target sees the outbox in order), and the next pass
-starts again from it after a backoff. A relay that dies between a delivery and its mark
-delivers those rows again when it restarts: at least once, so every consumer drops the keys
-it has seen (`rabbitmq.DedupConsumer` shows how). Within one process a target that accepted a
-row is not handed it again while another target holds the row up.
+A pass reads undelivered rows oldest first, a batch at a time (`outbox.Outbox`: a SQLite table
+or a Redis stream), and hands each row's message to every target with the row's idempotency
+key. A row is marked delivered only once every target accepted it; the marks of a batch are
+one transaction (one XACK on Redis). A target that fails stops the pass at that row (later
+rows wait: each target sees the outbox in order), and the next pass starts again from it
+after a backoff. A relay that dies between a delivery and its mark delivers those rows again
+when it restarts: at least once, so every consumer drops the keys it has seen
+(`rabbitmq.DedupConsumer` shows how). Within one process a target that accepted a row is not
+handed it again while another target holds the row up.
 
-One relay per file: a second one (another process, or another `Relay` on the same file)
-refuses to run (`RelayBusy`) instead of delivering everything twice. The lock is the
-kernel's (`flock`), so a relay killed with -9 leaves none behind.
+One relay per SQLite file: a second one (another process, or another `Relay` on the same
+file) refuses to run (`RelayBusy`) instead of delivering everything twice. The lock is the
+kernel's (`flock`), so a relay killed with -9 leaves none behind. Relays of a Redis outbox run
+side by side instead: its consumer group hands each message to one of them (`redis.py`).
 """
 
 from __future__ import annotations
@@ -22,12 +24,12 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
-from typing import IO, Any, Protocol
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from typing import IO, Any
 
 from ..config import AgentBreakerConfig, IncidentsConfig
 from ..incidents import Undeliverable, json_lines, webhook
-from .sqlite import OutboxRow
+from .outbox import Outbox, OutboxRow
 
 log = logging.getLogger("agent_breaker.escalations.relay")
 
@@ -42,22 +44,8 @@ DEFAULT_RETENTION_S = 7 * 86_400.0
 _PRUNE_EVERY_S = 3600.0
 
 
-class Outbox(Protocol):
-    """What the relay needs of a store (`SqliteEscalations` is one)."""
-
-    path: Any
-
-    def pending(self, limit: int) -> list[OutboxRow]: ...
-
-    def mark_delivered(self, seqs: list[int]) -> None: ...
-
-    def mark_attempted(self, seq: int) -> None: ...
-
-    def prune_delivered(self, before: float) -> int: ...
-
-
 class RelayBusy(RuntimeError):
-    """Another relay delivers from this file."""
+    """Another relay delivers from this SQLite file."""
 
 
 class Relay:
@@ -93,8 +81,8 @@ class Relay:
         self.last_error: str | None = None
         self.delivered = 0
         self.refused = 0
-        # seq -> targets that accepted it, while another target holds the row up
-        self._accepted: dict[int, set[str]] = {}
+        # position -> targets that accepted it, while another target holds the row up
+        self._accepted: dict[Hashable, set[str]] = {}
         self._lock_file: IO[bytes] | None = None
         self._pruned_at = 0.0
         self._stop = threading.Event()
@@ -108,18 +96,18 @@ class Relay:
         (`failures` and `last_error` say so); the next pass retries that row first."""
         self._claim()
         rows = self.outbox.pending(self.batch_size)
-        done: list[int] = []
+        done: list[Hashable] = []
         try:
             for row in rows:
                 if not self._deliver(row):
                     break
-                done.append(row.seq)
+                done.append(row.position)
         finally:
             # what every target accepted is marked even when a target failed later in the batch
             if done:
                 self.outbox.mark_delivered(done)
-                for seq in done:
-                    self._accepted.pop(seq, None)
+                for position in done:
+                    self._accepted.pop(position, None)
                 self.delivered += len(done)
         if len(done) == len(rows):
             self.failures = 0
@@ -130,7 +118,7 @@ class Relay:
         return len(done)
 
     def _deliver(self, row: OutboxRow) -> bool:
-        accepted = self._accepted.setdefault(row.seq, set())
+        accepted = self._accepted.setdefault(row.position, set())
         for name, target in self.targets.items():
             if name in accepted:
                 continue
@@ -144,7 +132,7 @@ class Relay:
             except Exception as exc:  # any failure of a target is retried after a backoff
                 self.failures += 1
                 self.last_error = f"{name}: {type(exc).__name__}: {exc}"
-                self.outbox.mark_attempted(row.seq)
+                self.outbox.mark_attempted(row.position)
                 if self.failures & (self.failures - 1) == 0:  # the 1st, 2nd, 4th, 8th...: a dead broker must not flood the log
                     log.warning(
                         "agent-breaker relay: %s failed to take %s (%d failures in a row): %s", name, row.key, self.failures, exc
@@ -191,7 +179,7 @@ class Relay:
         self._wake.set()
 
     def start(self) -> Relay:
-        """Run the loop on a daemon thread (the lock on the file is taken here: RelayBusy)."""
+        """Run the loop on a daemon thread (the lock on a SQLite file is taken here: RelayBusy)."""
         self._claim()
         self._stop.clear()
         self._thread = threading.Thread(target=self.run, name="agent-breaker-relay", daemon=True)
@@ -212,9 +200,9 @@ class Relay:
             self._lock_file = None
 
     def _claim(self) -> None:
-        if self._lock_file is not None:
+        if self._lock_file is not None or self.outbox.exclusive_file is None:
             return
-        lock_path = f"{self.outbox.path}.relay-lock"
+        lock_path = f"{self.outbox.exclusive_file}.relay-lock"
         f = open(lock_path, "ab")  # noqa: SIM115 -- held open for the relay's life: the lock lives as long as the file
         with contextlib.suppress(OSError):
             os.chmod(lock_path, 0o600)
@@ -222,7 +210,7 @@ class Relay:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             f.close()
-            raise RelayBusy(f"another relay delivers from {self.outbox.path}") from None
+            raise RelayBusy(f"another relay delivers from {self.outbox.exclusive_file}") from None
         self._lock_file = f
 
 
@@ -275,3 +263,27 @@ def targets_for(config: AgentBreakerConfig) -> tuple[dict[str, Target], list[Cal
         targets["rabbitmq"] = publisher
         closers.append(publisher.close)
     return targets, closers
+
+
+def serve_relays(configs: Iterable[AgentBreakerConfig]) -> list[Relay]:
+    """The relays `agent-breaker serve` runs beside its engines: one per escalation store its
+    configs name that has a target (the webhook, RabbitMQ, the incidents file). A SQLite file
+    another relay already delivers from is left to it (RelayBusy)."""
+    from . import open_store, store_location
+
+    relays: list[Relay] = []
+    seen: set[str] = set()
+    for config in configs:
+        location = store_location(config)
+        if str(location) in seen:
+            continue
+        seen.add(str(location))
+        targets, _closers = targets_for(config)
+        if not targets:
+            continue
+        relay = Relay(open_store(location), targets)
+        try:
+            relays.append(relay.start())
+        except RelayBusy as exc:
+            log.warning("agent-breaker: %s; this server's relay stays off", exc)
+    return relays

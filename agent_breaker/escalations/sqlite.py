@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import hashlib
 import json
 import os
 import sqlite3
@@ -28,34 +27,29 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from ..config import EscalationsConfig
+from .outbox import OutboxKind, OutboxRow, escalation_message, incident_message, resolution_message, to_json
 from .records import (
-    STATUSES,
+    DEFAULT_LIST_LIMIT,
     AlreadyResolved,
     Decision,
     Escalation,
     EscalationStorageError,
-    InvalidEscalation,
     Status,
     UnknownEscalation,
     checked_decision,
     checked_id,
+    checked_listing,
     checked_note,
+    checked_open,
 )
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_S = 5.0
-DEFAULT_LIST_LIMIT = 100
-MAX_LIST_LIMIT = 1000
-#: an incident bigger than this is not one the engine made (they are names and numbers)
-MAX_MESSAGE_BYTES = 65_536
 DB_FILE = "escalations.db"
-
-OutboxKind = Literal["escalation", "resolution", "incident"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS escalations (
@@ -110,19 +104,6 @@ def db_path(
     return (Path(chosen).expanduser() if chosen else default_db_path(environ)).resolve()
 
 
-@dataclass(frozen=True, slots=True)
-class OutboxRow:
-    """One message waiting for the relay: `message` is what targets receive, `key` its
-    idempotency key (consumers drop a key they have seen)."""
-
-    seq: int
-    key: str
-    kind: OutboxKind
-    message: dict[str, Any]
-    created_at: float
-    attempts: int
-
-
 class _Connection(sqlite3.Connection):
     """A connection that can be weakly referenced: the store tracks every thread's connection
     without keeping a finished thread's one alive."""
@@ -143,6 +124,7 @@ class SqliteEscalations:
         if synchronous not in ("FULL", "NORMAL"):
             raise ValueError(f"synchronous must be FULL or NORMAL, but was {synchronous!r}")
         self.path = Path(path).expanduser().resolve()
+        self.exclusive_file: Path | None = self.path  # one relay per file (relay.py)
         self.synchronous = synchronous
         self.clock = clock
         self._local = threading.local()
@@ -176,19 +158,17 @@ class SqliteEscalations:
     def escalate(self, record: Escalation) -> Escalation:
         """Open `record` and its outbox row in one transaction, or return the escalation already
         open for its key (same tenant, session and heuristic) untouched: no second row."""
-        if record.status != "open":
-            raise InvalidEscalation(f"status: only an open escalation can be escalated, not a {record.status} one")
+        checked_open(record)
         with self._write() as c:
             row = c.execute(f"SELECT {_COLUMNS} FROM escalations WHERE key = ? AND status = 'open'", (record.key,)).fetchone()
             if row is not None:
                 return _escalation(row)
-            facts = record.to_dict()
             c.execute(
                 "INSERT INTO escalations (id, key, tenant, session, created_at, status, record) "
                 "VALUES (?, ?, ?, ?, ?, 'open', ?)",
-                (record.id, record.key, record.tenant, record.session, record.created_at, _json(facts)),
+                (record.id, record.key, record.tenant, record.session, record.created_at, to_json(record.to_dict())),
             )
-            self._outbox(c, f"escalation:{record.id}", "escalation", {"kind": "escalation", **facts})
+            self._outbox(c, "escalation", *escalation_message(record))
         return record
 
     def frozen(self, tenant: str | None, session: str) -> Escalation | None:
@@ -224,15 +204,12 @@ class SqliteEscalations:
                 "UPDATE escalations SET status = ?, decision = ?, note = ?, resolved_at = ? WHERE id = ? AND status = 'open'",
                 (done.status, done.decision, done.note, done.resolved_at, escalation_id),
             )
-            self._outbox(c, f"resolution:{escalation_id}", "resolution", {"kind": "resolution", **done.to_dict()})
+            self._outbox(c, "resolution", *resolution_message(done))
         return done
 
     def list(self, status: Status | None = None, limit: int = DEFAULT_LIST_LIMIT) -> builtins.list[Escalation]:
         """The newest escalations first (`status`: only those), at most `limit` (1 to 1000)."""
-        if status is not None and status not in STATUSES:
-            raise InvalidEscalation(f"status must be one of {list(STATUSES)}")
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST_LIMIT:
-            raise InvalidEscalation(f"limit must be between 1 and {MAX_LIST_LIMIT}")
+        status, limit = checked_listing(status, limit)
         rows = self._read(
             f"SELECT {_COLUMNS} FROM escalations WHERE ?1 IS NULL OR status = ?1 ORDER BY created_at DESC, rowid DESC LIMIT ?2",
             (status, limit),
@@ -248,15 +225,9 @@ class SqliteEscalations:
         """Put an incident (`Incident.to_dict()`, `BreakerIncident.to_dict()`) on the outbox;
         its idempotency key is a hash of its content, so adding it twice adds one row.
         Returns the key."""
-        try:
-            canonical = json.dumps(dict(incident), sort_keys=True, separators=(",", ":"))
-        except (TypeError, ValueError):
-            raise InvalidEscalation("incident: a JSON object of names and numbers") from None
-        if len(canonical) > MAX_MESSAGE_BYTES:
-            raise InvalidEscalation(f"incident: over {MAX_MESSAGE_BYTES} bytes as JSON")
-        key = "incident:" + hashlib.sha256(canonical.encode()).hexdigest()
+        key, message = incident_message(incident)
         with self._write() as c:
-            self._outbox(c, key, "incident", json.loads(canonical))
+            self._outbox(c, "incident", key, message)
         return key
 
     # ------------------------------------------------------------------ the outbox (the relay's side)
@@ -302,11 +273,11 @@ class SqliteEscalations:
 
     # ------------------------------------------------------------------ internals
 
-    def _outbox(self, c: sqlite3.Connection, key: str, kind: OutboxKind, message: dict[str, Any]) -> None:
+    def _outbox(self, c: sqlite3.Connection, kind: OutboxKind, key: str, message: dict[str, Any]) -> None:
         c.execute(
             "INSERT INTO outbox (idempotency_key, kind, payload, created_at) VALUES (?, ?, ?, ?) "
             "ON CONFLICT (idempotency_key) DO NOTHING",
-            (key, kind, _json(message), self.clock()),
+            (key, kind, to_json(message), self.clock()),
         )
 
     def _conn(self) -> sqlite3.Connection:
@@ -361,11 +332,6 @@ def _escalation(row: tuple[Any, ...]) -> Escalation:
     return Escalation.from_dict(
         {**json.loads(record), "status": status, "decision": decision, "note": note, "resolved_at": resolved_at}
     )
-
-
-def _json(value: Any) -> str:
-    # ASCII only: any text (a lone surrogate in an excerpt included) survives the round trip
-    return json.dumps(value, separators=(",", ":"))
 
 
 def _create_private(path: Path) -> None:

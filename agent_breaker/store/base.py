@@ -34,6 +34,13 @@ def escape_key_part(part: str) -> str:
     return _UNSAFE.sub(_percent, part)
 
 
+def checked_prefix(prefix: str) -> str:
+    """A key prefix: it comes before the hash tag of every key, so it may not hold one."""
+    if "{" in prefix or "}" in prefix:
+        raise ValueError(f"the key prefix may not hold '{{' or '}}' (Redis Cluster hash tags), but was {prefix!r}")
+    return prefix
+
+
 def key_parts(*parts: str) -> str:
     """Join several caller-supplied parts (tenant, tool, feature) into one key, each escaped:
     ("a:b", "c") and ("a", "b:c") give different keys."""

@@ -69,7 +69,7 @@ from ..breaker import TRANSITIONS, BreakerState, BreakerStateName, IllegalTransi
 from ..config import BreakerConfig
 from ..session import MAX_TOOLS, SessionState, put_bounded
 from . import codec
-from .base import StorageError, escape_key_part
+from .base import StorageError, checked_prefix, escape_key_part
 from .memory import MemoryStore
 
 R = TypeVar("R")
@@ -191,8 +191,7 @@ class RedisStore:
     ) -> None:
         if on_error not in ("local", "raise"):
             raise ValueError(f"on_error must be 'local' or 'raise', but was {on_error!r}")
-        if "{" in prefix or "}" in prefix:
-            raise ValueError(f"the key prefix may not hold '{{' or '}}' (Redis Cluster hash tags), but was {prefix!r}")
+        checked_prefix(prefix)
         self.url = url
         self.shown_url = _without_password(url)  # what logs and errors name
         self.prefix = prefix

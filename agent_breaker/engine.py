@@ -531,7 +531,7 @@ class Engine:
                 tenant=s.tenant,
                 feature=s.feature,
                 agent=ev.agent or s.agent,
-                counters={k: v for k, v in trip.counters.items() if isinstance(v, (int, float)) and not isinstance(v, bool)},
+                counters=_evidence(self.fingerprints, step, trip),
                 spend=EscalationSpend(int(s.spend.tokens), float(s.spend.cost_usd)),
                 tools=() if tool is None else (ToolOutcome(tool, "blocked" if trip.scope != "tool" else "unavailable"),),
                 excerpts=_excerpts(step) if step.p.cfg.escalations.excerpts else None,
@@ -1046,6 +1046,18 @@ def _frozen_verdict(s: SessionState, tool: str | None) -> Verdict:
         heuristic, reason = H.ESCALATED, f"session {handed}"
     trip = Trip(heuristic, "session", reason, "Stop and tell the user a person is looking into it.")
     return replace(verdict_for(trip, "block", tool), route={"tier": "escalate", "escalation_id": s.escalation})
+
+
+def _evidence(fingerprints: Fingerprinter, step: _Step, trip: Trip) -> dict[str, Any]:
+    """An escalation's counters: the trip's numbers, and the engine's keyed hash of the call
+    or the answer that tripped (what a human matches against the logs, not the payload)."""
+    counters: dict[str, Any] = {k: v for k, v in trip.counters.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    ev = step.ev
+    if isinstance(ev, ToolCall):  # its arguments were canonicalized once already: they can be again
+        counters["call_hash"] = f"{fingerprints.hash64(ev.tool, step.p.canon.canonical(ev.args)):016x}"
+    elif isinstance(ev, Final):
+        counters["answer_hash"] = f"{fingerprints.hash64(normalize_text(ev.text)):016x}"
+    return counters
 
 
 def _excerpts(step: _Step) -> tuple[str, ...]:

@@ -13,7 +13,7 @@ What it adds to the stock server (see README, "Security"):
 - breaker admin routes (`GET /v1/agent-breaker/breakers`, `POST .../breakers/{tool}`), only
   with $AGENT_BREAKER_ADMIN_TOKEN set, and opened by that token alone (no API token);
 - escalation admin routes (`GET /v1/agent-breaker/escalations`, `POST .../escalations/{id}`),
-  behind the same token, on the SQLite file of the escalation queue;
+  behind the same token, on the escalation queue's store (a SQLite file, or a fleet's Redis);
 - the events endpoint runs events through a small pool of live Colang states per config, and
   they hold no payload: the Colang runtime sees ids and a reference, the action reads the event
   from a table that lives for the request only.
@@ -845,9 +845,8 @@ class ResolveRequest(BaseModel):
 def install_escalation_endpoints(app: Any, configs: ServedConfigs) -> None:
     """Add the escalation admin routes (only with an admin token, like the breaker admin's):
     `GET /v1/agent-breaker/escalations` (`?status=`, `?limit=`) and `POST .../escalations/{id}`.
-    They read the SQLite file the served configs name (`escalations.db`, or
-    $AGENT_BREAKER_ESCALATIONS_DB, or the default); `config_id` picks a config when they name
-    different files."""
+    They read the store the served configs name (`escalations.store`: a SQLite file, or the
+    fleet's Redis); `config_id` picks a config when they name different stores."""
     paths = {config_id: store_location(configs.engine(config_id)[1].config) for config_id in configs.ids}
     stores = Stores()
 

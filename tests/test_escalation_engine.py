@@ -54,6 +54,8 @@ def test_a_loop_halt_escalates_and_freezes_until_a_human_resumes(make_engine, cl
     [record] = queue.list()
     assert (record.id, record.session, record.heuristic, record.status) == (escalation_id, "s1", "identical_failure", "open")
     assert record.counters["failures"] == 3 and record.spend.tokens == 300
+    # the engine's keyed hash of the call, to match against the logs (16 hex digits, no payload)
+    assert len(record.counters["call_hash"]) == 16 and int(record.counters["call_hash"], 16) >= 0
     assert [(t.tool, t.outcome) for t in record.tools] == [("run_sql", "blocked")]
     assert SECRET not in repr(record.to_dict()) and record.excerpts is None
     # frozen: any call, even another tool's, is refused with the escalation id

@@ -92,7 +92,10 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _demo(args: argparse.Namespace) -> int:
     from .demo import format_after, format_table, run_demo
-    from .escalations import db_path
+    from .escalations import db_path, default_db_path
+
+    # the demo's escalations go to a file of their own, never to the queue a relay delivers to on-call
+    os.environ.setdefault("AGENT_BREAKER_ESCALATIONS_DB", str(default_db_path().with_name("demo-escalations.db")))
 
     if not args.incidents:
         # the table says what was cut; the incident JSON lines are there with --incidents

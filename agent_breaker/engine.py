@@ -38,6 +38,7 @@ from .detectors.base import Trip
 from .escalations import AlreadyResolved, EscalationError, EscalationStore, ToolOutcome, store_for
 from .escalations import Escalation as _Escalation
 from .escalations import Spend as EscalationSpend
+from .escalations.records import new_id as new_escalation_id
 from .events import Assistant, Final, InvalidEventError, ToolCall, ToolResult, User, parse_event, parse_typed
 from .failure_policy import storage_unavailable
 from .governor import budget
@@ -47,7 +48,7 @@ from .metrics import shared as shared_metrics
 from .outcomes import FailurePredicate, Outcome, carries_content, classify, is_blank
 from .policy import CONFIRMATION, CheckContext, Policies, Policy, judge, run_checks
 from .receipts import ReceiptKeys, empty_mutation_trip, is_empty_result, mint, verify
-from .session import FAILED, MAX_PENDING, MAX_SAID, MIXED, CallFacts, ChurnView, Pending, SessionState, put_bounded
+from .session import FAILED, MAX_PENDING, MAX_SAID, MIXED, CallFacts, ChurnView, Pending, SessionState, Spend, put_bounded
 from .store import MemoryStore, StorageError, Store, store_from_uri
 from .store.base import key_parts, split_key
 from .tracing import attributes, configured_tracer
@@ -62,6 +63,8 @@ Listener = Callable[[Incident | BreakerIncident], None]
 TENANT_SEPARATOR = "\x1f"
 #: sessions this engine knows have made more than one distinct call (no agent view to read)
 MAX_MIXED_SESSIONS = 100_000
+#: (tenant, tool) pairs whose latest result's schema conformity is remembered (schema_drift)
+MAX_SHAPES = 10_000
 
 
 def log_incident(incident: Incident | BreakerIncident) -> None:
@@ -98,6 +101,7 @@ class _Decided:
     transitions: list[Transition] = field(default_factory=list)  # of the session's own breakers
     frozen: str | None = None  # refused for this escalation: is it still open?
     resumed: str | None = None  # a user turn with news lifted the loop halt this escalation froze
+    escalating: tuple[Trip, str] | None = None  # the trip that froze the session, and the id it froze it as
 
 
 _R = TypeVar("_R", Verdict, ResultVerdict)
@@ -327,10 +331,10 @@ class Engine:
             self._remember_mixed(step.key)
         for trip, severity in decided.trips:
             self._emit(s, step.ev, trip, severity, step.now, tool)
-            if severity == "block" and trip.heuristic in H.ESCALATING and isinstance(decided.verdict, Verdict):
-                escalation = self._escalate(step, s, trip, tool)
-                if escalation is not None:
-                    decided.verdict = replace(decided.verdict, route={"tier": "escalate", "escalation_id": escalation})
+        if decided.escalating is not None:
+            trip, frozen_as = decided.escalating
+            escalation = self._escalate(step, s, trip, tool, frozen_as) or frozen_as
+            decided.verdict = replace(decided.verdict, route={"tier": "escalate", "escalation_id": escalation})
         for t in decided.transitions:
             self._breaker_moved(t, tool, step.ev.tenant, step.p.cfg, t.dst)
         return decided.verdict
@@ -353,10 +357,14 @@ class Engine:
         tool: str | None,
         call_id: str | None = None,
     ) -> Verdict:
-        """Turn the checks' outcome into a verdict; a session-terminal block halts the session."""
+        """Turn the checks' outcome into a verdict; a session-terminal block halts the session,
+        and one that goes to a human freezes it in the same update (the record follows it)."""
         if block is not None:
             if block.heuristic in H.SESSION_TERMINAL:
                 s.halted = (block.heuristic, block.reason)
+            if block.heuristic in H.ESCALATING and s.escalation is None and self._escalations is not False:
+                s.escalation = new_escalation_id()
+                decided.escalating = (block, s.escalation)
             decided.trips.append((block, "block"))
             return verdict_for(block, "block", tool)
         if warn is not None:
@@ -472,8 +480,12 @@ class Engine:
         if permission is not None:
             self._breaker_moved(permission.transition, f.tool, ev.tenant, cfg, permission.state)
         verdict = self._commit(step, decide, f.tool)
-        if verdict is _THAWED:  # a human resumed the session: decide again on its new state
-            verdict = self._commit(step, decide, f.tool)
+        for _ in range(MAX_THAWS):
+            if verdict is not _THAWED:
+                break
+            verdict = self._commit(step, decide, f.tool)  # a human resumed the session: decide again
+        else:
+            verdict = replace(ALLOW, allowed=False, heuristic=H.ESCALATED, severity="block", scope="session")
         if permission is not None and permission.probe is not None and not verdict.allowed:
             self._release_probe(bkey, cfg, permission.probe)
         if not verdict.allowed and verdict.heuristic in _TOOL_DOWN:
@@ -509,13 +521,20 @@ class Engine:
         if self._escalations is None:
             with self._lock:
                 if self._escalations is None:
-                    self._escalations = store_for(self.config)
+                    try:
+                        self._escalations = store_for(self.config)
+                    except (ConfigError, EscalationError, OSError) as exc:
+                        log.warning("agent-breaker: the escalation store cannot be opened (tried again next time): %s", exc)
+                        return None
         return self._escalations or None
 
-    def _escalate(self, step: _Step, s: SessionState | None, trip: Trip, tool: str | None) -> str | None:
+    def _escalate(
+        self, step: _Step, s: SessionState | None, trip: Trip, tool: str | None, frozen_as: str | None = None
+    ) -> str | None:
         """Hand the session to a human: an escalation record (names, numbers, hashes; excerpts
-        only where the tenant opted in) and the session frozen until it is resolved. A store
-        that fails is logged: the trip still refuses what it refuses."""
+        only where the tenant opted in), under the id the session was frozen as (`frozen_as`),
+        or frozen now. A store that fails is logged: the session stays frozen under its id, and
+        the record is written again at its next call (`_thawed`)."""
         store = self.escalation_store()
         if store is None:
             return None
@@ -536,12 +555,25 @@ class Engine:
                 tools=() if tool is None else (ToolOutcome(tool, "blocked" if trip.scope != "tool" else "unavailable"),),
                 excerpts=_excerpts(step) if step.p.cfg.escalations.excerpts else None,
             )
+            if frozen_as is not None:
+                esc = replace(esc, id=frozen_as)
             escalation_id = store.escalate(esc).id
-            self.store.update_session(step.key, step.now, lambda st: (_freeze(step.session(st), escalation_id), None))
+            if escalation_id != frozen_as:  # frozen now, or an escalation of this key was open already
+                self.store.update_session(step.key, step.now, lambda st: (_freeze(step.session(st), escalation_id), None))
         except (EscalationError, StorageError) as exc:
             log.warning("agent-breaker: escalation of session %r failed: %s", step.key, exc)
             return None
         return escalation_id
+
+    def _rewrite(self, step: _Step, escalation_id: str) -> None:
+        """Write the record of a session frozen under `escalation_id` whose record is missing
+        (the store failed, or the process died, between the freeze and the record)."""
+        try:
+            s = step.session(self.store.peek_session(step.key))
+        except StorageError:
+            return
+        heuristic, reason = s.halted or (H.ESCALATED, "the session was handed to a human")
+        self._escalate(step, s, Trip(heuristic, "session", reason, ""), None, escalation_id)
 
     def _resumed_by_user(self, step: _Step, escalation_id: str) -> None:
         """Record the resume a user's turn made; an escalation an operator aborted meanwhile
@@ -553,8 +585,11 @@ class Engine:
             store.resolve(escalation_id, "resume", "a user turn with new content lifted the loop halt")
         except AlreadyResolved as exc:
             if exc.status == "aborted":
-                self.store.update_session(step.key, step.now, lambda st: (_freeze(step.session(st), escalation_id), None))
-        except (EscalationError, StorageError) as exc:
+                try:
+                    self.store.update_session(step.key, step.now, lambda st: (_freeze(step.session(st), escalation_id), None))
+                except StorageError as err:
+                    log.warning("agent-breaker: session of aborted escalation %s not frozen again: %s", escalation_id, err)
+        except EscalationError as exc:
             log.warning("agent-breaker: resume of escalation %s not recorded: %s", escalation_id, exc)
 
     def _thawed(self, step: _Step, escalation_id: str) -> bool:
@@ -566,12 +601,17 @@ class Engine:
         except EscalationError as exc:
             log.warning("agent-breaker: escalation %s unreadable, the session stays frozen: %s", escalation_id, exc)
             return False
+        if esc is None and store is not None:
+            self._rewrite(step, escalation_id)  # frozen, but its record was never written
+            return False
         if esc is None or esc.status != "resumed":
-            return False  # open, aborted, or held by another process's store: frozen, fail closed
+            return False  # open or aborted: frozen (and without a store: fail closed)
 
         def thaw(state: object | None) -> tuple[SessionState | None, None]:
             st = step.session(state)
             if st.escalation == escalation_id:
+                if st.halted is not None and st.halted[0] in H.BUDGETS:
+                    st.spend = Spend()  # the operator let it go on: a fresh budget, or it trips again at once
                 st.escalation = None
                 st.halted = None
                 st.reset_streaks()
@@ -713,12 +753,14 @@ class Engine:
         if out.failed:
             return []
         problem = p.schema_problem(ev.tool, ev.result, result=True)
+        # tenants may hold different schemas for one tool: drift is judged per tenant
+        shape_key = f"{ev.tenant or ''}{TENANT_SEPARATOR}{ev.tool}"
         if problem is None:
             if ev.tool in p.cfg.tools:
-                self._remember_shape(ev.tool, True)
+                self._remember_shape(shape_key, True)
             return []
         trips = []
-        if self._remember_shape(ev.tool, False) and p.mode(H.SCHEMA_DRIFT) != "off":
+        if self._remember_shape(shape_key, False) and p.mode(H.SCHEMA_DRIFT) != "off":
             trips.append(
                 Trip(
                     H.SCHEMA_DRIFT,
@@ -731,13 +773,13 @@ class Engine:
             trips.append(schema_violation(ev.tool, "result", problem))
         return trips
 
-    def _remember_shape(self, tool: str, conforming: bool) -> bool:
-        """Note whether a tool's latest result met its schema; True when one that did is
-        followed by one that does not (the moment it drifted)."""
+    def _remember_shape(self, key: str, conforming: bool) -> bool:
+        """Note whether a (tenant's) tool's latest result met its schema; True when one that did
+        is followed by one that does not (the moment it drifted)."""
         with self._lock:
-            before = self._shapes.pop(tool, None)
-            self._shapes[tool] = conforming
-            if len(self._shapes) > MAX_MIXED_SESSIONS:
+            before = self._shapes.pop(key, None)
+            self._shapes[key] = conforming
+            if len(self._shapes) > MAX_SHAPES:
                 self._shapes.popitem(last=False)
         return before is True and not conforming
 
@@ -859,9 +901,14 @@ class Engine:
 
         def decide(s: SessionState) -> tuple[SessionState | None, _Decided]:
             decided = _Decided(ALLOW)
+            if s.escalation is not None:
+                decided.frozen = s.escalation
+                decided.verdict = _frozen_verdict(s, None)
+                return None, decided
             block, warn = judge(cfg, [step.p.claims.check(step.ev.text, s.ledger)])
             decided.verdict = self._settle(s, decided, block, warn, None)
-            return None, decided  # reading an answer changes no state
+            # reading an answer changes no state, unless it froze the session for a human
+            return (s if decided.escalating else None), decided
 
         return self._commit(step, decide, None)
 
@@ -1031,6 +1078,8 @@ def _span_event(incident: Incident | BreakerIncident) -> dict[str, Any]:
 
 #: what _commit answers when a human lifted the freeze the decision found: decide again
 _THAWED: Any = object()
+#: how many lifted freezes one call goes through before it is refused (each needs a resume)
+MAX_THAWS = 3
 
 
 def _freeze(s: SessionState, escalation_id: str) -> SessionState:

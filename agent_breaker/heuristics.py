@@ -82,8 +82,10 @@ LOOPS: frozenset[str] = frozenset(
     }
 )
 
+#: the session budgets: their halts stay until the budget is reset (an operator's resume)
+BUDGETS: frozenset[str] = frozenset({TOKEN_BUDGET, COST_BUDGET, STEP_LIMIT})
 #: trips that end the session: every later call of it is refused (enforce mode)
-SESSION_TERMINAL: frozenset[str] = LOOPS | {TOKEN_BUDGET, COST_BUDGET, STEP_LIMIT}
+SESSION_TERMINAL: frozenset[str] = LOOPS | BUDGETS
 
 #: a session frozen for a human (the escalation queue): its calls wait for their decision
 ESCALATED = "escalated"

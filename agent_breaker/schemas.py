@@ -114,23 +114,70 @@ def model_check(dotted: str) -> Check:
     if not (isinstance(model, type) and issubclass(model, BaseModel)):
         raise SchemaError(f"{dotted!r} is not a pydantic model")
 
+    declared = _declared_names(model.model_json_schema())
+
     def check(value: Any) -> str | None:
         try:
             model.model_validate(value)
         except ValidationError as exc:
-            return _model_problem(exc.errors(include_url=False, include_input=False, include_context=False)[0])
+            errors = exc.errors(include_url=False, include_input=False, include_context=False)
+            return _model_problem(errors[0], declared)
+        except Exception:  # a validator of the model's own that raised something else
+            return "breaks one of the model's own rules"
         return None
 
     return check
 
 
-def _model_problem(error: Mapping[str, Any]) -> str:
-    if error["type"] == "extra_forbidden":
-        where = ".".join(str(p) for p in error["loc"][:-1])
-        return (f"field {where}: " if where else "") + "holds a field the model does not allow"
-    # loc names the model's own fields (and item indices); msg describes, it never quotes the input
-    where = ".".join(str(p) for p in error["loc"])
-    return f"field {where}: {error['msg'][:200]}" if where else error["msg"][:200]
+def _declared_names(schema: Any) -> frozenset[str]:
+    """Every property name a model's JSON schema declares, at any depth ($defs included)."""
+    names: set[str] = set()
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            props = node.get("properties")
+            if isinstance(props, dict):
+                names.update(k for k in props if isinstance(k, str))
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return frozenset(names)
+
+
+#: pydantic error types whose message describes the rule from the model alone (never the input)
+_SAFE_MESSAGES = frozenset(
+    {
+        "missing",
+        "greater_than",
+        "greater_than_equal",
+        "less_than",
+        "less_than_equal",
+        "multiple_of",
+        "too_short",
+        "too_long",
+        "string_too_short",
+        "string_too_long",
+        "string_pattern_mismatch",
+        "literal_error",
+        "enum",
+    }
+)
+
+
+def _model_problem(error: Mapping[str, Any], declared: frozenset[str]) -> str:
+    kind = str(error["type"])
+    loc = error["loc"][:-1] if kind == "extra_forbidden" else error["loc"]
+    # a field is named only as the model declares it: a key the agent made up is not repeated
+    parts = ["[]" if isinstance(p, int) else p if p in declared else "{}" for p in loc]
+    where = ".".join(parts).replace(".[]", "[]")
+    if kind == "extra_forbidden":
+        what = "holds a field the model does not allow"
+    elif kind in _SAFE_MESSAGES or kind.endswith(("_type", "_parsing")):
+        what = str(error["msg"])[:200]
+    else:
+        what = f"breaks the model's {kind!r} rule"
+    return f"field {where}: {what}" if where else what
 
 
 def compile_check(schema: dict[str, Any] | None, model: str | None) -> Check | None:

@@ -155,3 +155,55 @@ def test_replay_hands_no_one_a_case(tmp_path, monkeypatch):
     ]
     [out], _ = replay_lines(trace, replay_engine(AgentBreakerConfig()))
     assert out["tripped"] and not db.exists()
+
+
+class FailingOnce:
+    """The real queue behind a fault: its first escalate() fails as a busy or lost store would."""
+
+    def __init__(self, store):
+        self.store = store
+        self.failed = False
+
+    def escalate(self, record):
+        from agent_breaker.escalations import EscalationStorageError
+
+        if not self.failed:
+            self.failed = True
+            raise EscalationStorageError("database is locked")
+        return self.store.escalate(record)
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+
+def test_a_store_that_fails_loses_no_escalation(make_engine, clock, queue):
+    engine = make_engine(escalations=FailingOnce(queue))
+    v = runaway(engine, clock)
+    escalation_id = v.route["escalation_id"]  # the session was frozen in the same update as its halt
+    assert queue.list() == []
+    frozen = engine.check_tool_call(call("search", {"q": 1}))
+    assert (frozen.allowed, frozen.route["escalation_id"]) == (False, escalation_id)
+    # the record was written again at that call, under the id the session was frozen as
+    [record] = queue.list()
+    assert (record.id, record.heuristic, record.status) == (escalation_id, "identical_failure", "open")
+
+
+def test_a_frozen_session_is_not_escalated_twice_nor_freed_by_its_user(make_engine, clock, queue):
+    engine = make_engine(escalations=queue)
+    escalation_id = runaway(engine, clock).route["escalation_id"]
+    final = engine.verify_final({"type": "final", "session": "s1", "text": "Done, reference TX-99482."})
+    assert (final.allowed, final.route["escalation_id"]) == (False, escalation_id)
+    assert [r.id for r in queue.list()] == [escalation_id]
+    # the loop's escalation is the one a user's news resumes
+    engine.record_user({"type": "user", "session": "s1", "text": "The table is called orders_2024"})
+    assert queue.get(escalation_id).status == "resumed"
+
+
+def test_an_operator_resuming_a_budget_halt_gives_a_fresh_budget(make_engine, clock, queue):
+    engine = make_engine({"step_limit": {"max_steps": 3}}, escalations=queue)
+    verdicts = [run(engine, clock, "search", {"q": i}, True, {"hits": [i]}) for i in range(4)]
+    escalation_id = verdicts[-1].route["escalation_id"]
+    queue.resolve(escalation_id, "resume", "approved three more steps")
+    for i in range(3):
+        assert run(engine, clock, "search", {"q": 10 + i}, True, {"hits": [i]}, call_id=f"r{i}").allowed
+    assert not engine.check_tool_call(call("search", {"q": 99}, call_id="r9")).allowed  # the budget holds again

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import OUTAGE, call, result, run
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agent_breaker import BreakerStateName, ConfigError, parse_config
 from agent_breaker.schemas import compile_check
@@ -156,3 +156,30 @@ def test_a_half_open_probe_must_meet_the_result_schema_to_close_the_breaker(make
 def test_a_schema_that_cannot_check_anything_fails_the_config(tool, message):
     with pytest.raises(ConfigError, match=message):
         parse_config(config(pay=tool))
+
+
+class Tagged(BaseModel):
+    kind: str = Field(pattern="^(lead|contact)$")
+    scores: dict[str, int] = {}
+
+    @field_validator("kind")
+    @classmethod
+    def _no_test(cls, value: str) -> str:
+        if value == "contact":
+            raise ValueError(f"contacts are not taken here: {value}")
+        return value
+
+
+@pytest.mark.parametrize(
+    ("args", "problem"),
+    [
+        ({"kind": "lead", "scores": {SECRET: "high"}}, "field scores.{}: Input should be a valid integer"),
+        ({"kind": "contact"}, "field kind: breaks the model's 'value_error' rule"),
+        ({"kind": SECRET}, "field kind: String should match pattern '^(lead|contact)$'"),
+    ],
+)
+def test_a_models_problem_names_no_key_or_value_the_agent_made_up(args, problem):
+    check = compile_check(None, f"{__name__}:Tagged")
+    assert check is not None
+    found = check(args)
+    assert found is not None and found.startswith(problem) and SECRET not in found

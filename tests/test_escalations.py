@@ -11,7 +11,6 @@ import os
 import stat
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +20,6 @@ import pytest
 
 from agent_breaker.config import ConfigError, parse_config
 from agent_breaker.escalations import (
-    AlreadyResolved,
     Escalation,
     InvalidEscalation,
     Relay,
@@ -29,13 +27,12 @@ from agent_breaker.escalations import (
     Spend,
     SqliteEscalations,
     ToolOutcome,
-    UnknownEscalation,
     db_path,
     default_db_path,
     escalation_key,
 )
 from agent_breaker.escalations.relay import incidents_only, sink_targets
-from agent_breaker.incidents import Undeliverable, slack_text
+from agent_breaker.incidents import slack_text
 
 ROOT = Path(__file__).resolve().parents[1]
 NOW = 1_767_225_600.0
@@ -138,36 +135,6 @@ def test_tool_outcomes_and_spend_are_checked():
 # ----------------------------------------------------------------------------- the store
 
 
-def test_escalate_is_idempotent_per_tenant_session_and_heuristic(store):
-    first = store.escalate(escalation())
-    again = store.escalate(escalation(reason="the same trip, decided again by another worker"))
-    assert again == first
-    other_heuristic = store.escalate(escalation(heuristic="step_limit"))
-    other_tenant = store.escalate(escalation(tenant="globex"))
-    assert len({first.id, other_heuristic.id, other_tenant.id}) == 3
-    assert len(store.list()) == 3
-    assert [r[0] for r in rows(store.path, "SELECT kind FROM outbox ORDER BY seq")] == ["escalation"] * 3
-    # resolved, the same key opens a new escalation (a later trip of the resumed session)
-    store.resolve(first.id, "resume")
-    later = store.escalate(escalation(now=NOW + 60))
-    assert later.id != first.id and later in store.list(status="open")
-
-
-def test_a_frozen_session_stays_frozen_until_resumed(store):
-    assert store.frozen("acme", "s1") is None
-    e = store.escalate(escalation())
-    assert store.frozen("acme", "s1") == e
-    assert store.frozen(None, "s1") is None and store.frozen("globex", "s1") is None and store.frozen("acme", "s2") is None
-    done = store.resolve(e.id, "resume", "the transfer was checked by hand")
-    assert (done.status, done.decision, done.note) == ("resumed", "resume", "the transfer was checked by hand")
-    assert done.resolved_at is not None and done.resolved_at >= done.created_at
-    assert store.frozen("acme", "s1") is None
-    assert store.get(e.id) == done
-    outbox = rows(store.path, "SELECT kind, idempotency_key, payload FROM outbox ORDER BY seq")
-    assert [(k, key) for k, key, _ in outbox] == [("escalation", f"escalation:{e.id}"), ("resolution", f"resolution:{e.id}")]
-    assert json.loads(outbox[1][2])["status"] == "resumed"
-
-
 def test_an_aborted_session_stays_closed(store):
     e = store.escalate(escalation())
     aborted = store.resolve(e.id, "abort", "the agent invents transfers: stop it")
@@ -176,55 +143,6 @@ def test_an_aborted_session_stays_closed(store):
     # a later trip that escalated anyway (another worker) is what the session waits on first
     reopened = store.escalate(escalation(heuristic="step_limit", now=NOW + 5))
     assert store.frozen("acme", "s1") == reopened
-
-
-def test_resolving_twice_names_the_status_and_changes_nothing(store):
-    e = store.escalate(escalation())
-    store.resolve(e.id, "abort")
-    with pytest.raises(AlreadyResolved, match="already aborted") as caught:
-        store.resolve(e.id, "resume", "second thoughts")
-    assert caught.value.status == "aborted"
-    assert store.get(e.id).decision == "abort" and store.get(e.id).note is None
-    assert rows(store.path, "SELECT count(*) FROM outbox WHERE kind = 'resolution'") == [(1,)]
-    with pytest.raises(UnknownEscalation):
-        store.resolve("esc_0000000000000000", "resume")
-
-
-@pytest.mark.parametrize(
-    "hostile",
-    ["esc_' OR 1=1 --", "../../etc/passwd", "esc_0123456789ABCDEF", "esc_0123456789abcdef0", "", None, 7, "esc_\n012345678abcde"],
-)
-def test_hostile_ids_never_reach_sql(store, hostile):
-    store.escalate(escalation())
-    for act in (lambda: store.get(hostile), lambda: store.resolve(hostile, "abort")):
-        with pytest.raises(InvalidEscalation, match="escalation id"):
-            act()
-    assert store.list(status="open")  # nothing was resolved
-
-
-def test_decisions_notes_and_listing_limits_are_checked(store):
-    e = store.escalate(escalation())
-    for decision, note, match in [
-        ("delete", None, "decision"),
-        ("resume", "n" * 2001, "note"),
-        ("resume", "a bell \x07", "note"),
-        ("resume", ["not", "text"], "note"),
-    ]:
-        with pytest.raises(InvalidEscalation, match=match):
-            store.resolve(e.id, decision, note)
-    assert store.get(e.id).status == "open"
-    assert store.resolve(e.id, "resume", "line one\n\tline two" + "x" * 1980).status == "resumed"  # at the limit
-    for bad in ({"limit": 0}, {"limit": 1001}, {"limit": True}, {"status": "closed"}):
-        with pytest.raises(InvalidEscalation):
-            store.list(**bad)
-
-
-def test_the_listing_is_newest_first_and_filters_by_status(store):
-    made = [store.escalate(escalation(session=f"s{i}", now=NOW + i)) for i in range(5)]
-    store.resolve(made[1].id, "resume")
-    assert [e.id for e in store.list()] == [e.id for e in reversed(made)]
-    assert [e.id for e in store.list(status="open", limit=2)] == [made[4].id, made[3].id]
-    assert [e.id for e in store.list(status="resumed")] == [made[1].id]
 
 
 def test_a_new_store_on_the_same_file_sees_everything_and_each_sees_the_others_moves(tmp_path):
@@ -245,28 +163,6 @@ def test_a_new_store_on_the_same_file_sees_everything_and_each_sees_the_others_m
         operator_side.close()
     with pytest.raises(Exception, match="closed"):
         engine_side.frozen("acme", "s1")
-
-
-def test_two_operators_resolving_at_once_resolve_once(store):
-    e = store.escalate(escalation())
-    won, lost = [], []
-    start = threading.Barrier(40)
-
-    def operator(i: int) -> None:
-        start.wait()
-        try:
-            won.append(store.resolve(e.id, "resume" if i % 2 else "abort", f"operator {i}"))
-        except AlreadyResolved:
-            lost.append(i)
-
-    threads = [threading.Thread(target=operator, args=(i,)) for i in range(40)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert (len(won), len(lost)) == (1, 39)
-    assert store.get(e.id) == won[0]
-    assert rows(store.path, "SELECT count(*) FROM outbox WHERE kind = 'resolution'") == [(1,)]
 
 
 # an operator in a process of its own: opens the file, waits for the go file, resolves
@@ -296,18 +192,6 @@ def test_operators_in_other_processes_resolve_once_too(store, tmp_path):
     results = sorted(p.communicate(timeout=60)[0].strip() for p in procs)
     assert results == ["lost", "lost", "lost", "won"]
     assert rows(store.path, "SELECT count(*) FROM outbox WHERE kind = 'resolution'") == [(1,)]
-
-
-def test_the_same_incident_is_one_outbox_row(store):
-    incident = {"kind": "trip", "ts": NOW, "session": "s1", "heuristic": "identical_call", "counters": {"repeats": 4}}
-    key = store.add_incident(incident)
-    assert store.add_incident(dict(reversed(list(incident.items())))) == key  # its content, not its key order
-    assert store.add_incident({**incident, "ts": NOW + 1}) != key
-    assert store.pending_count() == 2
-    with pytest.raises(InvalidEscalation, match="JSON"):
-        store.add_incident({"kind": "trip", "when": object()})
-    with pytest.raises(InvalidEscalation, match="bytes"):
-        store.add_incident({"kind": "trip", "counters": {"x": "y" * 70_000}})
 
 
 def test_the_file_and_its_new_folders_are_private_and_in_wal_mode(tmp_path):
@@ -370,61 +254,6 @@ def test_a_queue_url_must_be_amqp_and_the_message_hides_credentials(monkeypatch)
 
 
 # ----------------------------------------------------------------------------- the relay
-
-
-def test_the_relay_hands_every_target_each_row_in_order_with_its_key(store):
-    e = store.escalate(escalation())
-    store.add_incident({"kind": "trip", "ts": NOW, "session": "s1", "heuristic": "identical_call"})
-    store.resolve(e.id, "abort")
-    seen: dict[str, list[tuple[str, str]]] = {"a": [], "b": []}
-    relay = Relay(store, {name: (lambda m, k, name=name: seen[name].append((m["kind"], k))) for name in seen})
-    try:
-        assert relay.run_once() == 3
-        assert relay.run_once() == 0
-    finally:
-        relay.close()
-    expected = [("escalation", f"escalation:{e.id}"), ("trip", seen["a"][1][1]), ("resolution", f"resolution:{e.id}")]
-    assert seen["a"] == seen["b"] == expected
-    assert store.pending_count() == 0
-
-
-def test_a_failing_target_holds_its_row_and_the_rows_after_it_and_the_others_are_not_repeated(store):
-    for i in range(3):
-        store.escalate(escalation(session=f"s{i}"))
-    healthy: list[str] = []
-    down = {"now": True}
-
-    def broker(message: dict[str, Any], key: str) -> None:
-        if down["now"] and message["session_id"] == "s1":
-            raise ConnectionError("broker unreachable")
-
-    relay = Relay(store, {"healthy": lambda m, k: healthy.append(m["session_id"]), "broker": broker})
-    try:
-        assert relay.run_once() == 1  # s0 went; s1 is held up, and s2 waits behind it
-        assert relay.failures == 1 and "broker unreachable" in relay.last_error
-        assert relay.run_once() == 0 and relay.failures == 2
-        assert relay.backoff() == 2 * relay.backoff_s
-        down["now"] = False
-        assert relay.run_once() == 2 and relay.failures == 0
-    finally:
-        relay.close()
-    assert healthy == ["s0", "s1", "s2"]  # s1 reached the healthy target once, not once per retry
-    assert rows(store.path, "SELECT attempts FROM outbox ORDER BY seq") == [(0,), (2,), (0,)]
-
-
-def test_a_message_a_receiver_refuses_does_not_hold_up_the_outbox(store):
-    store.escalate(escalation(session="s0"))
-    store.escalate(escalation(session="s1"))
-
-    def picky(message: dict[str, Any], key: str) -> None:
-        if message["session_id"] == "s0":
-            raise Undeliverable("HTTP 400")
-
-    relay = Relay(store, {"picky": picky})
-    try:
-        assert relay.run_once() == 2 and relay.refused == 1
-    finally:
-        relay.close()
 
 
 def test_one_relay_per_file(store):

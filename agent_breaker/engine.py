@@ -485,7 +485,8 @@ class Engine:
                 break
             verdict = self._commit(step, decide, f.tool)  # a human resumed the session: decide again
         else:
-            verdict = replace(ALLOW, allowed=False, heuristic=H.ESCALATED, severity="block", scope="session")
+            trip = Trip(H.ESCALATED, "session", "the session's escalations keep changing", "Stop and try again later.")
+            verdict = verdict_for(trip, "block", f.tool)
         if permission is not None and permission.probe is not None and not verdict.allowed:
             self._release_probe(bkey, cfg, permission.probe)
         if not verdict.allowed and verdict.heuristic in _TOOL_DOWN:

@@ -901,11 +901,9 @@ class Engine:
             return ALLOW
 
         def decide(s: SessionState) -> tuple[SessionState | None, _Decided]:
+            # a frozen session's answers are still checked (an honest one may reach the user); a
+            # rejected one escalates nothing more (_settle: the session has its escalation)
             decided = _Decided(ALLOW)
-            if s.escalation is not None:
-                decided.frozen = s.escalation
-                decided.verdict = _frozen_verdict(s, None)
-                return None, decided
             block, warn = judge(cfg, [step.p.claims.check(step.ev.text, s.ledger)])
             decided.verdict = self._settle(s, decided, block, warn, None)
             # reading an answer changes no state, unless it froze the session for a human

@@ -192,8 +192,10 @@ def test_a_frozen_session_is_not_escalated_twice_nor_freed_by_its_user(make_engi
     engine = make_engine(escalations=queue)
     escalation_id = runaway(engine, clock).route["escalation_id"]
     final = engine.verify_final({"type": "final", "session": "s1", "text": "Done, reference TX-99482."})
-    assert (final.allowed, final.route["escalation_id"]) == (False, escalation_id)
+    assert (final.allowed, final.heuristic, final.route) == (False, "unverified_claim", None)  # checked, not escalated again
     assert [r.id for r in queue.list()] == [escalation_id]
+    honest = engine.verify_final({"type": "final", "session": "s1", "text": "I could not run the query: the table is missing."})
+    assert honest.allowed  # a frozen session may still tell the user the truth
     # the loop's escalation is the one a user's news resumes
     engine.record_user({"type": "user", "session": "s1", "text": "The table is called orders_2024"})
     assert queue.get(escalation_id).status == "resumed"

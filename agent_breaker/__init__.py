@@ -12,6 +12,7 @@ from .clock import Clock, FakeClock, SystemClock
 from .config import AgentBreakerConfig, ConfigError, load_config, parse_config
 from .engine import Engine, log_incident
 from .events import Assistant, Final, InvalidEventError, ToolCall, ToolResult, User, parse_event
+from .guarded import guarded
 from .outcomes import is_semantic_failure
 from .receipts import ReceiptKeys
 from .store import MemoryStore, StorageError, Store, store_from_uri
@@ -40,6 +41,7 @@ __all__ = [
     "ToolResult",
     "User",
     "Verdict",
+    "guarded",
     "is_semantic_failure",
     "load_config",
     "log_incident",

@@ -1,0 +1,119 @@
+"""Enforcement in front of the tool (issue 13, item 1): `guarded` checks each call, runs the tool
+only when it is allowed, records its result or exception, and hands back the synthetic
+observation when it is refused; sync and async, decorator form, routes to registered
+alternatives. On both stores."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from dataclasses import dataclass
+
+import pytest
+
+from agent_breaker import BreakerStateName, guarded
+
+run_id: contextvars.ContextVar[str] = contextvars.ContextVar("run_id", default="run-1")
+
+
+def test_a_tool_runs_while_allowed_and_a_looping_call_gets_the_observation_not_the_tool(make_engine):
+    engine = make_engine()
+    ran: list[str] = []
+
+    @guarded(engine=engine, session=run_id.get)
+    def run_sql(query: str) -> dict:
+        ran.append(query)
+        raise ValueError("syntax error at or near SELEC")
+
+    for _ in range(3):
+        with pytest.raises(ValueError):
+            run_sql("SELEC 1")
+    out = run_sql("SELEC 1")
+    assert ran == ["SELEC 1"] * 3  # the fourth call never reached the tool
+    assert (out["error"], out["tool"]) == ("IDENTICAL_FAILURE", "run_sql")
+    assert "failed 3 times in a row" in out["message"] and out["actionable_instruction"]
+    assert run_sql.__name__ == "run_sql"
+    # another run (session) is not affected
+    token = run_id.set("run-2")
+    try:
+        with pytest.raises(ValueError):
+            run_sql("SELEC 1")
+    finally:
+        run_id.reset(token)
+
+
+def test_results_are_recorded_so_progress_is_seen(make_engine):
+    engine = make_engine()
+    status = iter(["queued", "running", "running", "done"])
+
+    def check_job(job_id: str) -> dict:
+        return {"state": next(status)}
+
+    poll = guarded(check_job, engine=engine, session="s1")
+    assert [poll("j1")["state"] for _ in range(4)] == ["queued", "running", "running", "done"]
+
+
+def test_transport_errors_are_the_dependencys_and_open_its_breaker_for_every_session(make_engine):
+    engine = make_engine({"breaker": {"open_s": 60.0}})
+
+    def fetch(url: str) -> str:
+        raise ConnectionError("connection refused")
+
+    for i in range(5):
+        with pytest.raises(ConnectionError):
+            guarded(fetch, engine=engine, session=f"s{i}")(f"https://x/{i}")
+    assert engine.breaker_state("fetch") is BreakerStateName.OPEN
+    out = guarded(fetch, engine=engine, session="s9")("https://x/9")
+    assert out["error"] == "CIRCUIT_OPEN" and out["retry_after_s"] > 0
+
+
+def test_a_refusal_that_routes_to_a_registered_alternative_runs_it_guarded(make_engine):
+    engine = make_engine(
+        {"tools": {"enrich": {"fallback": {"alternatives": [{"tool": "enrich_v1", "args": {"domain": "company"}}]}}}}
+    )
+    engine.force_breaker("enrich", "forced_open")
+    calls: list[str] = []
+
+    def enrich_v1(domain: str) -> dict:
+        calls.append(domain)
+        return {"employees": 120}
+
+    @guarded(engine=engine, session="s1", alternatives={"enrich_v1": guarded(enrich_v1, engine=engine, session="s1")})
+    def enrich(company: str) -> dict:
+        raise AssertionError("the primary is forced open: it must not run")
+
+    assert enrich("acme.example") == {"employees": 120}
+    assert calls == ["acme.example"]
+
+
+def test_an_async_tool_is_guarded_the_same_way(make_engine):
+    engine = make_engine()
+    ran = 0
+
+    @guarded(engine=engine, session="s1")
+    async def search(q: str, *, limit: int = 10) -> list:
+        nonlocal ran
+        ran += 1
+        return []
+
+    async def agent() -> list:
+        return [await search("same", limit=5) for _ in range(8)]
+
+    outs = asyncio.run(agent())
+    assert outs[0] == [] and isinstance(outs[-1], dict) and outs[-1]["error"] == "IDENTICAL_CALL"
+    assert ran < 8
+
+
+def test_outputs_that_are_not_json_are_recorded_as_their_fields_or_text(make_engine):
+    engine = make_engine()
+
+    @dataclass
+    class Lead:
+        id: str
+
+    class Opaque:
+        def __str__(self) -> str:
+            return "opaque"
+
+    assert guarded(lambda: Lead("L1"), engine=engine, session="s1", tool="lead")() == Lead("L1")
+    assert str(guarded(lambda: Opaque(), engine=engine, session="s1", tool="opaque")()) == "opaque"

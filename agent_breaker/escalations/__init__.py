@@ -25,10 +25,10 @@ import builtins
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from ..config import AgentBreakerConfig, ConfigError
-from ..store.redis import _without_password
+from ..store.base import without_password
 from .outbox import Outbox, OutboxRow
 from .records import (
     BAD_ID,
@@ -50,9 +50,11 @@ from .records import (
     checked_id,
     escalation_key,
 )
-from .redis import RedisEscalations
 from .relay import Relay, RelayBusy, Target, targets_for
 from .sqlite import SqliteEscalations, db_path, default_db_path
+
+if TYPE_CHECKING:
+    from .redis import RedisEscalations
 
 ESCALATIONS_PATH = "/v1/agent-breaker/escalations"
 
@@ -98,7 +100,7 @@ class RedisLocation:
     timeout_s: float
 
     def __str__(self) -> str:
-        return f"Redis at {_without_password(self.url)}, prefix {self.prefix}"
+        return f"Redis at {without_password(self.url)}, prefix {self.prefix}"
 
 
 #: where a store keeps escalations: a SQLite file, or a Redis
@@ -133,7 +135,18 @@ def open_store(location: StoreLocation) -> SqliteEscalations | RedisEscalations:
     """The store at `location` (a SQLite file is created if missing)."""
     if isinstance(location, Path):
         return SqliteEscalations(location)
+    from .redis import RedisEscalations  # redis is imported only by a fleet
+
     return RedisEscalations(location.url, prefix=location.prefix, timeout_s=location.timeout_s)
+
+
+def __getattr__(name: str) -> Any:
+    # RedisEscalations without importing redis for those who keep their escalations in a file
+    if name == "RedisEscalations":
+        from .redis import RedisEscalations
+
+        return RedisEscalations
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def store_for(config: AgentBreakerConfig) -> EscalationStore:

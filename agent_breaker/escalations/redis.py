@@ -56,8 +56,7 @@ from typing import Any, cast
 
 import redis as redis_lib
 
-from ..store.base import checked_prefix, escape_key_part
-from ..store.redis import _without_password
+from ..store.base import checked_prefix, escape_key_part, without_password
 from .outbox import OutboxKind, OutboxRow, escalation_message, incident_message, resolution_message, to_json
 from .records import (
     DEFAULT_LIST_LIMIT,
@@ -120,7 +119,7 @@ class RedisEscalations:
         self.prefix = checked_prefix(prefix)
         if isinstance(url_or_client, str):
             self.redis = redis_lib.Redis.from_url(url_or_client, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
-            self.where = f"Redis at {_without_password(url_or_client)}, prefix {prefix}"
+            self.where = f"Redis at {without_password(url_or_client)}, prefix {prefix}"
             self._owned = True
         else:
             self.redis = url_or_client

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from typing import Protocol, TypeVar
-from urllib.parse import unquote
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from ..breaker import BreakerState, BreakerStateName, Permission, Recorded, Transition
 from ..config import BreakerConfig
@@ -50,6 +50,15 @@ def key_parts(*parts: str) -> str:
 def split_key(key: str) -> list[str]:
     """The parts `key_parts` joined, unescaped (for display: a key never needs decoding to be used)."""
     return [unquote(p, errors="surrogatepass") for p in key.split(":")]
+
+
+def without_password(url: str) -> str:
+    """A store URL as logs may show it: the password masked."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 class StorageError(RuntimeError):

@@ -61,7 +61,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, TypeVar, cast
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import unquote
 
 import redis as redis_lib
 
@@ -69,7 +69,7 @@ from ..breaker import TRANSITIONS, BreakerState, BreakerStateName, IllegalTransi
 from ..config import BreakerConfig
 from ..session import MAX_TOOLS, SessionState, put_bounded
 from . import codec
-from .base import StorageError, checked_prefix, escape_key_part
+from .base import StorageError, checked_prefix, escape_key_part, without_password
 from .memory import MemoryStore
 
 R = TypeVar("R")
@@ -148,15 +148,6 @@ def _lru_put(d: OrderedDict[Any, Any], key: Any, value: Any, cap: int) -> None:
         d.popitem(last=False)
 
 
-def _without_password(url: str) -> str:
-    """A Redis URL as logs may show it: the password masked."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
 def _script(name: str) -> str:
     return resources.files("agent_breaker.store").joinpath(name).read_text(encoding="utf-8")
 
@@ -193,7 +184,7 @@ class RedisStore:
             raise ValueError(f"on_error must be 'local' or 'raise', but was {on_error!r}")
         checked_prefix(prefix)
         self.url = url
-        self.shown_url = _without_password(url)  # what logs and errors name
+        self.shown_url = without_password(url)  # what logs and errors name
         self.prefix = prefix
         self.ttl_s = ttl_s
         self.max_sessions = max_sessions

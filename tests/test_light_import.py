@@ -1,0 +1,35 @@
+"""The engine, replay and `guarded` need neither redis nor NeMo to be importable (issue 13's
+light install, first step): a process where importing them fails still decides, escalates to
+its SQLite file and guards a tool."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+SCRIPT = """
+import sys
+sys.modules["redis"] = None            # importing it now raises ImportError
+sys.modules["nemoguardrails"] = None
+import agent_breaker
+from agent_breaker import Engine, ReceiptKeys, guarded
+from agent_breaker.escalations import SqliteEscalations
+queue = SqliteEscalations(sys.argv[1])
+engine = Engine(receipt_keys=ReceiptKeys.ephemeral(), listeners=[], escalations=queue)
+def run_sql(q):
+    raise ValueError("syntax error")
+tool = guarded(run_sql, engine=engine, session="s1")
+for _ in range(3):
+    try:
+        tool("SELEC 1")
+    except ValueError:
+        pass
+out = tool("SELEC 1")
+print(out["error"], [e.heuristic for e in queue.list()], "redis" in sys.modules and sys.modules["redis"] is not None)
+"""
+
+
+def test_the_core_runs_without_redis_or_nemo(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "e.db")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split("\n")[-2] == "IDENTICAL_FAILURE ['identical_failure'] False"

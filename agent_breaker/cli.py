@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ._extras import MissingExtra, require
 from .breaker.core import SETTABLE_STATES
 from .config import AgentBreakerConfig, ConfigError, load_config
 
@@ -53,6 +54,7 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    require("nemoguardrails", "nemo", "agent-breaker serve")
     os.environ.setdefault("NEMO_GUARDRAILS_DISABLE_CHAT_UI", "true")
     import uvicorn
     from nemoguardrails.telemetry import DeploymentTypeEnum, set_deployment_type
@@ -91,6 +93,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    require("nemoguardrails", "nemo", "agent-breaker demo (the agents run through the NeMo runtime)")
     from .demo import format_after, format_table, run_demo
     from .escalations import db_path, default_db_path
 
@@ -347,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except ConfigError as exc:
+    except (ConfigError, MissingExtra) as exc:
         print(f"agent-breaker: {exc}", file=sys.stderr)
         return 2
 

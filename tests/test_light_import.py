@@ -26,10 +26,18 @@ for _ in range(3):
         pass
 out = tool("SELEC 1")
 print(out["error"], [e.heuristic for e in queue.list()], "redis" in sys.modules and sys.modules["redis"] is not None)
+from agent_breaker.store import store_from_uri
+try:
+    store_from_uri("redis://127.0.0.1:6379/0")
+except ImportError as exc:
+    print(exc)
 """
 
 
 def test_the_core_runs_without_redis_or_nemo(tmp_path):
     proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "e.db")], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.split("\n")[-2] == "IDENTICAL_FAILURE ['identical_failure'] False"
+    lines = proc.stdout.splitlines()
+    assert lines[-2] == "IDENTICAL_FAILURE ['identical_failure'] False"
+    # a feature whose extra is missing names it
+    assert lines[-1] == "storage.url redis:// needs 'redis', which is not installed: pip install \"agent-breaker[redis]\""

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
+from .._extras import require
 from ..config import AgentBreakerConfig, ConfigError
 from ..store.base import without_password
 from .outbox import Outbox, OutboxRow
@@ -135,6 +136,7 @@ def open_store(location: StoreLocation) -> SqliteEscalations | RedisEscalations:
     """The store at `location` (a SQLite file is created if missing)."""
     if isinstance(location, Path):
         return SqliteEscalations(location)
+    require("redis", "redis", "escalations on Redis")
     from .redis import RedisEscalations  # redis is imported only by a fleet
 
     return RedisEscalations(location.url, prefix=location.prefix, timeout_s=location.timeout_s)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from urllib.parse import urlparse
 
+from .._extras import require
 from .base import StorageError, Store
 from .memory import MemoryStore
 
@@ -16,6 +17,7 @@ def store_from_uri(uri: str, **kwargs: object) -> Store:
     if scheme == "memory":
         return MemoryStore(**{k: v for k, v in kwargs.items() if k in ("ttl_s", "max_sessions")})  # type: ignore[arg-type]
     if scheme in ("redis", "rediss", "unix"):
+        require("redis", "redis", f"storage.url {scheme}://")
         from .redis import RedisStore
 
         return RedisStore(uri, **kwargs)  # type: ignore[arg-type]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 import unicodedata
 from collections import Counter
 
@@ -218,3 +219,8 @@ def looks_random_float(value: float) -> bool:
 
 def _class(c: str) -> int:
     return 0 if c.isupper() else 1 if c.islower() else 2
+
+
+def utc_text(ts: float | None) -> str:
+    """An epoch time as the CLI tables show it (ISO 8601, UTC, seconds), "-" for none."""
+    return "-" if ts is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))

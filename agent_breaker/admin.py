@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from ._text import normalize_name
+from ._text import normalize_name, utc_text
 from .breaker import BreakerState, BreakerStateName
 from .breaker.core import SETTABLE_STATES
 from .config import AgentBreakerConfig, ConfigError
@@ -182,10 +181,6 @@ def format_breakers(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         lines.append(
             f"{r['tool']:28} {r['tenant'] or '-':16} {r['state']:13} {r['failures']:>8} {r['consecutive_failures']:>8}  "
-            f"{_utc(r['open_until']):20} {_utc(r['changed_at']):20}"
+            f"{utc_text(r['open_until']):20} {utc_text(r['changed_at']):20}"
         )
     return "\n".join(lines)
-
-
-def _utc(ts: float | None) -> str:
-    return "-" if ts is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))

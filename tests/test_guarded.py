@@ -117,3 +117,5 @@ def test_outputs_that_are_not_json_are_recorded_as_their_fields_or_text(make_eng
 
     assert guarded(lambda: Lead("L1"), engine=engine, session="s1", tool="lead")() == Lead("L1")
     assert str(guarded(lambda: Opaque(), engine=engine, session="s1", tool="opaque")()) == "opaque"
+    # both results were recorded: no call of the session still waits for its result
+    assert not engine.store.peek_session("s1").loops.pending

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from typing import Any
 
+from .._text import utc_text
 from . import RedisEscalations, SqliteEscalations, StoreLocation, open_store
 from .records import Escalation
 
@@ -34,7 +34,7 @@ def format_escalations(escalations: list[Escalation]) -> str:
     lines = [header, "-" * len(header)]
     for e in escalations:
         lines.append(
-            f"{e.id:20} {e.status:8} {_utc(e.created_at):20} {_cut(e.tenant or '-', 16):16} {_cut(e.session, 24):24} "
+            f"{e.id:20} {e.status:8} {utc_text(e.created_at):20} {_cut(e.tenant or '-', 16):16} {_cut(e.session, 24):24} "
             f"{_cut(e.heuristic, 20):20} {_cut(e.reason, 60)}"
         )
     return "\n".join(lines)
@@ -43,16 +43,12 @@ def format_escalations(escalations: list[Escalation]) -> str:
 def format_escalation(e: Escalation) -> str:
     """`show`: every field, one a line."""
     d: dict[str, Any] = e.to_dict()
-    d["created_at"] = f"{_utc(e.created_at)} ({e.created_at})"
+    d["created_at"] = f"{utc_text(e.created_at)} ({e.created_at})"
     if e.resolved_at is not None:
-        d["resolved_at"] = f"{_utc(e.resolved_at)} ({e.resolved_at})"
+        d["resolved_at"] = f"{utc_text(e.resolved_at)} ({e.resolved_at})"
     width = max(len(k) for k in d)
     return "\n".join(f"{k:{width}}  {v if isinstance(v, str) else json.dumps(v)}" for k, v in d.items())
 
 
 def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
-
-
-def _utc(ts: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))

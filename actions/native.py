@@ -4,13 +4,15 @@ NeMo 0.24 runs tool rails for Colang 1.0 configs only. The tool-output rail hand
 tool calls to `check_native_tool_calls` before they run; the tool-input rail hands each tool
 message to `record_native_tool_message`. The session comes from a context message
 (`{"role": "context", "content": {"session_id": "..."}}`), with optional tenant, feature and
-agent. Absolute imports: NeMo may load this file as a standalone module.
+agent. Over `/v1/chat/completions` a tool message names no tool (NeMo passes "unknown") and the
+client resends every earlier one: `new_native_tool_messages` keeps the ones that answer calls
+the session awaits, named by their call's tool (paired by `tool_call_id`).
+Absolute imports: NeMo may load this file as a standalone module.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
+import asyncio
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,24 +20,13 @@ from agent_breaker.actions.guards import decide, deliver_incidents, verdict_line
 from nemoguardrails.actions import action
 
 from agent_breaker.engine import Engine
+from agent_breaker.events import InvalidEventError
+from agent_breaker.openai_format import parse_tool_call, read_tool_output
 from agent_breaker.protocol import BY_NAME
+from agent_breaker.store import StorageError
 
 _CONTEXT_FIELDS = ("session_id", "tenant", "feature", "agent", "depth")
 TOOL_CALL, TOOL_RESULT = BY_NAME["tool_call"], BY_NAME["tool_result"]
-
-
-def parse_tool_call(tool_call: Mapping[str, Any]) -> tuple[str | None, Any, str | None]:
-    """(name, args, id) of a tool call in OpenAI form ({"function": {"name", "arguments"}}) or
-    LangChain form ({"name", "args"})."""
-    fn = tool_call.get("function")
-    if isinstance(fn, Mapping):
-        name, args = fn.get("name"), fn.get("arguments")
-    else:
-        name, args = tool_call.get("name"), tool_call.get("args")
-    if isinstance(args, str):
-        with contextlib.suppress(json.JSONDecodeError):  # the engine refuses non-object args, saying why
-            args = json.loads(args) if args.strip() else {}
-    return name, args, tool_call.get("id")
 
 
 def _from_context(context: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -63,6 +54,37 @@ async def check_native_tool_calls(
     }
 
 
+@action(name="new_native_tool_messages")
+async def new_native_tool_messages(
+    tool_messages: list[Mapping[str, Any]] | None, agent_breaker_engine: Engine, context: Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """The tool messages that answer calls the session awaits, each named by its call's tool.
+    A client resends the whole conversation: the rest were recorded by an earlier request (or
+    answer calls the guard never let through). Messages without a `tool_call_id` pass as they are."""
+    messages = [dict(m) for m in tool_messages or [] if isinstance(m, Mapping)]
+    fields = _from_context(context)
+    if "session_id" not in fields:
+        return messages  # the record refuses them, saying a session is needed
+    engine = agent_breaker_engine
+    args = (str(fields["session_id"]),)
+    kwargs = {"tenant": fields.get("tenant")}
+    try:
+        if engine.store.remote:
+            awaited = await asyncio.to_thread(engine.awaiting_results, *args, **kwargs)
+        else:
+            awaited = engine.awaiting_results(*args, **kwargs)
+    except (InvalidEventError, StorageError):
+        return messages  # each record says what is wrong (bad ids, the store down) and fails closed
+    new = []
+    for message in messages:
+        call_id = message.get("tool_call_id")
+        if not call_id:
+            new.append(message)
+        elif call_id in awaited:
+            new.append({**message, "name": awaited[call_id]})
+    return new
+
+
 @action(name="record_native_tool_message")
 async def record_native_tool_message(
     tool_message: Any,
@@ -71,26 +93,22 @@ async def record_native_tool_message(
     tool_call_id: str | None = None,
     context: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A tool message (the tool's output) recorded against its call. The content is parsed
-    as JSON when it is JSON; a text that starts with "Error" counts as a failed call, and is its
+    """A tool message (the tool's output) recorded against its call. The content is parsed as
+    JSON when it is JSON; a text that starts with "Error" counts as a failed call, and is its
     error text."""
-    result = tool_message
-    if isinstance(result, str):
-        with contextlib.suppress(json.JSONDecodeError):
-            result = json.loads(result)
-    ok = not (isinstance(result, str) and result.lstrip().lower().startswith("error"))
+    output = read_tool_output(tool_message)
     fields = {
         **_from_context(context),
         "tool_name": tool_name,
         "call_id": tool_call_id or None,
-        "ok": ok,
-        "result": result,
+        "ok": output.ok,
+        "result": output.result,
         # the text is the error: it says whose failure it is (an outage or the call's own)
-        "error": None if ok else result,
+        "error": output.error,
     }
     out = await decide(agent_breaker_engine, TOOL_RESULT, fields)
     deliver_incidents(out["incidents"])
     return out
 
 
-NATIVE_ACTIONS = (check_native_tool_calls, record_native_tool_message)
+NATIVE_ACTIONS = (check_native_tool_calls, new_native_tool_messages, record_native_tool_message)

@@ -479,19 +479,59 @@ class Engine:
 
         if permission is not None:
             self._breaker_moved(permission.transition, f.tool, ev.tenant, cfg, permission.state)
-        verdict = self._commit(step, decide, f.tool)
-        for _ in range(MAX_THAWS):
-            if verdict is not _THAWED:
-                break
-            verdict = self._commit(step, decide, f.tool)  # a human resumed the session: decide again
-        else:
-            trip = Trip(H.ESCALATED, "session", "the session's escalations keep changing", "Stop and try again later.")
-            verdict = verdict_for(trip, "block", f.tool)
+        verdict = self._commit_thawing(step, decide, f.tool)
         if permission is not None and permission.probe is not None and not verdict.allowed:
             self._release_probe(bkey, cfg, permission.probe)
         if not verdict.allowed and verdict.heuristic in _TOOL_DOWN:
             verdict = self._fallback(step, f.tool, verdict)
         return verdict
+
+    def _commit_thawing(
+        self, step: _Step, decide: Callable[[SessionState], tuple[SessionState | None, _Decided]], tool: str | None
+    ) -> Verdict:
+        """`_commit`, decided again when a human lifted the freeze the decision found (a few
+        times at most: each lift needs a resume)."""
+        verdict = self._commit(step, decide, tool)
+        for _ in range(MAX_THAWS):
+            if verdict is not _THAWED:
+                return verdict
+            verdict = self._commit(step, decide, tool)  # a human resumed the session: decide again
+        trip = Trip(H.ESCALATED, "session", "the session's escalations keep changing", "Stop and try again later.")
+        return verdict_for(trip, "block", tool)
+
+    # ----------------------------------------------------------------- model calls
+    @_measured("model_call")
+    def check_model_call(self, event: Assistant | Mapping[str, Any]) -> Verdict:
+        """Decide, before a model call is paid for, whether the session may make it (what a model
+        gateway asks before each completion). Refused when the session is frozen for a human,
+        halted, or when the step the call would produce is over a session ceiling (steps,
+        tokens, cost, token velocity). The event names the session with an assistant event's
+        fields; its text and spend are not read. Nothing is counted, written or reported: the
+        call's spend counts when its tool calls or its turn arrive, and they trip as usual."""
+        step = self._begin(event, Assistant)
+        p, now = step.p, step.now
+        cfg = p.cfg
+        if cfg.mode == "off":
+            return ALLOW
+
+        def decide(s: SessionState) -> tuple[SessionState | None, _Decided]:
+            decided = _Decided(ALLOW)
+            if s.escalation is not None:
+                decided.frozen = s.escalation
+                decided.verdict = _frozen_verdict(s, None)
+                return None, decided
+            halted = _halted_verdict(s, cfg, None)
+            if halted is not None:
+                decided.verdict = halted
+                return None, decided
+            # the ceilings as the call's step will meet them: one more step, its spend not known yet
+            upcoming = replace(s, spend=replace(s.spend, steps=s.spend.steps + 1))
+            block, _ = run_checks(p.session_limits, CheckContext(upcoming, None, cfg, now, False, loops.NOT_SIMILAR))
+            if block is not None:
+                decided.verdict = verdict_for(block, "block", None)
+            return None, decided
+
+        return self._commit_thawing(step, decide, None)
 
     def _fallback(self, step: _Step, tool: str, verdict: Verdict) -> Verdict:
         """A call its tool's breaker refused, routed down the tool's fallback tiers: the first
@@ -514,6 +554,16 @@ class Engine:
                 route = {"tier": "escalate", "escalation_id": escalation}
                 return _routed(verdict, route, f"{tool} is unavailable: a human has the case ({escalation}). Stop here.")
         return verdict
+
+    def awaiting_results(self, session: str, *, tenant: str | None = None) -> dict[str, str]:
+        """call id -> tool of the session's calls that were allowed and await their result (a
+        caller that gets results without their tool's name pairs them by call id). Calls made
+        without an id are left out: only their tool pairs them."""
+        step = self._begin({"session": session, "tenant": tenant}, User)
+        state = self.store.peek_session(step.key)
+        if not isinstance(state, SessionState):
+            return {}
+        return {cid: p.facts.tool for cid, p in state.loops.pending.items() if not cid.startswith("~")}
 
     # ----------------------------------------------------------------- escalations
     def escalation_store(self) -> EscalationStore | None:

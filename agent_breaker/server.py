@@ -231,6 +231,16 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
+def _native_tool_turn(messages: list[dict[str, Any]]) -> bool:
+    """A conversation that ends with the model's tool calls (checked by the tool-output rail) or
+    with their results after a user's message (recorded by the tool-input rail): NeMo's native
+    tool rails answer it with no model."""
+    last = messages[-1] if messages else {}
+    if last.get("role") == "assistant":
+        return bool(last.get("tool_calls"))
+    return last.get("role") == "tool" and any(m.get("role") == "user" for m in messages)
+
+
 class RequestGuard:
     """Outermost ASGI middleware: Host, token, size and JSON checks before any route runs."""
 
@@ -260,15 +270,20 @@ class RequestGuard:
         config_id = guardrails.get("config_id") if isinstance(guardrails, dict) else None
         if self.configs is None or not isinstance(config_id, str) or config_id not in self.configs.rails:
             return None  # NeMo answers an unknown config with a 4xx of its own
-        roles = {m.get("role") for m in body.get("messages") or [] if isinstance(m, dict)}
+        messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+        roles = {m.get("role") for m in messages}
         if self.configs.takes_events[config_id] and "assistant" in roles:
             return f"config {config_id} (Colang 2.x) takes no assistant messages as input"
         if (
             not self.configs.has_model[config_id]
             and roles & {"user", "assistant", "tool"}
             and not self.configs.takes_events[config_id]
+            and not _native_tool_turn(messages)
         ):
-            return f"config {config_id} has no model to answer messages: send its tool calls as agent-breaker events"
+            return (
+                f"config {config_id} has no model to answer messages: end the conversation with the model's tool calls"
+                " (an assistant message with tool_calls) or their results (tool messages), or send agent-breaker events"
+            )
         return None
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:

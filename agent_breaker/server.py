@@ -48,6 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from . import heuristics as H
 from . import metrics
+from ._extras import MissingExtra
 from ._text import has_invalid_chars
 from .actions import ENGINE_PARAM
 from .actions.guards import (
@@ -589,12 +590,19 @@ class ServedConfigs:
                 config = RailsConfig.from_path(str(folder))
                 self.rails[name] = ServedRails(config, verbose=False)
             except Exception as exc:  # NeMo wraps ours, and its own come in many types
-                cause = _our_cause(exc)
+                missing = _cause(exc, MissingExtra)
+                if missing is not None and len(folders) > 1:
+                    # a light install serves the shipped configs it can (the Redis one needs [redis])
+                    log.warning("agent-breaker: config %s is not served: %s", name, missing)
+                    continue
+                cause = _cause(exc, (ConfigError, MissingExtra))
                 if cause is not None:
                     raise ServeError(f"config {name}: {cause}") from None
                 raise ServeError(f"config {name} does not load: {type(exc).__name__}: {_first_line(exc)}") from None
             self.takes_events[name] = config.colang_version != "1.0"
             self.has_model[name] = any(m.type == "main" for m in config.models)
+        if not self.rails:
+            raise ServeError(f"no config of {root} can be served with the extras installed, see above")
 
     @property
     def ids(self) -> list[str]:
@@ -620,11 +628,11 @@ def _is_config(folder: Path) -> bool:
     return (folder / "config.yml").is_file() or (folder / "config.yaml").is_file()
 
 
-def _our_cause(exc: BaseException) -> ConfigError | None:
-    """Our own config error, if NeMo wrapped one (it reports `init(app)` failing, not why)."""
+def _cause(exc: BaseException, types: type[BaseException] | tuple[type[BaseException], ...]) -> BaseException | None:
+    """Our own error, if NeMo wrapped one (it reports `init(app)` failing, not why)."""
     seen: BaseException | None = exc
     for _ in range(16):
-        if seen is None or isinstance(seen, ConfigError):
+        if seen is None or isinstance(seen, types):
             return seen
         seen = seen.__cause__ or seen.__context__
     return None

@@ -4,8 +4,11 @@ its SQLite file and guards a tool."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+
+import pytest
 
 SCRIPT = """
 import sys
@@ -41,3 +44,29 @@ def test_the_core_runs_without_redis_or_nemo(tmp_path):
     assert lines[-2] == "IDENTICAL_FAILURE ['identical_failure'] False"
     # a feature whose extra is missing names it
     assert lines[-1] == "storage.url redis:// needs 'redis', which is not installed: pip install \"agent-breaker[redis]\""
+
+
+SERVE_WITHOUT_REDIS = """
+import sys
+sys.modules["redis"] = None
+from agent_breaker.configs import ROOT, config_path
+from agent_breaker.server import ServeError, ServedConfigs
+print(ServedConfigs(ROOT).ids)
+try:
+    ServedConfigs(config_path("agent_breaker_redis"))
+except ServeError as exc:
+    print(exc)
+"""
+
+
+def test_the_shipped_configs_are_served_without_redis_but_the_redis_one():
+    pytest.importorskip("nemoguardrails")
+    env = {**os.environ, "AGENT_BREAKER_RECEIPT_KEYS": "k1:" + "ab" * 32, "NEMO_GUARDRAILS_NO_USAGE_STATS": "1"}
+    env.pop("REDIS_URL", None)
+    proc = subprocess.run([sys.executable, "-c", SERVE_WITHOUT_REDIS], capture_output=True, text=True, timeout=180, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    served, refused = proc.stdout.splitlines()[-2:]
+    assert served == "['agent_breaker', 'agent_breaker_observe', 'agent_breaker_v1']"
+    assert "config agent_breaker_redis is not served" in proc.stderr and '"agent-breaker[redis]"' in proc.stderr
+    # asked for by itself, it is an error that names the extra
+    assert refused.startswith("config agent_breaker_redis:") and '"agent-breaker[redis]"' in refused

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._text import utc_text
-from . import RedisEscalations, SqliteEscalations, StoreLocation, open_store
+from . import SqliteEscalations, StoreLocation, open_store
 from .records import Escalation
+
+if TYPE_CHECKING:  # redis is an extra: opened only for a Redis location
+    from .redis import RedisEscalations
 
 
 class Stores:

@@ -13,6 +13,7 @@ Absolute imports: NeMo may load this file as a standalone module.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -66,13 +67,13 @@ async def new_native_tool_messages(
     if "session_id" not in fields:
         return messages  # the record refuses them, saying a session is needed
     engine = agent_breaker_engine
-    args = (str(fields["session_id"]),)
-    kwargs = {"tenant": fields.get("tenant")}
+    tenant = fields.get("tenant")
+    awaiting = functools.partial(
+        engine.awaiting_results, str(fields["session_id"]), tenant=None if tenant is None else str(tenant)
+    )
     try:
-        if engine.store.remote:
-            awaited = await asyncio.to_thread(engine.awaiting_results, *args, **kwargs)
-        else:
-            awaited = engine.awaiting_results(*args, **kwargs)
+        # a store that talks to a server (Redis) is waited on from a thread: the loop runs on
+        awaited = await asyncio.to_thread(awaiting) if engine.store.remote else awaiting()
     except (InvalidEventError, StorageError):
         return messages  # each record says what is wrong (bad ids, the store down) and fails closed
     new = []

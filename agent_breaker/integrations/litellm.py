@@ -1,0 +1,268 @@
+"""The guard as a LiteLLM guardrail: one object for the SDK (`litellm.callbacks = [guard]`, on
+`litellm.acompletion`) and for the proxy (config.yaml `guardrails:`, mode pre_call and post_call).
+
+Each request belongs to the run named in its metadata (`run_id`, else `session_id`, in
+`metadata` or `litellm_metadata`; else `litellm_session_id`); a request without one is not
+guarded. Behind the proxy the tenant is the API key's team; in the SDK, `metadata["tenant"]`.
+
+Before the model call: what follows the model's last message in the request is new (a client
+resends the whole conversation), so the tool messages there are recorded as the results of the
+model's latest tool calls, and a user message as a user turn; then `Engine.check_model_call`.
+A session that is frozen for a human, halted, or over a ceiling is refused with HTTP 429
+(`litellm.RateLimitError`, the reason in its message).
+
+After it: the turn's spend, from LiteLLM's own cost accounting and the response's usage, is
+counted once (on its first tool call, or on the turn when it calls none), and each tool call is
+checked before the client sees it. A refused call is taken out of the response and its
+observation (JSON) appended to the message's content: the client cannot run it, and reads why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
+
+from .._extras import require
+
+require("litellm", "litellm", "agent_breaker.integrations.litellm")
+
+import litellm  # noqa: E402
+from litellm.integrations.custom_guardrail import CustomGuardrail  # noqa: E402
+from litellm.types.guardrails import GuardrailEventHooks  # noqa: E402
+from pydantic import BaseModel  # noqa: E402
+
+from .. import heuristics as H  # noqa: E402
+from ..config import load_config  # noqa: E402
+from ..engine import Engine  # noqa: E402
+from ..events import InvalidEventError, is_id  # noqa: E402
+from ..guarded import MAX_ERROR_CHARS  # noqa: E402
+from ..openai_format import latest_tool_calls, parse_tool_call, read_tool_output, tool_names  # noqa: E402
+from ..verdicts import Verdict, observation  # noqa: E402
+
+log = logging.getLogger("agent_breaker.integrations.litellm")
+
+#: where a request names its run, in this order, in each metadata bucket
+RUN_KEYS = ("run_id", "session_id")
+#: the hooks the guard runs on (its default mode)
+MODES = (GuardrailEventHooks.pre_call, GuardrailEventHooks.post_call)
+#: the call types whose requests are chat messages
+_CHAT = frozenset({"completion", "acompletion"})
+_R = TypeVar("_R")
+
+
+class AgentBreakerGuardrail(CustomGuardrail):
+    """The guard on LiteLLM's model calls. `engine`: the engine to decide with (the proxy builds
+    one from `config_path`, or from the shipped defaults). The proxy passes the guardrail's
+    name, mode and `default_on` from its config, and every other `litellm_params` key as a
+    keyword (`config_path` is ours; the rest go to LiteLLM's base class)."""
+
+    def __init__(
+        self,
+        engine: Engine | None = None,
+        *,
+        config_path: str | None = None,
+        guardrail_name: str = "agent-breaker",
+        event_hook: Any = None,
+        default_on: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            guardrail_name=guardrail_name,
+            supported_event_hooks=list(MODES),
+            event_hook=list(MODES) if event_hook is None else event_hook,
+            default_on=default_on,
+            **kwargs,
+        )
+        self.engine = engine or Engine(load_config(config_path) if config_path else None)
+
+    # ----------------------------------------------------------------- the proxy's hooks
+    async def async_pre_call_hook(self, user_api_key_dict: Any, cache: Any, data: dict[str, Any], call_type: str) -> None:
+        if _chat(call_type):
+            await self._before(data)
+
+    async def async_post_call_success_hook(self, data: dict[str, Any], user_api_key_dict: Any, response: Any) -> Any:
+        return await self._after(data, response)
+
+    # ----------------------------------------------------------------- the SDK's hooks
+    # `litellm.acompletion` runs these for every callback. Behind the proxy they run too (its
+    # router calls `acompletion`), but there the proxy has run the hooks above already.
+    async def async_pre_call_deployment_hook(self, kwargs: dict[str, Any], call_type: Any) -> dict[str, Any]:
+        if not _behind_proxy(kwargs) and _chat(call_type) and self.should_run_guardrail(kwargs, GuardrailEventHooks.pre_call):
+            await self._before(kwargs)
+        return kwargs
+
+    async def async_post_call_success_deployment_hook(self, request_data: dict[str, Any], response: Any, call_type: Any) -> Any:
+        if _behind_proxy(request_data) or not _chat(call_type):
+            return None
+        if not self.should_run_guardrail(request_data, GuardrailEventHooks.post_call):
+            return None
+        return await self._after(request_data, response)
+
+    # ----------------------------------------------------------------- deciding
+    async def _before(self, data: Mapping[str, Any]) -> None:
+        ids = _run_of(data)
+        if ids is None:
+            return
+        for method, event in _news([_plain(m) for m in data.get("messages") or ()], ids, self.engine):
+            await self._record(method, event)
+        verdict: Verdict = await self._decide(self.engine.check_model_call, ids)
+        if not verdict.allowed:
+            raise litellm.RateLimitError(
+                message=f"agent-breaker refused this model call ({verdict.heuristic}): {verdict.reason}",
+                llm_provider="agent-breaker",
+                model=str(data.get("model") or ""),
+            )
+
+    async def _after(self, data: Mapping[str, Any], response: Any) -> Any:
+        ids = _run_of(data)
+        if ids is None or not isinstance(response, litellm.ModelResponse):
+            return response
+        spend = _spend(response)  # counted once: on the first call the engine reads, else on the turn
+        for choice in response.choices:
+            message = choice.message
+            if not message.tool_calls:
+                continue
+            kept: list[Any] = []
+            refused: list[Any] = []  # observations
+            for tool_call in message.tool_calls:
+                name, args, call_id = parse_tool_call(_plain(tool_call))
+                event = {"type": "tool_call", **ids, "tool": name, "args": args, "call_id": call_id, **spend}
+                if message.content:
+                    event["thought"] = message.content
+                try:
+                    verdict: Verdict = await self._decide(self.engine.check_tool_call, event)
+                except InvalidEventError as exc:  # not a call anyone can run: refused, saying why
+                    fix = "Call the tool again by its name, with a JSON object of arguments."
+                    refused.append(observation(H.INVALID_EVENT, name, str(exc), fix, None))
+                    continue
+                spend = {}
+                if verdict.allowed:
+                    kept.append(tool_call)
+                else:
+                    refused.append(verdict.observation)
+            if refused:
+                message.tool_calls = kept or None
+                message.content = "\n\n".join([message.content or "", *map(json.dumps, refused)]).lstrip()
+                if not kept and choice.finish_reason == "tool_calls":
+                    choice.finish_reason = "stop"
+        if spend:
+            text = response.choices[0].message.content if response.choices else ""
+            await self._record(self.engine.record_assistant, {"type": "assistant", **ids, "text": text or "", **spend})
+        return response
+
+    async def _record(self, method: Callable[[dict[str, Any]], Any], event: dict[str, Any]) -> None:
+        """What the conversation says happened: a result or a turn the guard cannot read (too
+        big, too deep) is logged, and the request goes on."""
+        try:
+            await self._decide(method, event)
+        except InvalidEventError as exc:
+            log.warning("agent-breaker: a %s of session %r was not recorded: %s", event["type"], event["session"], exc)
+
+    async def _decide(self, method: Callable[[dict[str, Any]], _R], event: dict[str, Any]) -> _R:
+        # a store that talks to a server (Redis) is waited on from a thread: the loop runs on
+        if self.engine.store.remote:
+            return await asyncio.to_thread(method, event)
+        return method(event)
+
+
+def _chat(call_type: Any) -> bool:
+    """A chat completion's call type (a string from the proxy, LiteLLM's CallTypes in the SDK)."""
+    return getattr(call_type, "value", call_type) in _CHAT
+
+
+def _behind_proxy(data: Mapping[str, Any]) -> bool:
+    """The proxy stamps every request it serves with the HTTP request it came in."""
+    return data.get("proxy_server_request") is not None
+
+
+def _run_of(data: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The session (and tenant) fields of a request's events; None without a run id."""
+    buckets = [b for b in (data.get("metadata"), data.get("litellm_metadata")) if isinstance(b, Mapping)]
+    run = next((b[key] for b in buckets for key in RUN_KEYS if b.get(key)), None) or data.get("litellm_session_id")
+    if not run:
+        return None
+    # behind the proxy the key's team (which the proxy sets) is the tenant, never the caller's word
+    tenant_key = "user_api_key_team_id" if _behind_proxy(data) else "tenant"
+    tenant = next((b[tenant_key] for b in buckets if b.get(tenant_key)), None)
+    ids = {"session": str(run)} | ({} if tenant is None else {"tenant": str(tenant)})
+    for field, value in ids.items():
+        if not is_id(value):
+            raise litellm.BadRequestError(
+                message=f"agent-breaker: the run's {field} must be 1 to 256 printable characters",
+                model=str(data.get("model") or ""),
+                llm_provider="agent-breaker",
+            )
+    return ids
+
+
+def _news(
+    messages: list[Mapping[str, Any]], ids: dict[str, Any], engine: Engine
+) -> Iterable[tuple[Callable[[dict[str, Any]], Any], dict[str, Any]]]:
+    """The events of what follows the model's last message: the tool messages answering its
+    tool calls (results), and a user message (a turn; one the user already sent adds nothing)."""
+    start = next((i + 1 for i in range(len(messages) - 1, -1, -1) if messages[i].get("role") == "assistant"), 0)
+    names = tool_names(latest_tool_calls(messages))
+    for message in messages[start:]:
+        role = message.get("role")
+        if role == "tool" and message.get("tool_call_id") in names:
+            out = read_tool_output(message.get("content"))
+            call_id = message["tool_call_id"]
+            result = {
+                "type": "tool_result",
+                **ids,
+                "tool": names[call_id],
+                "call_id": call_id,
+                "ok": out.ok,
+                "result": out.result,
+            }
+            yield engine.record_tool_result, result | ({} if out.ok else {"error": str(out.error)[:MAX_ERROR_CHARS]})
+        elif role == "user":
+            yield engine.record_user, {"type": "user", **ids, "text": _text(message.get("content"))}
+
+
+def _text(content: Any) -> str:
+    """A message's text: a string, or the text parts of a list of content parts."""
+    if isinstance(content, str):
+        return content
+    parts = content if isinstance(content, list) else []
+    return "\n".join(p["text"] for p in parts if isinstance(p, Mapping) and isinstance(p.get("text"), str))
+
+
+def _plain(value: Any) -> Any:
+    """A LiteLLM message or tool call object (clients append the response's message to the
+    conversation as it is) as the dict of the OpenAI format."""
+    return value.model_dump() if isinstance(value, BaseModel) else value
+
+
+def _spend(response: Any) -> dict[str, Any]:
+    """The model turn's spend as event fields: its usage, and its cost by LiteLLM."""
+    usage = getattr(response, "usage", None)
+    spend: dict[str, Any] = {
+        "input_tokens": getattr(usage, "prompt_tokens", None) or 0,
+        "output_tokens": getattr(usage, "completion_tokens", None) or 0,
+    }
+    cost = _cost(response)
+    if cost is not None:
+        spend["cost_usd"] = cost
+    if response.model:
+        spend["model"] = response.model
+    return spend
+
+
+def _cost(response: Any) -> float | None:
+    """LiteLLM's price of the response: the cost it logged (the proxy's, with the deployment's
+    own pricing), else worked out now (the SDK's hook runs before LiteLLM logs it). None for a
+    model LiteLLM cannot price: the engine then prices its tokens by `budget.prices`."""
+    logged = (getattr(response, "_hidden_params", None) or {}).get("response_cost")
+    if logged is not None:
+        return float(logged)
+    try:
+        return float(litellm.completion_cost(completion_response=response))
+    except Exception:  # LiteLLM raises for a model it has no price for
+        return None
+
+
+__all__ = ["MODES", "RUN_KEYS", "AgentBreakerGuardrail"]

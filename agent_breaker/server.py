@@ -43,6 +43,8 @@ from urllib.parse import urlsplit
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from nemoguardrails import LLMRails, RailsConfig
+from nemoguardrails.context import llm_stats_var
+from nemoguardrails.logging.stats import LLMStats
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -102,7 +104,7 @@ DEFAULT_MAX_REQUEST_BYTES = 1_048_576
 DEFAULT_MAX_EVENT_BYTES = 262_144
 DEFAULT_MAX_EVENTS = MAX_CONTEXT_EVENTS
 DEFAULT_MAX_JSON_DEPTH = 64
-POOL_SIZE = 4  # live Colang states per config (NeMo runs one event at a time per process anyway)
+POOL_SIZE = 8  # live Colang states per config: its events in flight at once
 
 EVENTS_PATH = "/v1/agent-breaker/events"
 CHECK_PATH = "/v1/agent-breaker/check"
@@ -566,6 +568,17 @@ class ServedRails(LLMRails):
         if self.colang is None:
             return await generate(*args, messages=merged, **kwargs)
         return await self.colang.run(lambda: generate(*args, messages=merged, **kwargs))
+
+    async def process_events_async(
+        self, events: list[dict[str, Any]], state: Any = None, blocking: bool = False
+    ) -> tuple[list[dict[str, Any]], Any]:
+        """NeMo's own runs one call at a time per process (a module-wide semaphore its authors
+        question in a TODO): a decision awaiting a slow Redis stalled every other session's,
+        of every config. Each call here has a state of its own (ColangPool), and the runtime
+        keeps states apart (its pending actions are keyed by the state's main flow), so the
+        calls interleave wherever an action awaits."""
+        llm_stats_var.set(LLMStats())  # as NeMo's own: a flow that calls a model counts there
+        return await self.runtime.process_events(events, state, blocking)
 
 
 class ServedConfigs:

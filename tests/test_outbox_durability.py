@@ -6,12 +6,10 @@ Each test has a queue of its own (a uuid), deleted after it; each prints its cou
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -22,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _proxy import TcpProxy
 
 from agent_breaker.escalations import Escalation, InvalidEscalation, Relay, Spend, SqliteEscalations, ToolOutcome
 from agent_breaker.escalations.relay import with_key
@@ -199,72 +198,12 @@ def test_a_relay_killed_mid_batch_and_restarted_loses_nothing_and_dedup_sees_eac
 # ----------------------------------------------------------------------------- (c) the connection cut
 
 
-class CuttableProxy:
-    """A TCP proxy on a free loopback port to the broker. `mute()` drops what the broker sends
-    back (a confirm lost on the way), `cut()` closes every connection through it, and while
-    `refusing` it closes new connections at once (the broker unreachable)."""
-
-    def __init__(self, upstream: tuple[str, int]) -> None:
-        self.upstream = upstream
-        self.refusing = False
-        self.muted = threading.Event()
-        self._pairs: list[tuple[socket.socket, socket.socket]] = []
-        self._lock = threading.Lock()
-        self._server = socket.create_server(("127.0.0.1", 0))
-        self.port = self._server.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._server.accept()
-            except OSError:
-                return  # closed
-            if self.refusing:
-                client.close()
-                continue
-            upstream = socket.create_connection(self.upstream)
-            with self._lock:
-                self._pairs.append((client, upstream))
-            threading.Thread(target=self._pump, args=(client, upstream, False), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client, True), daemon=True).start()
-
-    def _pump(self, src: socket.socket, dst: socket.socket, from_broker: bool) -> None:
-        try:
-            while data := src.recv(65536):
-                if from_broker and self.muted.is_set():
-                    continue
-                dst.sendall(data)
-        except OSError:
-            pass
-        for s in (src, dst):
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
-
-    def mute(self) -> None:
-        self.muted.set()
-
-    def cut(self) -> None:
-        with self._lock:
-            pairs, self._pairs = self._pairs, []
-        for pair in pairs:
-            for s in pair:
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
-                s.close()
-        self.muted.clear()
-
-    def close(self) -> None:
-        self._server.close()
-        self.cut()
-
-
 def test_a_broker_connection_cut_mid_delivery_loses_nothing_and_dedup_sees_each_once(tmp_path, queue, capsys):
     path = tmp_path / "escalations.db"
     n, k = 300, 120
     expected = seed(path, n, "c")
     broker = pika.URLParameters(RABBIT_URL)
-    proxy = CuttableProxy((broker.host, broker.port))
+    proxy = TcpProxy((broker.host, broker.port))
     publisher = RabbitPublisher(f"amqp://guest:guest@127.0.0.1:{proxy.port}/%2F", queue)
     calls = {"n": 0}
 
@@ -314,7 +253,7 @@ def test_a_broker_connection_cut_mid_delivery_loses_nothing_and_dedup_sees_each_
 
 def test_a_publisher_reconnects_after_the_broker_dropped_an_idle_connection(queue):
     broker = pika.URLParameters(RABBIT_URL)
-    proxy = CuttableProxy((broker.host, broker.port))
+    proxy = TcpProxy((broker.host, broker.port))
     publisher = RabbitPublisher(f"amqp://guest:guest@127.0.0.1:{proxy.port}/%2F", queue)
     try:
         publisher({"kind": "trip"}, "k1")

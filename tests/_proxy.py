@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 
 
 class TcpProxy:
@@ -13,8 +14,9 @@ class TcpProxy:
     back until `release()` (a server that answers late), `cut()` closes every connection
     through it, and while `refusing` it closes new connections at once (the server unreachable)."""
 
-    def __init__(self, upstream: tuple[str, int]) -> None:
+    def __init__(self, upstream: tuple[str, int], *, delay_s: float = 0.0) -> None:
         self.upstream = upstream
+        self.delay_s = delay_s  # each reply comes this late (a slow server, for benchmarks)
         self.refusing = False
         self.muted = threading.Event()
         self.flowing = threading.Event()
@@ -48,6 +50,8 @@ class TcpProxy:
                     if self.muted.is_set():
                         continue
                     self.flowing.wait()
+                    if self.delay_s:
+                        time.sleep(self.delay_s)
                 elif not self.flowing.is_set():
                     self.asked_while_held.set()
                 dst.sendall(data)

@@ -10,7 +10,6 @@ import is absolute.
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import json
 import logging
@@ -19,6 +18,7 @@ from typing import Any
 
 from nemoguardrails.actions import action
 
+from agent_breaker._aio import without_blocking
 from agent_breaker.engine import Engine, incident_log
 from agent_breaker.events import InvalidEventError, is_id
 from agent_breaker.heuristics import INVALID_EVENT
@@ -121,11 +121,8 @@ def run_event(engine: Engine, kind: EventKind | str, fields: Mapping[str, Any]) 
 
 
 async def decide(engine: Engine, kind: EventKind | str, fields: Mapping[str, Any]) -> dict[str, Any]:
-    """`run_event` without blocking the event loop: a store that talks to a server (Redis)
-    is awaited from a worker thread; the in-process store decides in microseconds, inline."""
-    if engine.store.remote:
-        return await asyncio.to_thread(run_event, engine, kind, fields)
-    return run_event(engine, kind, fields)
+    """`run_event` without blocking the event loop."""
+    return await without_blocking(engine, run_event, engine, kind, fields)
 
 
 def _guard_action(kind: EventKind) -> Any:
@@ -306,7 +303,7 @@ async def agent_breaker_context_events(data: Any, agent_breaker_engine: Engine) 
     def answer() -> list[dict[str, Any]]:
         return [verdict_event(e if isinstance(e, Mapping) else {}, engine) for e in events]
 
-    verdicts = await asyncio.to_thread(answer) if engine.store.remote else answer()
+    verdicts = await without_blocking(engine, answer)
     return json.dumps({"events": verdicts})
 
 

@@ -12,7 +12,6 @@ Absolute imports: NeMo may load this file as a standalone module.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from collections.abc import Mapping
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 from agent_breaker.actions.guards import decide, deliver_incidents, verdict_line
 from nemoguardrails.actions import action
 
+from agent_breaker._aio import without_blocking
 from agent_breaker.engine import Engine
 from agent_breaker.events import InvalidEventError
 from agent_breaker.openai_format import parse_tool_call, read_tool_output
@@ -72,8 +72,7 @@ async def new_native_tool_messages(
         engine.awaiting_results, str(fields["session_id"]), tenant=None if tenant is None else str(tenant)
     )
     try:
-        # a store that talks to a server (Redis) is waited on from a thread: the loop runs on
-        awaited = await asyncio.to_thread(awaiting) if engine.store.remote else awaiting()
+        awaited = await without_blocking(engine, awaiting)
     except (InvalidEventError, StorageError):
         return messages  # each record says what is wrong (bad ids, the store down) and fails closed
     new = []

@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
+from ._aio import without_blocking
 from ._text import normalize_name
 from .engine import Engine
 from .events import InvalidEventError
@@ -186,6 +187,11 @@ class _Guard:
             return await out if inspect.isawaitable(out) else out
         try:
             output = await self.fn(*args, **kwargs)
+        except asyncio.CancelledError:
+            # a caller's timeout cancelled the call: the dependency did not answer in time. Recorded
+            # at once (a cancelled task must not await again), or the call would wait forever
+            self._record(self.engine.record_tool_result, self._failure(call, TimeoutError("cancelled before it answered")))
+            raise
         except Exception as exc:
             await self._decide(self._record, self.engine.record_tool_result, self._failure(call, exc))
             raise
@@ -193,10 +199,7 @@ class _Guard:
         return output
 
     async def _decide(self, method: Callable[..., Any], *args: Any) -> Any:
-        # a store that talks to a server (Redis) is waited on from a thread: the loop runs on
-        if self.engine.store.remote:
-            return await asyncio.to_thread(method, *args)
-        return method(*args)
+        return await without_blocking(self.engine, method, *args)
 
 
 def _plain(output: Any) -> Any:

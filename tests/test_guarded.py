@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -119,3 +120,36 @@ def test_outputs_that_are_not_json_are_recorded_as_their_fields_or_text(make_eng
     assert str(guarded(lambda: Opaque(), engine=engine, session="s1", tool="opaque")()) == "opaque"
     # both results were recorded: no call of the session still waits for its result
     assert not engine.store.peek_session("s1").loops.pending
+
+
+def test_a_call_cancelled_by_a_timeout_is_recorded_as_the_dependencys_failure(make_engine):
+    engine = make_engine()
+    never = asyncio.Event()
+    started: list[str] = []
+
+    @guarded(engine=engine, session="s1")
+    async def fetch_rates(day: str) -> dict:
+        started.append(day)
+        await never.wait()  # the dependency never answers
+        return {}
+
+    async def cancelled_call() -> Any:
+        started.clear()
+        task = asyncio.ensure_future(fetch_rates("2026-11-30"))
+        while not started:  # the call was allowed and the tool runs
+            await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert engine.awaiting_results("s1") == {}  # recorded, not left waiting for ever
+        return None
+
+    async def main() -> Any:
+        for _ in range(5):
+            await cancelled_call()
+        return await fetch_rates("2026-11-30")
+
+    out = asyncio.run(main())
+    # five timeouts in a row: the dependency's breaker is open, and this session stops retrying
+    assert engine.breaker_state("fetch_rates") is BreakerStateName.OPEN
+    assert out["error"] == "IDENTICAL_FAILURE" and "failed 5 times" in out["message"]

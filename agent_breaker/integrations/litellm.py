@@ -19,7 +19,6 @@ observation (JSON) appended to the message's content: the client cannot run it, 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
@@ -35,6 +34,7 @@ from litellm.types.guardrails import GuardrailEventHooks  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
 from .. import heuristics as H  # noqa: E402
+from .._aio import without_blocking  # noqa: E402
 from ..config import load_config  # noqa: E402
 from ..engine import Engine  # noqa: E402
 from ..events import InvalidEventError, is_id  # noqa: E402
@@ -162,10 +162,7 @@ class AgentBreakerGuardrail(CustomGuardrail):
             log.warning("agent-breaker: a %s of session %r was not recorded: %s", event["type"], event["session"], exc)
 
     async def _decide(self, method: Callable[[dict[str, Any]], _R], event: dict[str, Any]) -> _R:
-        # a store that talks to a server (Redis) is waited on from a thread: the loop runs on
-        if self.engine.store.remote:
-            return await asyncio.to_thread(method, event)
-        return method(event)
+        return await without_blocking(self.engine, method, event)
 
 
 def _chat(call_type: Any) -> bool:

@@ -13,6 +13,7 @@ Absolute imports: NeMo may load this file as a standalone module.
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,7 +21,7 @@ from agent_breaker.actions.guards import decide, deliver_incidents, verdict_line
 from nemoguardrails.actions import action
 
 from agent_breaker._aio import without_blocking
-from agent_breaker.engine import Engine
+from agent_breaker.engine import UNNAMED_CALL, Engine
 from agent_breaker.events import InvalidEventError
 from agent_breaker.openai_format import parse_tool_call, read_tool_output
 from agent_breaker.protocol import BY_NAME
@@ -61,7 +62,8 @@ async def new_native_tool_messages(
 ) -> list[dict[str, Any]]:
     """The tool messages that answer calls the session awaits, each named by its call's tool.
     A client resends the whole conversation: the rest were recorded by an earlier request (or
-    answer calls the guard never let through). Messages without a `tool_call_id` pass as they are."""
+    answer calls the guard never let through). A message without a `tool_call_id` is paired by
+    its tool: of those, the last as many as the session awaits calls of that tool without an id."""
     messages = [dict(m) for m in tool_messages or [] if isinstance(m, Mapping)]
     fields = _from_context(context)
     if "session_id" not in fields:
@@ -75,14 +77,17 @@ async def new_native_tool_messages(
         awaited = await without_blocking(engine, awaiting)
     except (InvalidEventError, StorageError):
         return messages  # each record says what is wrong (bad ids, the store down) and fails closed
+    unnamed = Counter(tool for call_id, tool in awaited.items() if call_id.startswith(UNNAMED_CALL))
     new = []
-    for message in messages:
+    for message in reversed(messages):
         call_id = message.get("tool_call_id")
-        if not call_id:
+        if call_id and not call_id.startswith(UNNAMED_CALL):
+            if call_id in awaited:
+                new.append({**message, "name": awaited[call_id]})
+        elif unnamed[message.get("name")] > 0:
+            unnamed[message.get("name")] -= 1
             new.append(message)
-        elif call_id in awaited:
-            new.append({**message, "name": awaited[call_id]})
-    return new
+    return new[::-1]
 
 
 @action(name="record_native_tool_message")

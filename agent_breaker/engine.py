@@ -55,6 +55,8 @@ from .tracing import attributes, configured_tracer
 from .verdicts import ALLOW, BreakerIncident, Incident, ResultVerdict, Verdict, verdict_for
 
 log = logging.getLogger("agent_breaker")
+#: the prefix of the ids the engine gives calls made without one (paired by their tool)
+UNNAMED_CALL = "~"
 incident_log = logging.getLogger("agent_breaker.incidents")
 
 Listener = Callable[[Incident | BreakerIncident], None]
@@ -462,7 +464,7 @@ class Engine:
             call_id = ev.call_id
             if call_id is None:
                 s.loops.auto_ids += 1
-                call_id = f"~{s.loops.auto_ids}"
+                call_id = f"{UNNAMED_CALL}{s.loops.auto_ids}"
             if len(s.loops.pending) >= MAX_PENDING:
                 del s.loops.pending[next(iter(s.loops.pending))]
             probe = granted.probe if granted is not None else None
@@ -557,13 +559,13 @@ class Engine:
 
     def awaiting_results(self, session: str, *, tenant: str | None = None) -> dict[str, str]:
         """call id -> tool of the session's calls that were allowed and await their result (a
-        caller that gets results without their tool's name pairs them by call id). Calls made
-        without an id are left out: only their tool pairs them."""
+        caller that gets results without their tool's name pairs them by call id). A call made
+        without an id is under a key of the engine's, which starts with UNNAMED_CALL."""
         step = self._begin({"session": session, "tenant": tenant}, User)
         state = self.store.peek_session(step.key)
         if not isinstance(state, SessionState):
             return {}
-        return {cid: p.facts.tool for cid, p in state.loops.pending.items() if not cid.startswith("~")}
+        return {cid: p.facts.tool for cid, p in state.loops.pending.items()}
 
     # ----------------------------------------------------------------- escalations
     def escalation_store(self) -> EscalationStore | None:
@@ -1236,7 +1238,7 @@ def _pop_pending(s: SessionState, ev: ToolResult) -> Pending | None:
         return pending
     # no call_id: the oldest call of this tool that had none
     for cid, pending in s.loops.pending.items():
-        if cid.startswith("~") and pending.facts.tool == ev.tool:
+        if cid.startswith(UNNAMED_CALL) and pending.facts.tool == ev.tool:
             del s.loops.pending[cid]
             return pending
     return None

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from .guarded import MAX_ERROR_CHARS
 
 
 def parse_tool_call(tool_call: Mapping[str, Any]) -> tuple[str | None, Any, str | None]:
@@ -45,15 +48,21 @@ class ToolOutput:
     error: Any
 
 
+#: a tool message that reports a failure: "Error: ...", "ERROR 500 ..." (not "Errors: 0", "error_rate=...")
+_FAILED = re.compile(r"\s*error\b(?![_=])", re.IGNORECASE)
+
+
 def read_tool_output(content: Any) -> ToolOutput:
-    """The content parsed as JSON when it is JSON; a text that starts with "Error" is a failed
-    call, and its own error text (the engine reads from it whose failure it is)."""
+    """The content parsed as JSON when it is JSON; a text that starts with the word "Error" is a
+    failed call, and (its first MAX_ERROR_CHARS) its error text: the engine reads from it whose
+    failure it is."""
     result = content
     if isinstance(result, str):
         with contextlib.suppress(json.JSONDecodeError):
             result = json.loads(result)
-    ok = not (isinstance(result, str) and result.lstrip().lower().startswith("error"))
-    return ToolOutput(ok, result, None if ok else result)
+    if isinstance(result, str) and _FAILED.match(result):
+        return ToolOutput(False, result, result[:MAX_ERROR_CHARS])
+    return ToolOutput(True, result, None)
 
 
 def latest_tool_calls(messages: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

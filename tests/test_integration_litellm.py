@@ -27,6 +27,8 @@ from agent_breaker.escalations import SqliteEscalations
 
 litellm = pytest.importorskip("litellm")
 
+from litellm.proxy._types import UserAPIKeyAuth  # noqa: E402
+
 from agent_breaker.integrations.litellm import AgentBreakerGuardrail  # noqa: E402
 
 MODEL = "gpt-4o-mini"  # in LiteLLM's local cost map
@@ -186,7 +188,7 @@ def test_the_step_ceiling_refuses_the_call_that_would_pass_it_before_it_is_paid(
     assert engine.store.peek_session("r1").spend.steps == 2
 
 
-def test_only_what_follows_the_models_last_message_is_recorded(memory_engine, use_guard, monkeypatch):
+def test_only_the_results_that_follow_the_models_last_message_are_recorded(memory_engine, use_guard, monkeypatch):
     engine = memory_engine()
     use_guard(engine)
     recorded: list[tuple[str, Any]] = []
@@ -196,15 +198,38 @@ def test_only_what_follows_the_models_last_message_is_recorded(memory_engine, us
     messages: list[Any] = [{"role": "user", "content": "count orders"}]
     failing_turns(messages, 1)
     complete(messages, text="The query fails.")  # the request carries the call's result: recorded
-    # the first request's user turn; then only the result (the user message precedes the model's)
-    assert [kind for kind, _ in recorded] == ["user", "tool_result"]
-    [(_, result)] = [r for r in recorded if r[0] == "tool_result"]
-    assert (result["tool"], result["ok"], result["error"]) == ("run_sql", False, f"Error: {CALL_ERROR}")
+    [(kind, result)] = recorded
+    assert (kind, result["tool"], result["ok"], result["error"]) == ("tool_result", "run_sql", False, f"Error: {CALL_ERROR}")
     recorded.clear()
     messages += [{"role": "assistant", "content": "The query fails."}, {"role": "user", "content": "Use orders_2024."}]
     complete(messages, calls=[tool_call("run_sql", {"query": "SELECT count(*) FROM orders_2024"})])
-    # the old result is not recorded again (it precedes the model's last message); the new turn is
-    assert recorded == [("user", {"type": "user", "session": "r1", "text": "Use orders_2024."})]
+    # the old result is not recorded again (it precedes the model's last message), and a user
+    # message is no user turn: through LiteLLM the agent's own code writes it
+    assert recorded == []
+
+
+def test_a_user_message_does_not_lift_a_loop_halt(memory_engine, use_guard):
+    # (as a user turn, news would lift it: the agent could free itself by writing one)
+    engine = memory_engine()
+    use_guard(engine)
+    messages: list[Any] = [{"role": "user", "content": "count orders"}]
+    failing_turns(messages, 3)
+    response = complete(messages, calls=[tool_call("run_sql", SQL)])
+    assert not response.choices[0].message.tool_calls  # the fourth identical failing call is refused
+    messages += [
+        {"role": "assistant", "content": response.choices[0].message.content},
+        {"role": "user", "content": "The table is orders_2024: use it, with March's date filter."},
+    ]
+    with pytest.raises(litellm.RateLimitError) as refused:
+        complete(messages, calls=[tool_call("run_sql", SQL)])
+    assert refused.value.status_code == 429 and "identical_failure" in str(refused.value)
+
+
+def test_a_guarded_runs_streamed_request_is_refused_its_tool_calls_could_not_be_checked(memory_engine, use_guard):
+    use_guard(memory_engine())
+    reply = litellm.acompletion(model=MODEL, messages=[{"role": "user", "content": "hi"}], metadata={"run_id": "r1"}, stream=True)
+    with pytest.raises(litellm.BadRequestError, match="streamed answer"):
+        asyncio.run(reply)
 
 
 def test_a_request_without_a_run_id_is_not_guarded(memory_engine, use_guard):
@@ -237,13 +262,33 @@ def test_behind_the_proxy_its_own_hooks_decide_once_and_the_keys_team_is_the_ten
         acompletion = litellm.types.utils.CallTypes.acompletion
         await guard.async_pre_call_deployment_hook(dict(data), acompletion)
         assert await guard.async_post_call_success_deployment_hook(dict(data), response, acompletion) is None
-        await guard.async_pre_call_hook(None, None, dict(data), "acompletion")
-        assert await guard.async_post_call_success_hook(dict(data), None, response) is response
+        key = UserAPIKeyAuth(token="hash-1", team_id="team-7-auth")
+        await guard.async_pre_call_hook(key, None, dict(data), "acompletion")
+        assert await guard.async_post_call_success_hook(dict(data), key, response) is response
 
     asyncio.run(proxy())
     assert engine.store.peek_session("p1") is None  # the caller picks no tenant behind the proxy
-    spend = engine.store.peek_session("team-7\x1fp1").spend
+    assert engine.store.peek_session("team-7\x1fp1") is None  # nor the key's team by metadata
+    spend = engine.store.peek_session("team-7-auth\x1fp1").spend
     assert (spend.steps, spend.cost_usd) == (1, 0.25)
+
+
+def test_behind_the_proxy_keys_without_a_team_do_not_share_runs(memory_engine):
+    engine = memory_engine()
+    guard = AgentBreakerGuardrail(engine, guardrail_name="agent-breaker", event_hook=["pre_call", "post_call"], default_on=True)
+    response = litellm.ModelResponse(model=MODEL, choices=[{"message": {"role": "assistant", "content": ""}}])
+    response.choices[0].message.tool_calls = [litellm.ChatCompletionMessageToolCall(**tool_call("search", {"q": 1}, "c1"))]
+
+    async def request(key: Any) -> None:
+        data = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "metadata": {"run_id": "p1"}}
+        data["proxy_server_request"] = {}
+        await guard.async_pre_call_hook(key, None, data, "acompletion")
+        await guard.async_post_call_success_hook(data, key, response)
+
+    asyncio.run(request(UserAPIKeyAuth(token="hash-a")))
+    asyncio.run(request(UserAPIKeyAuth(token="hash-b")))
+    assert engine.store.peek_session("key-hash-a\x1fp1").spend.steps == 1
+    assert engine.store.peek_session("key-hash-b\x1fp1").spend.steps == 1
 
 
 def test_the_proxy_builds_the_guard_from_its_config(tmp_path, monkeypatch):

@@ -14,11 +14,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import agents
 import pytest
-from agents import Agent, RunContextWrapper, Runner
 
-from agent_breaker.integrations.openai_agents import guarded_function_tool
+agents = pytest.importorskip("agents")
+from agents import Agent, RunContextWrapper, Runner  # noqa: E402
+
+from agent_breaker.integrations.openai_agents import guarded_function_tool  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "openai_agents_agent.py"
 _spec = importlib.util.spec_from_file_location("openai_agents_agent", EXAMPLE)

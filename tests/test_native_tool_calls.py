@@ -109,8 +109,30 @@ def test_awaiting_results_lists_the_calls_that_wait_for_their_result(make_engine
     engine.check_tool_call({"session": "s1", "tool": "search", "args": {"q": "a"}, "call_id": "c1"})
     engine.check_tool_call({"session": "s1", "tool": "fetch", "args": {"u": "b"}, "call_id": "c2"})
     engine.check_tool_call({"session": "s1", "tool": "fetch", "args": {"u": "c"}})  # no id: only its tool pairs it
-    assert engine.awaiting_results("s1") == {"c1": "search", "c2": "fetch"}
+    assert engine.awaiting_results("s1") == {"c1": "search", "c2": "fetch", "~1": "fetch"}
     engine.record_tool_result({"session": "s1", "tool": "search", "call_id": "c1", "ok": True, "result": {"n": 1}})
+    engine.record_tool_result({"session": "s1", "tool": "fetch", "ok": True, "result": {"n": 2}})
     assert engine.awaiting_results("s1") == {"c2": "fetch"}
     assert engine.awaiting_results("s1", tenant="acme") == {}  # another tenant's s1
     assert engine.awaiting_results("nobody") == {}
+
+
+def test_named_tool_messages_without_ids_are_paired_with_the_calls_that_await_them_not_again():
+    """NeMo hands the rails every tool message of the conversation: of those without a
+    tool_call_id, only the last as many as the session awaits calls of that tool are new."""
+    rails = LLMRails(RailsConfig.from_path(str(config_path("agent_breaker_v1"))))
+    engine = rails.runtime.registered_action_params[ENGINE_PARAM]
+    recorded: list[Any] = []
+    record = engine.record_tool_result
+    engine.record_tool_result = lambda event: recorded.append(event["result"]) or record(event)
+    messages: list[dict[str, Any]] = [
+        {"role": "context", "content": {"session_id": f"native-{uuid.uuid4().hex[:8]}"}},
+        {"role": "user", "content": "look it up"},
+    ]
+    for i in range(3):
+        call = {"type": "function", "function": {"name": "search", "arguments": f'{{"q": {i}}}'}}  # no id
+        messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        assert in_process(rails)(messages) == ""
+        messages.append({"role": "tool", "name": "search", "content": f'{{"answer_for": {i}}}'})
+        assert in_process(rails)(messages) == ""
+    assert recorded == [{"answer_for": 0}, {"answer_for": 1}, {"answer_for": 2}]

@@ -3,11 +3,14 @@
 
 Each request belongs to the run named in its metadata (`run_id`, else `session_id`, in
 `metadata` or `litellm_metadata`; else `litellm_session_id`); a request without one is not
-guarded. Behind the proxy the tenant is the API key's team; in the SDK, `metadata["tenant"]`.
+guarded. Behind the proxy the tenant is the API key's team (a key without a team is a tenant
+of its own), never what the caller sends; in the SDK, `metadata["tenant"]`.
 
 Before the model call: what follows the model's last message in the request is new (a client
 resends the whole conversation), so the tool messages there are recorded as the results of the
-model's latest tool calls, and a user message as a user turn; then `Engine.check_model_call`.
+model's latest tool calls; then `Engine.check_model_call`. User messages are not recorded as
+user turns: through LiteLLM the agent's own code writes them, and a user turn would lift a loop
+halt or resume a session frozen for a human.
 A session that is frozen for a human, halted, or over a ceiling is refused with HTTP 429
 (`litellm.RateLimitError`, the reason in its message).
 
@@ -15,6 +18,8 @@ After it: the turn's spend, from LiteLLM's own cost accounting and the response'
 counted once (on its first tool call, or on the turn when it calls none), and each tool call is
 checked before the client sees it. A refused call is taken out of the response and its
 observation (JSON) appended to the message's content: the client cannot run it, and reads why.
+A streamed answer's tool calls would reach the client unchecked: a guarded run's streamed
+requests are refused (400).
 """
 
 from __future__ import annotations
@@ -38,7 +43,6 @@ from .._aio import without_blocking  # noqa: E402
 from ..config import load_config  # noqa: E402
 from ..engine import Engine  # noqa: E402
 from ..events import InvalidEventError, is_id  # noqa: E402
-from ..guarded import MAX_ERROR_CHARS  # noqa: E402
 from ..openai_format import latest_tool_calls, parse_tool_call, read_tool_output, tool_names  # noqa: E402
 from ..verdicts import Verdict, observation  # noqa: E402
 
@@ -81,10 +85,10 @@ class AgentBreakerGuardrail(CustomGuardrail):
     # ----------------------------------------------------------------- the proxy's hooks
     async def async_pre_call_hook(self, user_api_key_dict: Any, cache: Any, data: dict[str, Any], call_type: str) -> None:
         if _chat(call_type):
-            await self._before(data)
+            await self._before(data, user_api_key_dict)
 
     async def async_post_call_success_hook(self, data: dict[str, Any], user_api_key_dict: Any, response: Any) -> Any:
-        return await self._after(data, response)
+        return await self._after(data, response, user_api_key_dict)
 
     # ----------------------------------------------------------------- the SDK's hooks
     # `litellm.acompletion` runs these for every callback. Behind the proxy they run too (its
@@ -102,12 +106,19 @@ class AgentBreakerGuardrail(CustomGuardrail):
         return await self._after(request_data, response)
 
     # ----------------------------------------------------------------- deciding
-    async def _before(self, data: Mapping[str, Any]) -> None:
-        ids = _run_of(data)
+    async def _before(self, data: Mapping[str, Any], key: Any = None) -> None:
+        ids = _run_of(data, key)
         if ids is None:
             return
-        for method, event in _news([_plain(m) for m in data.get("messages") or ()], ids, self.engine):
-            await self._record(method, event)
+        if data.get("stream"):
+            # a streamed answer's tool calls reach the client before the guard could see them
+            raise litellm.BadRequestError(
+                message="agent-breaker cannot check a streamed answer's tool calls: send a guarded run's requests unstreamed",
+                model=str(data.get("model") or ""),
+                llm_provider="agent-breaker",
+            )
+        for result in _new_results(_plain(list(data.get("messages") or ())), ids):
+            await self._record(self.engine.record_tool_result, result)
         verdict: Verdict = await self._decide(self.engine.check_model_call, ids)
         if not verdict.allowed:
             raise litellm.RateLimitError(
@@ -116,8 +127,8 @@ class AgentBreakerGuardrail(CustomGuardrail):
                 model=str(data.get("model") or ""),
             )
 
-    async def _after(self, data: Mapping[str, Any], response: Any) -> Any:
-        ids = _run_of(data)
+    async def _after(self, data: Mapping[str, Any], response: Any, key: Any = None) -> Any:
+        ids = _run_of(data, key)
         if ids is None or not isinstance(response, litellm.ModelResponse):
             return response
         spend = _spend(response)  # counted once: on the first call the engine reads, else on the turn
@@ -175,15 +186,20 @@ def _behind_proxy(data: Mapping[str, Any]) -> bool:
     return data.get("proxy_server_request") is not None
 
 
-def _run_of(data: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The session (and tenant) fields of a request's events; None without a run id."""
+def _run_of(data: Mapping[str, Any], key: Any = None) -> dict[str, Any] | None:
+    """The session (and tenant) fields of a request's events; None without a run id. `key`: the
+    proxy's authenticated API key (UserAPIKeyAuth)."""
     buckets = [b for b in (data.get("metadata"), data.get("litellm_metadata")) if isinstance(b, Mapping)]
-    run = next((b[key] for b in buckets for key in RUN_KEYS if b.get(key)), None) or data.get("litellm_session_id")
+    run = next((b[k] for b in buckets for k in RUN_KEYS if b.get(k)), None) or data.get("litellm_session_id")
     if not run:
         return None
-    # behind the proxy the key's team (which the proxy sets) is the tenant, never the caller's word
-    tenant_key = "user_api_key_team_id" if _behind_proxy(data) else "tenant"
-    tenant = next((b[tenant_key] for b in buckets if b.get(tenant_key)), None)
+    if _behind_proxy(data):
+        # the key the proxy authenticated, never the caller's word: its team, else the key itself
+        # (keys without a team must not share each other's runs)
+        team, token = getattr(key, "team_id", None), getattr(key, "token", None)
+        tenant = team or (f"key-{token}" if token else None)
+    else:
+        tenant = next((b["tenant"] for b in buckets if b.get("tenant")), None)
     ids = {"session": str(run)} | ({} if tenant is None else {"tenant": str(tenant)})
     for field, value in ids.items():
         if not is_id(value):
@@ -195,18 +211,15 @@ def _run_of(data: Mapping[str, Any]) -> dict[str, Any] | None:
     return ids
 
 
-def _news(
-    messages: list[Mapping[str, Any]], ids: dict[str, Any], engine: Engine
-) -> Iterable[tuple[Callable[[dict[str, Any]], Any], dict[str, Any]]]:
-    """The events of what follows the model's last message: the tool messages answering its
-    tool calls (results), and a user message (a turn; one the user already sent adds nothing)."""
+def _new_results(messages: list[Mapping[str, Any]], ids: dict[str, Any]) -> Iterable[dict[str, Any]]:
+    """The results of what follows the model's last message: the tool messages answering its
+    latest tool calls."""
     start = next((i + 1 for i in range(len(messages) - 1, -1, -1) if messages[i].get("role") == "assistant"), 0)
     names = tool_names(latest_tool_calls(messages))
     for message in messages[start:]:
-        role = message.get("role")
-        if role == "tool" and message.get("tool_call_id") in names:
+        call_id = message.get("tool_call_id")
+        if message.get("role") == "tool" and call_id in names:
             out = read_tool_output(message.get("content"))
-            call_id = message["tool_call_id"]
             result = {
                 "type": "tool_result",
                 **ids,
@@ -215,23 +228,19 @@ def _news(
                 "ok": out.ok,
                 "result": out.result,
             }
-            yield engine.record_tool_result, result | ({} if out.ok else {"error": str(out.error)[:MAX_ERROR_CHARS]})
-        elif role == "user":
-            yield engine.record_user, {"type": "user", **ids, "text": _text(message.get("content"))}
-
-
-def _text(content: Any) -> str:
-    """A message's text: a string, or the text parts of a list of content parts."""
-    if isinstance(content, str):
-        return content
-    parts = content if isinstance(content, list) else []
-    return "\n".join(p["text"] for p in parts if isinstance(p, Mapping) and isinstance(p.get("text"), str))
+            yield result | ({} if out.ok else {"error": out.error})
 
 
 def _plain(value: Any) -> Any:
-    """A LiteLLM message or tool call object (clients append the response's message to the
-    conversation as it is) as the dict of the OpenAI format."""
-    return value.model_dump() if isinstance(value, BaseModel) else value
+    """LiteLLM's (or the openai SDK's) message and tool call objects, wherever a client left them
+    in the conversation, as the dicts of the OpenAI format."""
+    if isinstance(value, BaseModel):
+        return value.model_dump()
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
 
 
 def _spend(response: Any) -> dict[str, Any]:

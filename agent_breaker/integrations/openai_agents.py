@@ -23,7 +23,8 @@ tool: `guarded_function_tool` takes `function_tool`'s keyword arguments.
 Session = the run. The SDK has no run id (a trace id only while tracing is on), but every tool
 call of one `Runner.run` carries that run's own `Usage` object (`ToolContext.usage`); by default
 (`run_session`) it gets a fresh id at the run's first tool call, so two runs never share loop
-state. `session=` replaces it: a string, or a function of the call's `ToolContext`
+state (a run resumed from a serialized `RunState`, after a human approval, starts a new one).
+`session=` replaces it: a string, or a function of the call's `ToolContext`
 (`lambda ctx: ctx.context.thread_id`, a session that spans the runs of one conversation).
 """
 
@@ -38,6 +39,7 @@ import contextvars  # noqa: E402
 import functools  # noqa: E402
 import inspect  # noqa: E402
 import json  # noqa: E402
+import logging  # noqa: E402
 import uuid  # noqa: E402
 from collections.abc import Callable, Iterator  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
@@ -53,6 +55,7 @@ RunSession = str | Callable[[ToolContext[Any]], str]
 RunTenant = str | Callable[[ToolContext[Any]], str | None] | None
 
 _SESSION_ATTR = "_agent_breaker_session"
+log = logging.getLogger("agent_breaker.integrations.openai_agents")
 
 
 def run_session(ctx: ToolContext[Any]) -> str:
@@ -174,8 +177,10 @@ def guarded_function_tool(
         token = _CALL.set(call)
         try:
             out = await protected(**_arguments(input))
-        except Exception:
+        except Exception as exc:
             if answered:  # recorded as failed; the model reads the SDK's answer, as without the guard
+                if exc is not call.error and not isinstance(exc, ArgumentsRejected):
+                    log.warning("agent-breaker: the guard failed after %s answered: %r", tool.name, exc)
                 return answered[0]
             raise
         finally:

@@ -493,11 +493,11 @@ class Engine:
     ) -> Verdict:
         """`_commit`, decided again when a human lifted the freeze the decision found (a few
         times at most: each lift needs a resume)."""
-        verdict = self._commit(step, decide, tool)
-        for _ in range(MAX_THAWS):
+        for _ in range(1 + MAX_THAWS):
+            verdict = self._commit(step, decide, tool)
             if verdict is not _THAWED:
                 return verdict
-            verdict = self._commit(step, decide, tool)  # a human resumed the session: decide again
+            # a human resumed the session: decide again
         trip = Trip(H.ESCALATED, "session", "the session's escalations keep changing", "Stop and try again later.")
         return verdict_for(trip, "block", tool)
 

@@ -12,6 +12,7 @@ import base64
 import inspect
 import json
 import logging
+import re
 
 import pytest
 from conftest import SESSION, call, final, result, run, user
@@ -20,6 +21,7 @@ from hypothesis import strategies as st
 
 from agent_breaker import BreakerStateName, ConfigError, Engine, FakeClock, ReceiptKeys, ResultVerdict, Verdict, receipts
 from agent_breaker.cli import main as cli_main
+from agent_breaker.config import DEFAULT_REFERENCE_PATTERNS
 
 UNVERIFIED = "unverified_claim"
 EMPTY = "empty_mutation_result"
@@ -884,3 +886,20 @@ def test_generic_claim_in_a_session_with_no_mutating_attempt_passes(make_engine,
 def test_names_of_standards_in_an_honest_answer_are_not_references(engine, clock):
     v = engine.verify_final(final("Timestamps are ISO-8601, files are hashed with SHA-256 as RFC-7231 requires."))
     assert v.allowed and v.heuristic is None
+
+
+_ID_TEXT = st.text(alphabet="ABXISOab19-_ .é\u00c9\u0661", max_size=40)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(_ID_TEXT)
+def test_reading_ids_from_their_dashes_finds_what_the_patterns_find(text):
+    """References are found from each dash before digits (fast), never differently from a scan
+    of the whole text with the pattern: the shipped reference pattern and the caseless one."""
+    default = re.compile(DEFAULT_REFERENCE_PATTERNS[0])
+    pairs = [
+        (receipts._DEFAULT_DASH, default, receipts._ASCII_UPPER),
+        (receipts._CASELESS_DASH, receipts._CASELESS_CANDIDATE, receipts._ASCII_LETTERS),
+    ]
+    for dash, pattern, letters in pairs:
+        assert list(receipts._led_by_dash(text, dash, pattern, letters)) == [m.group() for m in pattern.finditer(text)]

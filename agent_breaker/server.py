@@ -75,6 +75,7 @@ from .admin import (
     operator_state,
 )
 from .config import ConfigError
+from .configs import ROOT as SHIPPED
 from .engine import Engine
 from .escalations import (
     BAD_ID,
@@ -604,8 +605,9 @@ class ServedConfigs:
                 self.rails[name] = ServedRails(config, verbose=False)
             except Exception as exc:  # NeMo wraps ours, and its own come in many types
                 missing = _cause(exc, MissingExtra)
-                if missing is not None and len(folders) > 1:
-                    # a light install serves the shipped configs it can (the Redis one needs [redis])
+                if missing is not None and root == SHIPPED.resolve():
+                    # a light install serves the shipped configs it can (the Redis one needs [redis]);
+                    # a root of the user's own is served whole or not at all
                     log.warning("agent-breaker: config %s is not served: %s", name, missing)
                     continue
                 cause = _cause(exc, (ConfigError, MissingExtra))

@@ -56,6 +56,15 @@ try:
     ServedConfigs(config_path("agent_breaker_redis"))
 except ServeError as exc:
     print(exc)
+# a root of one's own (the shipped configs, copied) is served whole or not at all
+import shutil, sys, tempfile
+own = tempfile.mkdtemp()
+for name in ("agent_breaker", "agent_breaker_redis"):
+    shutil.copytree(config_path(name), f"{own}/{name}")
+try:
+    ServedConfigs(__import__("pathlib").Path(own))
+except ServeError as exc:
+    print(exc)
 """
 
 
@@ -65,8 +74,9 @@ def test_the_shipped_configs_are_served_without_redis_but_the_redis_one():
     env.pop("REDIS_URL", None)
     proc = subprocess.run([sys.executable, "-c", SERVE_WITHOUT_REDIS], capture_output=True, text=True, timeout=180, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    served, refused = proc.stdout.splitlines()[-2:]
+    served, refused, own = proc.stdout.splitlines()[-3:]
     assert served == "['agent_breaker', 'agent_breaker_observe', 'agent_breaker_v1']"
     assert "config agent_breaker_redis is not served" in proc.stderr and '"agent-breaker[redis]"' in proc.stderr
     # asked for by itself, it is an error that names the extra
     assert refused.startswith("config agent_breaker_redis:") and '"agent-breaker[redis]"' in refused
+    assert own.startswith("config agent_breaker_redis:") and '"agent-breaker[redis]"' in own

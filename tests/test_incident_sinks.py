@@ -258,9 +258,12 @@ def test_the_server_posts_a_runaway_and_a_breaker_opening_to_the_webhook_within_
     from _server import call as scall
     from _server import result as sresult
     from _server import start
+    from agent_breaker.configs import config_path
 
     with receiving() as receiver:
-        srv = start({INCIDENT_WEBHOOK_ENV: receiver.url + "/incidents"})
+        # the in-memory config alone: its escalations in this server's own file (the shipped
+        # root would also relay the Redis config's outbox, which other processes may write)
+        srv = start({INCIDENT_WEBHOOK_ENV: receiver.url + "/incidents"}, args=("--config", str(config_path("agent_breaker"))))
         try:
             s = f"w-{uuid.uuid4().hex[:8]}"
             for i in range(3):

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ._extras import MissingExtra, require
 from .breaker.core import SETTABLE_STATES
@@ -56,40 +57,255 @@ def _replay(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     require("nemoguardrails", "nemo", "agent-breaker serve")
     os.environ.setdefault("NEMO_GUARDRAILS_DISABLE_CHAT_UI", "true")
-    import uvicorn
-    from nemoguardrails.telemetry import DeploymentTypeEnum, set_deployment_type
-
     from .configs import ROOT
-    from .server import ServeError, build_app
-    from .tracing import export_from_env
 
     root = Path(args.config).expanduser().resolve() if args.config else ROOT
-    set_deployment_type(DeploymentTypeEnum.API.value)
+    if args.workers > 1:
+        return _serve_workers(args, root)
+    import uvicorn
+
+    from .server import ServeError
+
     try:
-        tracing = export_from_env()  # before the engines are built: they take the provider then
-        app = build_app(root, host=args.host)
+        app, ids, details = _started_app(root, args.host)
     except (ServeError, ConfigError, ImportError) as exc:
         print(f"agent-breaker: {exc}", file=sys.stderr)
         return 2
+    print(f"agent-breaker: serving {', '.join(ids)} on {args.host}:{args.port}; {details}", file=sys.stderr, flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    return 0
+
+
+def _started_app(root: Path, host: str, *, workers: int = 1) -> tuple[Any, list[str], str]:
+    """What `serve` runs in each serving process: tracing, the app on the configs under `root`,
+    and the escalation relays; the served config ids, and a line on auth, tracing and relays.
+    With several workers a config whose guard state is in this process's memory is refused."""
+    from nemoguardrails.telemetry import DeploymentTypeEnum, set_deployment_type
+
+    from .escalations.relay import serve_relays
+    from .server import ServeError, build_app
+    from .store.memory import MemoryStore
+    from .tracing import export_from_env
+
+    set_deployment_type(DeploymentTypeEnum.API.value)
+    tracing = export_from_env()  # before the engines are built: they take the provider then
+    app = build_app(root, host=host)
     configs = app.app.state.agent_breaker_configs
+    if workers > 1:
+        local = [i for i in configs.ids if isinstance(configs.engine(i)[1].store, MemoryStore)]
+        if local:
+            raise ServeError(_in_memory_refusal(local, workers))
     auth = (
         f"bearer tokens required ({app.tokens.count} configured)"
         if app.tokens is not None
         else "no authentication: loopback only (set $AGENT_BREAKER_API_TOKEN to bind another address)"
     )
-    from .escalations.relay import serve_relays
-
     # the escalation outbox reaches its targets from here too (`agent-breaker relay` is the same)
     relays = serve_relays(configs.engine(config_id)[1].config for config_id in configs.ids)
     traced = "; spans exported over OTLP" if tracing else ""
     relayed = f"; {len(relays)} escalation relay(s)" if relays else ""
+    return app, configs.ids, f"{auth}{traced}{relayed}"
+
+
+# ----------------------------------------------------------------------------- serve --workers N
+
+STARTUP_FAILURE = 3  # uvicorn's exit status for a server that could not start
+
+
+def _serve_workers(args: argparse.Namespace, root: Path) -> int:
+    """N worker processes on one port. Each builds the app from `root` (as one-process `serve`
+    does: tracing, the configs, escalation relays), then listens on a socket of its own bound
+    with SO_REUSEPORT, so the kernel spreads new connections over the workers that listen; the
+    CLI process supervises them. Guard state must be shared: a config whose state would be in
+    each worker's memory is refused (exit 2) before anything is bound, and again by each worker
+    from the engines it built. A worker that cannot start stops them all (exit 2); one that dies
+    later is replaced. SIGTERM or SIGINT stops them all."""
+    import multiprocessing
+    import signal
+    import socket
+    import threading
+
+    served = _served_folders(root)
+    local = [name for name, folder in served.items() if _in_memory(folder)]
+    if local:
+        print(f"agent-breaker: {_in_memory_refusal(local, args.workers)}", file=sys.stderr)
+        return 2
+    loopback = args.host in ("127.0.0.1", "localhost", "::1") or args.host.startswith("127.")
+    if not loopback and not (os.environ.get("AGENT_BREAKER_API_TOKEN") or os.environ.get("AGENT_BREAKER_API_TOKENS_FILE")):
+        # what each worker's build_app refuses too: checked here so the address is never bound
+        print(
+            f"agent-breaker: refusing to bind {args.host} without authentication: set $AGENT_BREAKER_API_TOKEN "
+            "(or $AGENT_BREAKER_API_TOKENS_FILE), or bind 127.0.0.1",
+            file=sys.stderr,
+        )
+        return 2
+    if not hasattr(socket, "SO_REUSEPORT"):
+        print("agent-breaker: --workers needs SO_REUSEPORT, which this platform lacks: run one worker", file=sys.stderr)
+        return 2
+    try:
+        reserved = _reserve_port(args.host, args.port)
+    except OSError as exc:
+        print(f"agent-breaker: cannot bind {args.host}:{args.port}: {exc.strerror}", file=sys.stderr)
+        return STARTUP_FAILURE  # as one-process serve (uvicorn) exits for a port in use
+    port = reserved.getsockname()[1]
+    spec = {
+        "root": str(root),
+        "host": args.host,
+        "port": port,
+        "workers": args.workers,
+        "log_level": args.log_level,
+        "supervisor": os.getpid(),
+    }
+    stop = threading.Event()
+    handlers = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    spawn = multiprocessing.get_context("spawn")
+
+    def started() -> multiprocessing.process.BaseProcess:
+        worker = spawn.Process(target=_worker_main, args=(spec,), name="agent-breaker-worker")
+        worker.start()
+        return worker
+
     print(
-        f"agent-breaker: serving {', '.join(configs.ids)} on {args.host}:{args.port}; {auth}{traced}{relayed}",
+        f"agent-breaker: serving {', '.join(served)} on {args.host}:{port} with {args.workers} worker processes "
+        "(guard state in Redis; /metrics answers for the worker that takes the request)",
         file=sys.stderr,
         flush=True,
     )
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    workers = [started() for _ in range(args.workers)]
+    failed = False
+    try:
+        while not stop.wait(0.5):
+            for i, worker in enumerate(workers):
+                if worker.exitcode is None:
+                    continue
+                if worker.exitcode == STARTUP_FAILURE:
+                    failed = True
+                    stop.set()
+                    break
+                print(f"agent-breaker: worker {worker.pid} ended (status {worker.exitcode}); starting another", file=sys.stderr)
+                workers[i] = started()
+    finally:
+        for worker in workers:
+            if worker.exitcode is None:
+                worker.terminate()  # SIGTERM: uvicorn finishes the requests in flight
+        for worker in workers:
+            worker.join(30)
+            if worker.exitcode is None:
+                worker.kill()
+                worker.join()
+        reserved.close()
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    if failed:
+        print("agent-breaker: a worker could not start (see above): stopped", file=sys.stderr)
+        return 2
     return 0
+
+
+def _reserve_port(host: str, port: int) -> Any:
+    """A socket bound to host:port with SO_REUSEPORT and not listening (it takes no connection),
+    held by the supervisor so the port stays ours while workers come and go; first the port is
+    bound without SO_REUSEPORT, which fails if anything listens there (another server with
+    workers included)."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind((host, port))
+        port = probe.getsockname()[1]  # port 0: the one the kernel picked
+    return _reuse_port_socket(host, port)
+
+
+def _reuse_port_socket(host: str, port: int) -> Any:
+    import socket
+
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    return sock
+
+
+def _worker_main(spec: dict[str, Any]) -> None:
+    """One worker process of `serve --workers N`: the app, tracing and escalation relays as
+    one-process `serve` builds them, then uvicorn on a socket of its own (SO_REUSEPORT): it
+    joins the port's listeners only once the app is built. A config error, or a config whose
+    guard state is in memory, ends it with STARTUP_FAILURE, which stops the supervisor."""
+    import uvicorn
+
+    from .server import ServeError
+
+    _end_with(spec["supervisor"])
+    try:
+        app, _ids, details = _started_app(Path(spec["root"]), spec["host"], workers=spec["workers"])
+        sock = _reuse_port_socket(spec["host"], spec["port"])  # asyncio listens on it when uvicorn starts serving
+    except (ServeError, ConfigError, ImportError, OSError) as exc:
+        print(f"agent-breaker: worker {os.getpid()}: {exc}", file=sys.stderr, flush=True)
+        sys.exit(STARTUP_FAILURE)
+    print(f"agent-breaker: worker {os.getpid()}: {details}", file=sys.stderr, flush=True)
+    config = uvicorn.Config(app, host=spec["host"], port=spec["port"], log_level=spec["log_level"])
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+def _end_with(supervisor: int) -> None:
+    """On Linux a worker gets SIGTERM when its supervisor dies, even of SIGKILL, so no worker is
+    left serving the port (elsewhere the supervisor's own SIGTERM on a normal stop is all)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    if os.getppid() != supervisor:  # it died before the line above
+        sys.exit(0)
+
+
+def _served_folders(root: Path) -> dict[str, Path]:
+    """The config folders `serve` would build from `root` (as `server.ServedConfigs` finds them),
+    without importing NeMo."""
+
+    def is_config(folder: Path) -> bool:
+        return (folder / "config.yml").is_file() or (folder / "config.yaml").is_file()
+
+    if not root.is_dir():
+        raise ConfigError(f"config root {root} is not a folder")
+    if is_config(root):
+        return {root.name: root}
+    folders = {p.name: p for p in sorted(root.iterdir()) if p.is_dir() and is_config(p)}
+    if not folders:
+        raise ConfigError(f"{root} holds no config folder (a folder with a config.yml)")
+    return folders
+
+
+def _in_memory(folder: Path) -> bool:
+    """Whether a config folder's guard state is in process memory (`storage.url` memory://),
+    read from its config.yml: `custom_data: agent_breaker:`, absent or not (the workers check
+    the engines they build too, and report a file that does not read)."""
+    import yaml
+
+    from .config import parse_config
+
+    path = folder / "config.yml" if (folder / "config.yml").is_file() else folder / "config.yaml"
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return False
+    custom = data.get("custom_data") if isinstance(data, dict) else None
+    block = custom.get("agent_breaker") if isinstance(custom, dict) else None
+    return parse_config(block).storage.resolved_url().startswith("memory://")
+
+
+def _in_memory_refusal(ids: list[str], workers: int) -> str:
+    from .configs import ROOT
+
+    keeps = "keeps its" if len(ids) == 1 else "keep their"
+    return (
+        f"--workers {workers}: config(s) {', '.join(ids)} {keeps} guard state in process memory (storage.url memory://), "
+        f"so each of the {workers} workers would have breakers, sessions and budgets of its own. Serve configs whose state "
+        f"is in Redis (the shipped one: --config {ROOT / 'agent_breaker_redis'}, with $REDIS_URL), or run one worker"
+    )
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -278,6 +494,16 @@ def _relay(args: argparse.Namespace) -> int:
     return 1 if relay.failures else 0
 
 
+def _at_least_one(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"a whole number of at least 1, not {text!r}")
+    return n
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="agent-breaker", description="Deterministic guards for AI agents.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -297,6 +523,13 @@ def main(argv: list[str] | None = None) -> int:
     sp.add_argument("--port", type=int, default=8000)
     sp.add_argument("--config", help="a config folder, or a folder of config folders (default: the shipped ones)")
     sp.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    sp.add_argument(
+        "--workers",
+        type=_at_least_one,
+        default=1,
+        metavar="N",
+        help="worker processes on one port (default 1); above 1 every served config must keep its state in Redis",
+    )
     sp.set_defaults(func=_serve)
     dp = sub.add_parser("demo", help="run four scripted agents offline through the guards and show what was cut")
     dp.add_argument("--json", action="store_true", help="one JSON line per agent instead of the table")

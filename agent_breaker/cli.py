@@ -220,7 +220,9 @@ def _reserve_port(host: str, port: int) -> Any:
 def _reuse_port_socket(host: str, port: int) -> Any:
     import socket
 
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    # IPPROTO_TCP, not the default 0: asyncio sets TCP_NODELAY on the connections of a socket of
+    # that protocol only, and without it every answer waited for the client's delayed ACK (40 ms)
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))

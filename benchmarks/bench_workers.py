@@ -1,6 +1,6 @@
 """Scale-out: `agent-breaker serve --workers N` on the Redis config, and the engine called directly.
 
-    python benchmarks/bench_workers.py [--workers 1,2,4] [--clients 16] [--client raw|httpx] [--duration-s 20]
+    python benchmarks/bench_workers.py [--workers 1,2,4] [--clients 64] [--client raw|httpx] [--duration-s 20]
         [--warmup-s 5] [--redis-url redis://127.0.0.1:6379/9] [--engine-steps 3000] [--json-out FILE]
 
 For each N in --workers: the Redis database is emptied of the config's keys (`ab:*`), then
@@ -18,7 +18,10 @@ the cores: the client process's CPU share is reported beside the server's.
    client (a new one every CALLS_PER_SESSION calls). Reported: events/s, p50/p99 per event;
 3. check (--duration-s): the gateway's flow: POST /v1/agent-breaker/check (the call; 200 or
    429), then the result through the events endpoint. Reported: checks/s and p50/p99 of the
-   check, events/s of both kinds.
+   check, events/s of both kinds;
+4. alone (--latency-s each): phases 2 and 3 by one client, one request at a time: the latency
+   of an event with no queue in front of it (under load, p50 is mostly queueing: with K
+   closed-loop clients it is about K / (events/s)).
 
 Every verdict is read: a refused call or result counts as refused (there should be none: the
 args are new each time). CPU, each as a share of one core over the phase: the server (the
@@ -33,8 +36,7 @@ Redis, one process, no HTTP): --engine-steps tool calls and their results, p50/p
 Reading the figures: a worker is one Python process, so at most one core (the interpreter
 lock): one worker at about 95% of a core is as fast as one process gets. N workers can use N
 cores, if the machine has them free: on 2 cores the client process, Redis and anything else
-running take their share first. p50 with K closed-loop clients is about K / (events/s)
-(queueing). The Redis database is emptied again at the end. One table, then one JSON line with
+running take their share first. The Redis database is emptied again at the end. One table, then one JSON line with
 every figure (also written to --json-out). Reports figures; nothing is asserted.
 """
 
@@ -373,9 +375,29 @@ def run_server(workers: int, args: argparse.Namespace, pool: concurrent.futures.
                 out[mode]["worker_cpu_pct"] = sorted(
                     (round(100 * c / raw["elapsed"]) for p, c in per_process.items() if p != proc.pid), reverse=True
                 )[:workers]
+            if args.latency_s > 0:
+                # one client, one request at a time: the latency of an event with no queue in front of it
+                print(f"bench_workers: {workers} worker(s): unloaded {2 * args.latency_s:g}s ...", file=sys.stderr, flush=True)
+                for mode in ("events", "check"):
+                    phase = (base, token, mode, 1, args.latency_s, f"w{workers}-alone-{mode}", args.client)
+                    raw = pool.submit(drive, *phase).result()
+                    every = raw["lat"]["call"] + raw["lat"]["result"] + raw["lat"]["check"]
+                    out[f"alone_{mode}"] = {
+                        "requests": len(every),
+                        "p50_ms": percentile(every, 50),
+                        "p99_ms": percentile(every, 99),
+                        "refused": raw["counts"].get("refused", 0),
+                    }
+                    if mode == "check":
+                        out["alone_check"].update(
+                            check_p50_ms=percentile(raw["lat"]["check"], 50), check_p99_ms=percentile(raw["lat"]["check"], 99)
+                        )
             out["server_exit"] = proc.poll()
         finally:
             stop_server(proc)
+            log.seek(0)
+            # the store's warnings: Redis slower than storage.timeout_ms (a starved machine) means decisions on local state
+            out["redis_failures_logged"] = log.read().decode(errors="replace").count("agent-breaker: Redis at")
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)  # nothing should be left; if something is, it goes
             flush(args.redis_url)
@@ -467,6 +489,14 @@ def print_table(result: dict[str, Any]) -> None:
             f"{e['others_cpu_pct']:>5}% {e['idle_cpu_pct']:>5}% {e['refused'] + c['refused']:>7}  "
             f"{'/'.join(str(w) for w in e['worker_cpu_pct']) or '-'}"
         )
+    if any("alone_events" in r for r in result["servers"]):
+        print(f"\n  one client alone (no queue), {s['latency_s']:g}s each: p50 / p99 ms")
+        print(f"  {'workers':>7} {'events endpoint':>16} {'check endpoint':>16}")
+        for r in result["servers"]:
+            a, k = r.get("alone_events"), r.get("alone_check")
+            if a and k:
+                events, check = f"{a['p50_ms']} / {a['p99_ms']}", f"{k['check_p50_ms']} / {k['check_p99_ms']}"
+                print(f"  {r['workers']:>7} {events:>16} {check:>16}")
     g = result.get("engine")
     if g:
         print(
@@ -489,6 +519,9 @@ def findings(servers: list[dict[str, Any]]) -> list[str]:
             why = {k: v for k, v in p["statuses"].items() if k.startswith("refused ")}
             if bad or p["refused"]:
                 out.append(f"{r['workers']} worker(s), {mode}: {p['refused']} refused {why}, other statuses {bad}")
+        if r.get("redis_failures_logged"):
+            failures = r["redis_failures_logged"]
+            out.append(f"{r['workers']} worker(s): the store logged {failures} Redis failure(s) (timeouts: local state)")
         if r.get("server_exit") is not None:
             out.append(f"{r['workers']} worker(s): the server exited during the run ({r['server_exit']})")
     return out
@@ -497,7 +530,9 @@ def findings(servers: list[dict[str, Any]]) -> list[str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workers", default="1,2,4", help="comma-separated worker counts (default 1,2,4)")
-    ap.add_argument("--clients", type=int, default=16, help="concurrent closed-loop clients (default 16)")
+    ap.add_argument(
+        "--clients", type=int, default=64, help="concurrent closed-loop clients (default 64: enough to keep 4 workers busy)"
+    )
     ap.add_argument(
         "--client",
         choices=["raw", "httpx"],
@@ -506,6 +541,7 @@ def main() -> None:
     )
     ap.add_argument("--duration-s", type=float, default=20.0, help="length of each measured phase (default 20)")
     ap.add_argument("--warmup-s", type=float, default=5.0, help="warm-up before the phases (default 5)")
+    ap.add_argument("--latency-s", type=float, default=10.0, help="each unloaded phase, one client (default 10; 0: none)")
     ap.add_argument("--redis-url", default=DEFAULT_REDIS_URL, help=f"the run's Redis database (default {DEFAULT_REDIS_URL})")
     ap.add_argument("--engine-steps", type=int, default=3000, help="tool calls (and results) of the direct engine run (0: none)")
     ap.add_argument("--json-out", metavar="FILE", help="also write the JSON figures to FILE")
@@ -531,6 +567,7 @@ def main() -> None:
             "client": args.client,
             "duration_s": args.duration_s,
             "warmup_s": args.warmup_s,
+            "latency_s": args.latency_s,
             "config": CONFIG_ID,
             "python": platform.python_version(),
             "cpus": os.cpu_count(),

@@ -1,7 +1,8 @@
 """Scale-out: `agent-breaker serve --workers N` on the Redis config, and the engine called directly.
 
-    python benchmarks/bench_workers.py [--workers 1,2,4] [--clients 64] [--client raw|httpx] [--duration-s 20]
-        [--warmup-s 5] [--redis-url redis://127.0.0.1:6379/9] [--engine-steps 3000] [--json-out FILE]
+    python benchmarks/bench_workers.py [--workers 1,2,4] [--rounds 1] [--clients 64] [--client raw|httpx]
+        [--duration-s 20] [--warmup-s 5] [--latency-s 10] [--redis-url redis://127.0.0.1:6379/9]
+        [--engine-steps 3000] [--json-out FILE]
 
 For each N in --workers: the Redis database is emptied of the config's keys (`ab:*`), then
 `agent-breaker serve --workers N --config config/agent_breaker_redis` starts on a free loopback
@@ -53,6 +54,7 @@ import platform
 import random
 import secrets
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -208,20 +210,25 @@ class RawConnection:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
         assert self.reader is not None
         data = json.dumps(obj).encode()
-        self.writer.write(f"POST {path} HTTP/1.1\r\n{self.head}Content-Length: {len(data)}\r\n\r\n".encode() + data)
-        head = await self.reader.readuntil(b"\r\n\r\n")
-        status = int(head[9:12])
-        length = 0
-        for line in head.split(b"\r\n")[1:]:
-            if line[:15].lower() == b"content-length:":
-                length = int(line[15:])
-        return status, json.loads(await self.reader.readexactly(length)) if length else None
+        try:
+            self.writer.write(f"POST {path} HTTP/1.1\r\n{self.head}Content-Length: {len(data)}\r\n\r\n".encode() + data)
+            head = await self.reader.readuntil(b"\r\n\r\n")
+            status = int(head[9:12])
+            length = 0
+            for line in head.split(b"\r\n")[1:]:
+                if line[:15].lower() == b"content-length:":
+                    length = int(line[15:])
+            return status, json.loads(await self.reader.readexactly(length)) if length else None
+        except (OSError, asyncio.IncompleteReadError, ValueError):
+            await self.close()  # the next request opens a new connection
+            raise
 
     async def close(self) -> None:
         if self.writer is not None:
-            self.writer.close()
+            writer, self.reader, self.writer = self.writer, None, None
+            writer.close()
             with contextlib.suppress(OSError):
-                await self.writer.wait_closed()
+                await writer.wait_closed()
 
 
 class HttpxConnection:
@@ -252,39 +259,52 @@ def refused_by(status: int, data: Any, verdict_type: str, flag: str) -> str | No
 
 
 async def client_loop(conn: Any, name: str, mode: str, deadline: float, lat: dict[str, list[float]], counts: Counter) -> None:
+    """Tool calls and their results, one at a time, until the deadline. A request that fails
+    (the server closed the connection, httpx's pool racing its keep-alive timeout) is counted
+    as an error and the client goes on with its next call."""
     rng = random.Random(name)
     n = 0
     try:
         while time.monotonic() < deadline:
             n += 1
-            session = f"{name}-s{n // CALLS_PER_SESSION}"
-            call = tool_call(n, args_for(rng, n))
-            t = time.perf_counter()
-            if mode == "check":
-                status, data = await conn.post(CHECK_PATH, {"config_id": CONFIG_ID, "session_id": session, "event": call})
-                lat["check"].append(time.perf_counter() - t)
-                counts[f"check {status}"] += 1
-                ok = status == 200 and isinstance(data, dict) and data.get("allowed") is True
-                why = None if ok else str(data.get("heuristic") if isinstance(data, dict) else f"status {status}")
-            else:
-                status, data = await conn.post(EVENTS_PATH, body(session, call))
-                lat["call"].append(time.perf_counter() - t)
-                counts[f"call {status}"] += 1
-                why = refused_by(status, data, "ToolCallVerdict", "allowed")
-            if why is not None:
-                counts["refused"] += 1
-                counts[f"refused call: {why}"] += 1
-                continue  # a refused call gets no result
-            t = time.perf_counter()
-            status, data = await conn.post(EVENTS_PATH, body(session, tool_result(n, result_for(rng, n))))
-            lat["result"].append(time.perf_counter() - t)
-            counts[f"result {status}"] += 1
-            why = refused_by(status, data, "ToolResultVerdict", "accepted")
-            if why is not None:
-                counts["refused"] += 1
-                counts[f"refused result: {why}"] += 1
+            try:
+                await one_call(conn, name, mode, n, rng, lat, counts)
+            except (OSError, asyncio.IncompleteReadError, ValueError, httpx.HTTPError) as exc:
+                counts[f"error {type(exc).__name__}"] += 1
     finally:
         await conn.close()
+
+
+async def one_call(
+    conn: Any, name: str, mode: str, n: int, rng: random.Random, lat: dict[str, list[float]], counts: Counter
+) -> None:
+    """Call n of a client, and its result when the call was let through."""
+    session = f"{name}-s{n // CALLS_PER_SESSION}"
+    call = tool_call(n, args_for(rng, n))
+    t = time.perf_counter()
+    if mode == "check":
+        status, data = await conn.post(CHECK_PATH, {"config_id": CONFIG_ID, "session_id": session, "event": call})
+        lat["check"].append(time.perf_counter() - t)
+        counts[f"check {status}"] += 1
+        ok = status == 200 and isinstance(data, dict) and data.get("allowed") is True
+        why = None if ok else str(data.get("heuristic") if isinstance(data, dict) else f"status {status}")
+    else:
+        status, data = await conn.post(EVENTS_PATH, body(session, call))
+        lat["call"].append(time.perf_counter() - t)
+        counts[f"call {status}"] += 1
+        why = refused_by(status, data, "ToolCallVerdict", "allowed")
+    if why is not None:
+        counts["refused"] += 1
+        counts[f"refused call: {why}"] += 1
+        return  # a refused call gets no result
+    t = time.perf_counter()
+    status, data = await conn.post(EVENTS_PATH, body(session, tool_result(n, result_for(rng, n))))
+    lat["result"].append(time.perf_counter() - t)
+    counts[f"result {status}"] += 1
+    why = refused_by(status, data, "ToolResultVerdict", "accepted")
+    if why is not None:
+        counts["refused"] += 1
+        counts[f"refused result: {why}"] += 1
 
 
 async def drive_async(base: str, token: str, mode: str, clients: int, seconds: float, tag: str, kind: str) -> dict[str, Any]:
@@ -462,6 +482,37 @@ def run_engine(args: argparse.Namespace) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- report
 
 
+def medians(servers: list[dict[str, Any]], counts: list[int]) -> list[dict[str, Any]]:
+    """Per worker count, over the rounds: medians of the loaded phases' figures, and of each
+    round's ratio to that round's first worker count (a round's servers share its conditions)."""
+
+    def median(values: list[float]) -> float:
+        return round(statistics.median(values), 1)
+
+    firsts = {r["round"]: r["events"]["events_per_s"] for r in servers if r["workers"] == counts[0]}
+    out = []
+    for n in counts:
+        runs = [r for r in servers if r["workers"] == n]
+        rates = [r["events"]["events_per_s"] for r in runs]
+        ratios = [r["events"]["events_per_s"] / firsts[r["round"]] for r in runs]
+        out.append(
+            {
+                "workers": n,
+                "rounds": len(runs),
+                "events_per_s": median(rates),
+                "events_per_s_range": [min(rates), max(rates)],
+                "ratio": round(statistics.median(ratios), 2),
+                "ratio_range": [round(min(ratios), 2), round(max(ratios), 2)],
+                "p50_ms": median([r["events"]["p50_ms"] for r in runs]),
+                "p99_ms": median([r["events"]["p99_ms"] for r in runs]),
+                "checks_per_s": median([r["check"]["checks_per_s"] for r in runs]),
+                "check_p50_ms": median([r["check"]["check_p50_ms"] for r in runs]),
+                "check_p99_ms": median([r["check"]["check_p99_ms"] for r in runs]),
+            }
+        )
+    return out
+
+
 def fmt(value: Any) -> str:
     return "-" if value is None else str(value)
 
@@ -478,10 +529,11 @@ def print_table(result: dict[str, Any]) -> None:
         f"  {'workers':>7} {'events/s':>9} {'x1':>5} {'p50 ms':>7} {'p99 ms':>7} | {'checks/s':>8} {'chk p50':>7} {'chk p99':>7} "
         f"{'events/s':>9} | {'srv cpu':>7} {'cli cpu':>7} {'redis':>6} {'others':>6} {'idle':>6} {'refused':>7}  per worker"
     )
-    one = result["servers"][0]["events"]["events_per_s"] if result["servers"] else None
+    first = s["workers"][0]
+    ones = {r["round"]: r["events"]["events_per_s"] for r in result["servers"] if r["workers"] == first}
     for r in result["servers"]:
         e, c = r["events"], r["check"]
-        ratio = f"{e['events_per_s'] / one:.2f}" if one else "-"
+        ratio = f"{e['events_per_s'] / ones[r['round']]:.2f}"
         print(
             f"  {r['workers']:>7} {e['events_per_s']:>9} {ratio:>5} {fmt(e['p50_ms']):>7} {fmt(e['p99_ms']):>7} | "
             f"{fmt(c.get('checks_per_s')):>8} {fmt(c.get('check_p50_ms')):>7} {fmt(c.get('check_p99_ms')):>7} "
@@ -489,6 +541,19 @@ def print_table(result: dict[str, Any]) -> None:
             f"{e['others_cpu_pct']:>5}% {e['idle_cpu_pct']:>5}% {e['refused'] + c['refused']:>7}  "
             f"{'/'.join(str(w) for w in e['worker_cpu_pct']) or '-'}"
         )
+    if s["rounds"] > 1:
+        print(f"\n  medians over {s['rounds']} rounds (x{first}: each round's ratio to its own {first}-worker server)")
+        print(
+            f"  {'workers':>7} {'events/s':>9} {'range':>13} {'x1':>5} {'range':>11} {'p50 ms':>7} {'p99 ms':>7} | "
+            f"{'checks/s':>8} {'chk p50':>7} {'chk p99':>7}"
+        )
+        for m in result["medians"]:
+            lo, hi = m["events_per_s_range"]
+            rlo, rhi = m["ratio_range"]
+            print(
+                f"  {m['workers']:>7} {m['events_per_s']:>9} {f'{lo}-{hi}':>13} {m['ratio']:>5} {f'{rlo}-{rhi}':>11} "
+                f"{m['p50_ms']:>7} {m['p99_ms']:>7} | {m['checks_per_s']:>8} {m['check_p50_ms']:>7} {m['check_p99_ms']:>7}"
+            )
     if any("alone_events" in r for r in result["servers"]):
         print(f"\n  one client alone (no queue), {s['latency_s']:g}s each: p50 / p99 ms")
         print(f"  {'workers':>7} {'events endpoint':>16} {'check endpoint':>16}")
@@ -544,18 +609,22 @@ def main() -> None:
     ap.add_argument("--latency-s", type=float, default=10.0, help="each unloaded phase, one client (default 10; 0: none)")
     ap.add_argument("--redis-url", default=DEFAULT_REDIS_URL, help=f"the run's Redis database (default {DEFAULT_REDIS_URL})")
     ap.add_argument("--engine-steps", type=int, default=3000, help="tool calls (and results) of the direct engine run (0: none)")
+    ap.add_argument(
+        "--rounds", type=int, default=1, help="run the worker counts this many times, in turn (default 1): medians below the rows"
+    )
     ap.add_argument("--json-out", metavar="FILE", help="also write the JSON figures to FILE")
     args = ap.parse_args()
     counts = [int(w) for w in args.workers.split(",") if w.strip()]
-    if not counts or min(counts) < 1 or args.clients < 1:
-        ap.error("--workers takes whole numbers of at least 1, --clients at least 1")
+    if not counts or min(counts) < 1 or args.clients < 1 or args.rounds < 1:
+        ap.error("--workers takes whole numbers of at least 1, --clients and --rounds at least 1")
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops the run like Ctrl-C
     load_before = os.getloadavg()[0]
     servers = []
     try:
         with concurrent.futures.ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as pool:
-            for n in counts:
-                servers.append(run_server(n, args, pool))
+            for round_ in range(1, args.rounds + 1):
+                for n in counts:
+                    servers.append({"round": round_, **run_server(n, args, pool)})
         engine = run_engine(args) if args.engine_steps > 0 else None
     except KeyboardInterrupt:
         print("bench_workers: interrupted; the server was stopped", file=sys.stderr)
@@ -563,6 +632,7 @@ def main() -> None:
     result = {
         "setup": {
             "workers": counts,
+            "rounds": args.rounds,
             "clients": args.clients,
             "client": args.client,
             "duration_s": args.duration_s,
@@ -576,6 +646,7 @@ def main() -> None:
             "loadavg_1min_after": round(os.getloadavg()[0], 2),
         },
         "servers": servers,
+        "medians": medians(servers, counts),
         "engine": engine,
         "findings": findings(servers),
     }

@@ -124,8 +124,8 @@ class Fleet:
         return holders[0] if len(holders) == 1 else None
 
     def connection(self, worker: int, attempts: int = 200) -> httpx.Client:
-        """A fresh keep-alive connection the kernel handed to `worker` (the workers share the
-        listening socket: each new connection goes to one of them)."""
+        """A fresh keep-alive connection the kernel handed to `worker` (each worker listens on
+        a socket of its own on the port, and each new connection goes to one of them)."""
         for _ in range(attempts):
             client = httpx.Client(base_url=self.server.base, headers=self.server.headers, timeout=60)
             r = client.get("/v1/rails/configs")
@@ -253,8 +253,8 @@ def test_the_workers_connections_set_tcp_nodelay():
 
         server = await asyncio.start_server(handle, sock=sock)
         async with server:
-            _reader, writer = await asyncio.open_connection("127.0.0.1", sock.getsockname()[1])
-            await _reader.read()  # the server closes once it has looked
+            reader, writer = await asyncio.open_connection("127.0.0.1", sock.getsockname()[1])
+            await reader.read()  # the server closes once it has looked
             writer.close()
         return seen[0]
 
@@ -396,6 +396,27 @@ def test_a_worker_that_cannot_start_stops_them_all(tmp_path: Path):
     assert done.returncode == 2, done.stderr
     assert re.search(r"agent-breaker: worker \d+: config broken_redis does not load: ColangParsingError", done.stderr)
     assert "a worker could not start (see above): stopped" in done.stderr
+
+
+def test_a_worker_that_dies_is_replaced():
+    redis_or_skip()
+    server = serve_workers()
+    supervisor = server.proc.pid
+    first = workers_of(supervisor)
+    seen = list(first)
+    try:
+        os.kill(first[0], signal.SIGKILL)
+        started(server, 3)  # the replacement built its app and serves (uvicorn's third start-up line)
+        now = workers_of(supervisor)
+        seen += now
+        assert len(now) == 2 and first[0] not in now and first[1] in now
+        assert f"worker {first[0]} ended (status -9); starting another" in server.log()
+        [new] = set(now) - {first[1]}
+        assert Fleet(server).event(new, "after-crash", call(1))["allowed"] is True
+    finally:
+        server.stop()
+        kill_left(gone(seen, timeout_s=15))
+        _flush(db_url(REDIS_DB))
 
 
 @pytest.mark.parametrize("how", ["stopped by PID", "killed"])

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from . import _json
 from . import heuristics as H
 from .config import AgentBreakerConfig
 from .engine import Engine
@@ -83,7 +84,7 @@ class Replayer:
         if not line:
             return
         try:
-            raw = json.loads(line)
+            raw = _json.loads(line)
         except RecursionError:
             self._error(line_no, "nested too deep to read")
             return

@@ -223,8 +223,13 @@ def check_early_retry(s: SessionState, f: CallFacts, now: float) -> Trip | None:
 def check_oscillation(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig) -> Trip | None:
     c = cfg.oscillation
     history = s.loops.history
-    # a cycle of period p needs this call p places back: most calls fail this at once
-    if not any(len(history) >= p and history[-p][0] == f.key for p in range(2, c.max_period + 1)):
+    # a cycle of period p needs this call p places back (history[-p], p = 2..max_period): most
+    # calls fail this at once
+    key = f.key
+    for h in history[-c.max_period : -1]:
+        if h[0] == key:
+            break
+    else:
         return None
     for period in range(2, c.max_period + 1):
         span = c.min_cycles * period

@@ -10,7 +10,8 @@ from typing import Any
 
 from . import heuristics as H
 from . import schemas
-from ._canonical import Canonicalizer, ChurnMask, Fingerprinter, normalize_key
+from ._canonical import Canonicalizer, Fingerprinter, normalize_key
+from ._churn import ChurnMask
 from .config import AgentBreakerConfig, Mode
 from .detectors import loops
 from .detectors.base import Trip

@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import secrets
+import string
 import struct
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -40,16 +41,31 @@ MAX_MUTATING_TOOLS = 256
 #: with fewer it cannot be told from prose ("top-100")
 MIN_CASELESS_REFERENCE_DIGITS = 5
 MAX_SCANNED_CHARS = 1 << 20  # of a result's canonical text (a page snapshot runs long)
-# each rewrite runs only where a cheap search (a literal prefix, or a short class) finds a place
-# for it: most texts have none
+#: entries per cache of a ClaimChecker (what the context of a dash holds, the keyed hash of a
+#: reference key), emptied when full: ids repeat across results, and reading one anew costs a keyed hash
+MAX_CACHED_REFERENCES = 1 << 15
 _SPACED_ID = re.compile(r"\b(?=([A-Z]{2,}))\1[ _]+(\d{3,})\b")  # TX 99482 -> TX-99482
-_SPACED_GATE = re.compile(r"[A-Z][ _]+\d{3}")
+# the rewrite runs only on a text whose shape (capitals "A", "_" a space, digits and non-ASCII bytes
+# "0") holds a capital, spaces, a digit: re searches for a literal (the shape's) many times faster
+# than for a class (a capital)
+_SPACED_SHAPE = bytes.maketrans(
+    string.ascii_uppercase.encode() + b"_" + string.digits.encode() + bytes(range(128, 256)), b"A" * 26 + b" " + b"0" * 138
+)
+_SPACED_IN_SHAPE = re.compile(rb"A  *0")
 _NOT_ALNUM = re.compile(r"[^0-9a-z]+")
 _CASELESS_CANDIDATE = re.compile(rf"\b(?=([A-Za-z]+))\1-\d{{{MIN_CASELESS_REFERENCE_DIGITS},}}\b")
 _CASELESS_DASH = re.compile(rf"-\d{{{MIN_CASELESS_REFERENCE_DIGITS}}}")
-_ASCII_LETTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
-_ASCII_UPPER = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_ASCII_LETTERS = frozenset(string.ascii_letters)
+_ASCII_UPPER = frozenset(string.ascii_uppercase)
 _DEFAULT_DASH = re.compile(r"-\d{3}")
+# the shipped pattern is read from the context of each dash before digits: the characters up to
+# the end of the digits (re looks back only a fixed width; enough for the word before the dash and
+# the character before the word), and what a context holds is remembered
+_DASH_CONTEXT = 32
+_DASHED_DIGITS = re.compile(rf"-\d{{3,}}(?!\w)(?<=((?s:.){{{_DASH_CONTEXT}}}))")
+_CONTEXT_PAD = "\n" * _DASH_CONTEXT  # an id at a text's start has a context too
+_NO_REFERENCE = -1
+_UNREAD = -2  # a context whose word before the dash may begin before it
 _NEGATIONS = frozenset(
     {
         "not",
@@ -270,7 +286,15 @@ def _led_by_dash(text: str, dash: re.Pattern[str], pattern: re.Pattern[str], let
 
 def _reference_key(token: str) -> str:
     """One spelling of a reference id: case, dashes and spaces aside (TX-99482 -> tx99482)."""
-    return _NOT_ALNUM.sub("", normalize_text(token))
+    key = normalize_text(token).replace("-", "")
+    return key if key.isascii() and key.isalnum() else _NOT_ALNUM.sub("", key)  # most ids need no regex
+
+
+def _dash_spaced_ids(text: str) -> str:
+    """TX 99482 -> TX-99482: a space (or "_") for the dash of an id in capitals."""
+    if _SPACED_IN_SHAPE.search(text.encode("utf-8", "surrogatepass").translate(_SPACED_SHAPE)) is None:
+        return text
+    return _SPACED_ID.sub(r"\1-\2", text)
 
 
 def _not_asserted(before: list[str]) -> bool:
@@ -350,6 +374,9 @@ class ClaimChecker:
         self._phrase_tools = [name for name, t in cfg.tools.items() if t.claim_phrases]
         phrases = set(self._generic) | {p for ps in self._tool_phrases.values() for p in ps}
         self._phrase_patterns = [(p, re.compile(r"\b" + re.escape(p) + r"\b")) for p in sorted(phrases)]
+        # by the Python hash of a context or key, never by the text: the caches hold no ids
+        self._context_references: dict[int, int] = {}
+        self._key_hashes: dict[int, int] = {}
 
     @property
     def action_stems(self) -> frozenset[str]:
@@ -359,19 +386,82 @@ class ClaimChecker:
         """Keyed hashes of the reference ids a text cites. Look-alike letters, invisible
         characters, dash variants, a space for the dash and (with enough digits) lower case
         do not make another id: TX–99482, TX-\u200b99482, TX 99482 and tx-99482 are TX-99482."""
-        text = fold_text(text)
-        if _SPACED_GATE.search(text):
-            text = _SPACED_ID.sub(r"\1-\2", text)
+        text = _dash_spaced_ids(fold_text(text))
+        found = self._shipped_references(text) if self._default_patterns else None
+        return found if found is not None else {self._reference_hash(written) for written in self._written_in(text)}
+
+    def _written_in(self, text: str) -> Iterator[str]:
+        """The reference ids the patterns find in a text, as written; one in lower or mixed case
+        (tx-99482) read as its upper-case self."""
         if self._default_patterns:
-            found = {_reference_key(m) for m in _led_by_dash(text, _DEFAULT_DASH, self._patterns[0], _ASCII_UPPER)}
+            yield from _led_by_dash(text, _DEFAULT_DASH, self._patterns[0], _ASCII_UPPER)
         else:
-            found = {_reference_key(m.group()) for p in self._patterns for m in p.finditer(text)}
-        # an id written in lower or mixed case (tx-99482) is read as its upper-case self
+            yield from (m.group() for p in self._patterns for m in p.finditer(text))
         for written in _led_by_dash(text, _CASELESS_DASH, _CASELESS_CANDIDATE, _ASCII_LETTERS):
-            candidate = written.upper()
-            if candidate != written and any(p.fullmatch(candidate) for p in self._patterns):
-                found.add(_reference_key(candidate))
-        return {self._fp.hash64("ref", key) for key in found}
+            candidate = self._in_capitals(written)
+            if candidate is not None:
+                yield candidate
+
+    def _in_capitals(self, written: str) -> str | None:
+        """An id written in lower or mixed case as its upper-case self, if a pattern takes that."""
+        candidate = written.upper()
+        return candidate if candidate != written and any(p.fullmatch(candidate) for p in self._patterns) else None
+
+    def _shipped_references(self, text: str) -> set[int] | None:
+        """`references_in` for the shipped pattern, read from each dash's context (in C when every
+        context is known); None when a word before a dash may begin before its context does: the
+        whole text must be read."""
+        contexts = _DASHED_DIGITS.findall(_CONTEXT_PAD + text)
+        ids = list(map(hash, contexts))
+        known = self._context_references
+        try:
+            found = set(map(known.__getitem__, ids))
+        except KeyError:
+            if len(known) >= MAX_CACHED_REFERENCES:
+                known.clear()
+            found = set()
+            for i, context in zip(ids, contexts, strict=True):
+                reference = known.get(i)
+                if reference is None:  # kept here, not read back: another thread may empty the cache
+                    reference = known[i] = self._context_reference(context)
+                found.add(reference)
+        if _UNREAD in found:
+            return None
+        found.discard(_NO_REFERENCE)
+        return found
+
+    def _context_reference(self, context: str) -> int:
+        """The keyed hash of the reference id a context ends with (the word before its last dash,
+        the dash, digits): _NO_REFERENCE for none, _UNREAD when the word may begin before the
+        context does."""
+        dash = context.rfind("-")
+        start = len(context[:dash].rstrip(string.ascii_letters)) if dash > 0 else 0
+        if start == 0:
+            return _UNREAD
+        written = self._written_at(context, start, dash) if start < dash else None
+        return _NO_REFERENCE if written is None else self._reference_hash(written)
+
+    def _written_at(self, text: str, start: int, dash: int) -> str | None:
+        """What `_written_in` finds of the word text[start:dash] (all the ASCII letters before a
+        dash and digits): the shipped pattern's match where the word is in capitals, else its
+        caseless reading. A word with lower case cannot start the one, a word in capitals makes
+        no caseless candidate."""
+        if text[start:dash].isupper():
+            found = self._patterns[0].match(text, start)
+            return None if found is None else found.group()
+        written = _CASELESS_CANDIDATE.match(text, start)
+        return None if written is None else self._in_capitals(written.group())
+
+    def _reference_hash(self, written: str) -> int:
+        """The keyed hash of a reference id's key, remembered: it costs a keyed BLAKE2b."""
+        key = _reference_key(written)
+        i = hash(key)
+        found = self._key_hashes.get(i)
+        if found is None:
+            if len(self._key_hashes) >= MAX_CACHED_REFERENCES:
+                self._key_hashes.clear()
+            found = self._key_hashes[i] = self._fp.hash64("ref", key)
+        return found
 
     def result_references(self, canonical: str) -> set[int]:
         """The reference ids a successful result holds anywhere (an id inside a sentence or a

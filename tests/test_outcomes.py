@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from agent_breaker import AgentBreakerConfig
-from agent_breaker._canonical import Canonicalizer, ChurnMask
+from agent_breaker._canonical import Canonicalizer
+from agent_breaker._churn import ChurnMask
 from agent_breaker.config import parse_config
 from agent_breaker.events import parse_event
 from agent_breaker.outcomes import carries_content, classify, failure_kind, is_blank

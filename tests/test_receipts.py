@@ -13,6 +13,7 @@ import inspect
 import json
 import logging
 import re
+import string
 
 import pytest
 from conftest import SESSION, call, final, result, run, user
@@ -20,8 +21,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent_breaker import BreakerStateName, ConfigError, Engine, FakeClock, ReceiptKeys, ResultVerdict, Verdict, receipts
+from agent_breaker._canonical import Fingerprinter
+from agent_breaker._text import fold_text, normalize_text
 from agent_breaker.cli import main as cli_main
-from agent_breaker.config import DEFAULT_REFERENCE_PATTERNS
+from agent_breaker.config import DEFAULT_REFERENCE_PATTERNS, parse_config
 
 UNVERIFIED = "unverified_claim"
 EMPTY = "empty_mutation_result"
@@ -903,3 +906,140 @@ def test_reading_ids_from_their_dashes_finds_what_the_patterns_find(text):
     ]
     for dash, pattern, letters in pairs:
         assert list(receipts._led_by_dash(text, dash, pattern, letters)) == [m.group() for m in pattern.finditer(text)]
+
+
+# ----------------------------------------------------------------- reading ids fast reads them as before
+# `references_in` as it was before it read ids from the context of each dash, copied as the oracle
+_BEFORE_SPACED_ID = re.compile(r"\b(?=([A-Z]{2,}))\1[ _]+(\d{3,})\b")
+_BEFORE_SPACED_GATE = re.compile(r"[A-Z][ _]+\d{3}")
+_BEFORE_NOT_ALNUM = re.compile(r"[^0-9a-z]+")
+_BEFORE_CASELESS_CANDIDATE = re.compile(r"\b(?=([A-Za-z]+))\1-\d{5,}\b")
+_BEFORE_CASELESS_DASH = re.compile(r"-\d{5}")
+_BEFORE_DEFAULT_DASH = re.compile(r"-\d{3}")
+_FINGERPRINTS = Fingerprinter.ephemeral()
+
+
+def _before_led_by_dash(text, dash, pattern, letters):
+    for dashed in dash.finditer(text):
+        end = start = dashed.start()
+        while start and text[start - 1] in letters:
+            start -= 1
+        if start < end:
+            found = pattern.match(text, start)
+            if found is not None:
+                yield found.group()
+
+
+def _before_key(token):
+    return _BEFORE_NOT_ALNUM.sub("", normalize_text(token))
+
+
+def references_as_before(patterns, text):
+    compiled = [re.compile(p) for p in patterns]
+    text = fold_text(text)
+    if _BEFORE_SPACED_GATE.search(text):
+        text = _BEFORE_SPACED_ID.sub(r"\1-\2", text)
+    if tuple(patterns) == DEFAULT_REFERENCE_PATTERNS:
+        found = {
+            _before_key(m) for m in _before_led_by_dash(text, _BEFORE_DEFAULT_DASH, compiled[0], set(string.ascii_uppercase))
+        }
+    else:
+        found = {_before_key(m.group()) for p in compiled for m in p.finditer(text)}
+    for written in _before_led_by_dash(text, _BEFORE_CASELESS_DASH, _BEFORE_CASELESS_CANDIDATE, set(string.ascii_letters)):
+        candidate = written.upper()
+        if candidate != written and any(p.fullmatch(candidate) for p in compiled):
+            found.add(_before_key(candidate))
+    return {_FINGERPRINTS.hash64("ref", key) for key in found}
+
+
+_CUSTOM_PATTERNS = (r"\bINV-\d{4,}\b", r"(?i)\border[ #]?\d{5}\b", r"\b[A-Z]{2}_\d{3}\b", r"\d{3}")
+# one checker of each config for all examples: what its caches remember carries over
+_CHECKERS = {
+    patterns: receipts.ClaimChecker(parse_config({"receipts": {"reference_patterns": list(patterns)}}), _FINGERPRINTS)
+    for patterns in (DEFAULT_REFERENCE_PATTERNS, _CUSTOM_PATTERNS)
+}
+
+
+def assert_read_as_before(text):
+    for patterns, checker in _CHECKERS.items():
+        expected = references_as_before(patterns, text)
+        assert checker.references_in(text) == expected, (patterns, text)
+        assert checker.references_in(text) == expected, (patterns, text)  # now from what it remembers
+        assert checker.result_references(text) == expected, (patterns, text)
+
+
+# ids as an agent or a tool writes them: look-alike letters (Cyrillic, Greek), mixed case, names
+# of standards; dash variants, a space or "_" for the dash, invisible characters; 3-8 digits (or
+# 1-9), non-ASCII digits; words and digit runs too long for a dash's context
+_LOOKALIKES = "\u0410\u0422\u0425\u041a\u03bf\u0406"
+_LONG_WORD = st.text(alphabet="ABab", min_size=28, max_size=36)  # too long for the context of its dash
+_ID_WORD = st.one_of(
+    st.text(alphabet="ABKSTXZ" + _LOOKALIKES, min_size=2, max_size=5),
+    st.text(alphabet="ABKSTXabkstx" + _LOOKALIKES, min_size=1, max_size=6),
+    st.sampled_from(["TX", "tx", "Tx", "SKU", "JOB", "ISO", "iso", "RFC", "COVID", "HTTP", "Order", "INV", "order"]),
+    st.text(alphabet="ABKSTXZ", min_size=2, max_size=5) | _LONG_WORD,
+)
+_ID_DASH = st.one_of(
+    st.just("-"),
+    st.sampled_from(["\u2013", "\u2014", "\u2011", "\u2212", " ", "  ", "_", "_ ", "-\u200b", "\u200b-", "\u00ad", "", "#"]),
+)
+_ID_DIGITS = st.one_of(
+    st.text(alphabet=string.digits, min_size=3, max_size=8),
+    st.text(alphabet=string.digits, min_size=1, max_size=9),
+    st.sampled_from(["\u0663\u0664\u0665\u0666\u0667", "\uff11\uff12\uff13\uff14\uff15", "1" * 33, "12345678901234567890"]),
+)
+_GLUE = st.sampled_from(
+    ['"', '":"', '", "', '{"id":"', "}", "[", "],", ",", ":", " ", "\n", '\\"', "x", "_", "9", "\u00e9", "-", "(", ")"]
+)
+_PROSE = st.sampled_from(["Reference", "your order", "top-100", "ISO-8601", "was refunded", "see", "2024-05-13T10:00:00Z"])
+_ID = st.builds(lambda word, dash, digits: word + dash + digits, _ID_WORD, _ID_DASH, _ID_DIGITS)
+_IDS_IN_TEXT = st.lists(st.tuples(_GLUE, st.one_of(_ID, _ID, _PROSE)), max_size=16).map(
+    lambda parts: "".join(g + w for g, w in parts)
+)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(_IDS_IN_TEXT)
+def test_ids_in_json_and_prose_are_read_as_before(text):
+    assert_read_as_before(text)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(max_size=80))
+def test_any_text_is_read_as_before(text):
+    assert_read_as_before(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "TX-99482",
+        "tx-99482 and Tx-99482, TX 99482, TX_99482, TX\u201399482, TX-\u200b99482, \u0422X-99482",
+        '{"id":"SKU-26214","ids":["SKU-26214",  "JOB-613226"]}',
+        "ISO-8601, SHA-256, RFC-7231 and iso-86011",
+        "a" * 40 + "-12345 and " + "A" * 40 + "-123, then TX-99482",
+        "ORDER-" + "1" * 40,
+        "_TX-99482 9TX-99482 \u00e9TX-99482 TX-99482x TX-99482_ TX-\u0663\u0664\u0665\u0666\u0667",
+        "abTX-12345 ab-1234 ab-12345",
+        "TX \u0663\u0664\u0665\u0666\u0667 and TX__\u0663\u0664\u0665",
+    ],
+)
+def test_edge_cases_are_read_as_before(text):
+    assert_read_as_before(text)
+
+
+def test_a_full_cache_is_emptied_and_ids_are_still_read_as_before(monkeypatch):
+    monkeypatch.setattr(receipts, "MAX_CACHED_REFERENCES", 2)
+    checker = receipts.ClaimChecker(parse_config(None), _FINGERPRINTS)
+    texts = [f'{{"sku":"SKU-{n}", "job":"job-{n}0", "ref":"Tx {n}"}}' for n in range(10_000, 10_040)]
+    for text in texts + texts:
+        assert checker.references_in(text) == references_as_before(DEFAULT_REFERENCE_PATTERNS, text)
+    assert len(checker._context_references) <= 2 + 2  # cleared when full, then filled by one text's two ids
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.lists(st.sampled_from(["AB", "X", "a", " ", "_", "  ", "123", "9", "\u0663\u0664\u0665", "\u0663", "\u00e9", "-"])))
+def test_the_shape_of_a_text_rules_out_no_spaced_id(parts):
+    """The spaced-id rewrite is skipped only where its own pattern finds nothing."""
+    text = "".join(parts)
+    assert receipts._dash_spaced_ids(text) == receipts._SPACED_ID.sub(r"\1-\2", text)

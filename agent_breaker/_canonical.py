@@ -305,12 +305,15 @@ class Fingerprinter:
     per-process key), never by the token itself: the cache holds no words.
     """
 
-    __slots__ = ("_key", "_exact", "_shape")
+    __slots__ = ("_hash64", "_hash32", "_exact", "_shape")
 
     def __init__(self, secret: bytes) -> None:
         if not secret:
             raise ValueError("a fingerprint secret must not be empty")
-        self._key = hashlib.blake2b(secret, digest_size=32, person=b"ab-fprint").digest()
+        key = hashlib.blake2b(secret, digest_size=32, person=b"ab-fprint").digest()
+        # keyed states with the key already absorbed: each hash copies one (half the work)
+        self._hash64 = hashlib.blake2b(digest_size=8, key=key)
+        self._hash32 = hashlib.blake2b(digest_size=4, key=key)
         self._exact: dict[int, int] = {}
         self._shape: dict[int, int] = {}
 
@@ -321,7 +324,7 @@ class Fingerprinter:
 
     def hash64(self, *parts: str) -> int:
         """Keyed 64-bit hash of strings (the same in every process holding the same secret)."""
-        h = hashlib.blake2b(digest_size=8, key=self._key)
+        h = self._hash64.copy()
         for part in parts:
             h.update(part.encode("utf-8", "surrogatepass"))
             h.update(b"\x00")
@@ -344,11 +347,15 @@ class Fingerprinter:
         except KeyError:
             if len(cache) >= MAX_HASH_CACHE:
                 cache.clear()  # bounded; words repeat a lot, so it refills fast
-            key = self._key
+            hashes = []
             for word, i in zip(words, ids, strict=True):
-                if i not in cache:
-                    cache[i] = int.from_bytes(hashlib.blake2b(word, digest_size=4, key=key).digest(), "big")
-            return tuple(map(cache.__getitem__, ids))
+                found = cache.get(i)
+                if found is None:  # kept here, not read back: another thread may empty the cache
+                    h = self._hash32.copy()
+                    h.update(word)
+                    found = cache[i] = int.from_bytes(h.digest(), "big")
+                hashes.append(found)
+            return tuple(hashes)
 
 
 def _words(text: str, fold_digits: bool) -> list[bytes]:

@@ -460,6 +460,16 @@ def test_tokens_and_shapes_are_the_oracles(text: str) -> None:
     assert new.shapes(text) == oracle.shapes(text)
 
 
+@SETTINGS
+@given(parts=st.lists(texts, max_size=4))
+def test_hash64_is_the_keyed_blake2b_of_its_parts(parts: list[str]) -> None:
+    key = hashlib.blake2b(b"secret", digest_size=32, person=b"ab-fprint").digest()
+    h = hashlib.blake2b(digest_size=8, key=key)
+    for part in parts:
+        h.update(part.encode("utf-8", "surrogatepass") + b"\x00")
+    assert FINGERPRINTS[1].hash64(*parts) == int.from_bytes(h.digest(), "big")
+
+
 @pytest.mark.parametrize("length", [_PREFIX_CHARS - 1, _PREFIX_CHARS, _PREFIX_CHARS + 1, 3 * _PREFIX_CHARS])
 @pytest.mark.parametrize("word_length", [1, 3, 14, 15, 16, 17, 40, 5000])
 def test_long_ascii_texts_read_from_a_prefix(length: int, word_length: int) -> None:

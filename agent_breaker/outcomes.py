@@ -24,14 +24,48 @@ _FAILED_STATUS = frozenset({"error", "failed", "failure", "fail"})
 # a dependency failure: the tool (or what it calls) did not answer properly; the call itself
 # may be fine. Status codes count only where they read as HTTP statuses, not as any number;
 # "try again" does not count (tools say it of bad calls too: "fix your command and try again").
-_DEPENDENCY = re.compile(
-    r"\b(?:http(?:/\d(?:\.\d)?)?|status(?:[ _]code)?|code|error)\W{0,3}(?:5\d\d|429|408)\b"
-    r"|\b(?:502|503|504)\b|time[ds]? ?out|timeout|temporar|unavailable|rate.?limit|too many requests"
-    r"|connection ?(?:was )?(?:reset|refused|aborted|closed|error)|closed connection|remote ?disconnected"
-    r"|socket hang up|econn(?:refused|reset|aborted)|overloaded|throttl|bad gateway"
-    r"|internal server error|could not resolve|name or service not known|network (?:is )?unreachable|broken pipe",
-    re.IGNORECASE,
+# Each alternative starts with a letter or digit and checks the word boundary before it by
+# looking back: re then scans for the first characters alone, ~10x faster than trying a
+# boundary and every alternative at each place.
+_DEPENDENCY_ALTERNATIVES = (
+    *(
+        rf"{word}(?<=\b{word}){after}\W{{0,3}}(?:5\d\d|429|408)\b"
+        for word, after in (("http", r"(?:/\d(?:\.\d)?)?"), ("status", "(?:[ _]code)?"), ("code", ""), ("error", ""))
+    ),
+    r"50(?<=\b50)[234]\b",
+    r"time[ds]? ?out",  # timeout, timed out, time out
+    r"temporar",
+    r"unavailable",
+    r"rate.?limit",
+    r"too many requests",
+    r"connection ?(?:was )?(?:reset|refused|aborted|closed|error)",
+    r"closed connection",
+    r"remote ?disconnected",
+    r"socket hang up",
+    r"econn(?:refused|reset|aborted)",
+    r"overloaded",
+    r"throttl",
+    r"bad gateway",
+    r"internal server error",
+    r"could not resolve",
+    r"name or service not known",
+    r"network (?:is )?unreachable",
+    r"broken pipe",
 )
+_DEPENDENCY = re.compile("|".join(_DEPENDENCY_ALTERNATIVES), re.IGNORECASE)
+# the same in lower case: an ASCII text is lower-cased and searched case-sensitively, which re
+# does several times faster (Unicode case folding only matters beyond ASCII: the Kelvin sign is a k)
+_DEPENDENCY_LOWER = re.compile("|".join(_DEPENDENCY_ALTERNATIVES))
+
+
+def names_dependency_failure(text: str) -> bool:
+    """The text names a dependency failure (a 503, a timeout, a refused connection...)."""
+    text = text[:_SCANNED_CHARS]
+    if text.isascii():
+        return _DEPENDENCY_LOWER.search(text.lower()) is not None
+    return _DEPENDENCY.search(text) is not None
+
+
 _DEPENDENCY_STATUSES = frozenset({408, 429, *range(500, 600)})
 _STATUS_FIELDS = ("status", "status_code", "code", "http_status", "statuscode")
 _NOT_DONE_FIELDS = ("done", "ready", "complete", "completed", "finished")
@@ -143,7 +177,7 @@ def failure_kind(ev: ToolResult, cfg: AgentBreakerConfig) -> FailureKind:
     configured = cfg.tool(ev.tool).failures
     if configured != "auto":
         return configured
-    if ev.error and _DEPENDENCY.search(ev.error[:_SCANNED_CHARS]):
+    if ev.error and names_dependency_failure(ev.error):
         return "dependency"
     return "dependency" if _dependency_payload(ev.result, 0) else "call"
 
@@ -155,7 +189,7 @@ def _dependency_payload(value: Any, depth: int) -> bool:
     """A payload that reports a dependency failure: an HTTP-ish status field (at the top or in an
     `error` object), or an error message that names one."""
     if not isinstance(value, dict) or depth > 2:
-        return isinstance(value, str) and depth > 0 and _DEPENDENCY.search(value[:_SCANNED_CHARS]) is not None
+        return isinstance(value, str) and depth > 0 and names_dependency_failure(value)
     for name in _STATUS_FIELDS:
         status = value.get(name)
         # ASCII digits only, and no more than a status has ("²".isdigit() is True; int() of a

@@ -3,14 +3,18 @@ a transient error's retries) or the call's own (it feeds the loop detectors only
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agent_breaker import AgentBreakerConfig
 from agent_breaker._canonical import Canonicalizer
 from agent_breaker._churn import ChurnMask
 from agent_breaker.config import parse_config
 from agent_breaker.events import parse_event
-from agent_breaker.outcomes import carries_content, classify, failure_kind, is_blank
+from agent_breaker.outcomes import carries_content, classify, failure_kind, is_blank, names_dependency_failure
 
 CFG = AgentBreakerConfig()
 
@@ -219,3 +223,86 @@ def test_hostile_numbers_in_a_payload_are_read_without_error(payload):
 @pytest.mark.parametrize("error", ["ConnectionError()", "RemoteDisconnected('Remote end closed connection')", "socket hang up"])
 def test_transport_exceptions_by_their_python_and_node_names_are_the_dependencys(error):
     assert failure_kind(failed(error=error), CFG) == "dependency"
+
+
+# the pattern as it was before it was rewritten for speed: the oracle of names_dependency_failure
+_OLD_DEPENDENCY = re.compile(
+    r"\b(?:http(?:/\d(?:\.\d)?)?|status(?:[ _]code)?|code|error)\W{0,3}(?:5\d\d|429|408)\b"
+    r"|\b(?:502|503|504)\b|time[ds]? ?out|timeout|temporar|unavailable|rate.?limit|too many requests"
+    r"|connection ?(?:was )?(?:reset|refused|aborted|closed|error)|closed connection|remote ?disconnected"
+    r"|socket hang up|econn(?:refused|reset|aborted)|overloaded|throttl|bad gateway"
+    r"|internal server error|could not resolve|name or service not known|network (?:is )?unreachable|broken pipe",
+    re.IGNORECASE,
+)
+_FRAGMENTS = [
+    "http",
+    "HTTP/1.1",
+    "http/2",
+    "status",
+    "Status_Code",
+    "status code",
+    "code",
+    "error",
+    "ERROR",
+    "502",
+    "503",
+    "504",
+    "500",
+    "429",
+    "408",
+    "599",
+    "5000",
+    "time",
+    "timed",
+    "times",
+    "out",
+    "Timeout",
+    "temporar",
+    "unavailable",
+    "rate",
+    "limit",
+    "Rate-Limit",
+    "too many requests",
+    "connection",
+    "was ",
+    "reset",
+    "refused",
+    "aborted",
+    "closed",
+    "remote",
+    "disconnected",
+    "socket hang up",
+    "ECONN",
+    "overloaded",
+    "throttl",
+    "bad gateway",
+    "internal server error",
+    "could not resolve",
+    "name or service not known",
+    "network",
+    "is ",
+    "unreachable",
+    "broken pipe",
+    " ",
+    "  ",
+    ":",
+    ": ",
+    "_",
+    "-",
+    "/",
+    ".",
+    "\n",
+    "x",
+    "a1",
+    "\u212a",
+    "\u017f",
+    "\u0130",
+    "é",
+    "٥",
+]
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.one_of(st.lists(st.sampled_from(_FRAGMENTS), max_size=12).map("".join), st.text(max_size=60)))
+def test_dependency_failures_are_named_as_by_the_old_pattern(text: str):
+    assert names_dependency_failure(text) == (_OLD_DEPENDENCY.search(text[:4096]) is not None)

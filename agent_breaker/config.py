@@ -139,11 +139,13 @@ DEFAULT_CONFIRMATION_WORDS = (
     "so",
     "as",
 )
+# each starts with a word and checks the boundary before it by looking back: re then skips to
+# the word's first letter instead of trying a boundary at every place
 DEFAULT_AUTO_REPLY_PATTERNS = (
-    r"\bauto(?:matic|mated)?[- ]?(?:reply|response|generated)\b",
-    r"\bout of (?:the )?office\b",
-    r"\bdo not reply\b",
-    r"\bthis (?:is an? )?(?:automated|automatic) (?:message|reply|response)\b",
+    r"auto(?<=\bauto)(?:matic|mated)?[- ]?(?:reply|response|generated)\b",
+    r"out(?<=\bout) of (?:the )?office\b",
+    r"do(?<=\bdo) not reply\b",
+    r"this(?<=\bthis) (?:is an? )?(?:automated|automatic) (?:message|reply|response)\b",
     # the canned turn agent harnesses send when the model stops without finishing (OpenHands)
     r"^\W*please continue (?:working )?on the task\b",
 )

@@ -12,7 +12,7 @@ from . import heuristics as H
 from . import schemas
 from ._canonical import Canonicalizer, Fingerprinter, normalize_key
 from ._churn import ChurnMask
-from .config import AgentBreakerConfig, Mode
+from .config import DEFAULT_AUTO_REPLY_PATTERNS, AgentBreakerConfig, Mode
 from .detectors import loops
 from .detectors.base import Trip
 from .governor import budget
@@ -31,6 +31,19 @@ CONFIRMATION = "\x00confirmation"  # the key of every confirmation, however word
 def plain_words(text: str) -> str:
     """A turn's words, lower-cased, without punctuation or extra spacing ("Continue!" -> "continue")."""
     return " ".join(_WORDS.findall(text[:_SCANNED_TURN_CHARS].lower()))
+
+
+def auto_reply_matcher(patterns: tuple[str, ...]) -> Callable[[str], bool] | None:
+    """Whether a text matches any of the patterns, case-insensitively; None for no pattern."""
+    if not patterns:
+        return None
+    any_case = re.compile("|".join(f"(?:{p})" for p in patterns), re.IGNORECASE)
+    if patterns != DEFAULT_AUTO_REPLY_PATTERNS:
+        return lambda text: any_case.search(text) is not None
+    # the shipped patterns hold no capital letter: over an ASCII text lower-cased they match
+    # case-sensitively as over the text case-insensitively, which re does ~4x faster
+    lower = re.compile("|".join(f"(?:{p})" for p in patterns))
+    return lambda text: (lower.search(text.lower()) if text.isascii() else any_case.search(text)) is not None
 
 
 @dataclass(slots=True)
@@ -121,7 +134,7 @@ class Policy:
     claims: ClaimChecker
     nudge_words: frozenset[str]
     confirmation_words: frozenset[str]
-    auto_reply: re.Pattern[str] | None
+    auto_reply: Callable[[str], bool] | None  # is a user turn an auto-reply
     idempotency_fields: frozenset[str]
     call_checks: tuple[EnabledCheck, ...]
     session_limits: tuple[EnabledCheck, ...]
@@ -140,9 +153,7 @@ class Policy:
             ClaimChecker(cfg, fingerprints),
             frozenset(w.lower() for w in cfg.user_turns.nudge_words),
             frozenset(w.lower() for w in cfg.user_turns.confirmation_words),
-            re.compile("|".join(f"(?:{p})" for p in cfg.user_turns.auto_reply_patterns), re.IGNORECASE)
-            if cfg.user_turns.auto_reply_patterns
-            else None,
+            auto_reply_matcher(cfg.user_turns.auto_reply_patterns),
             frozenset(normalize_key(k) for k in cfg.duplicate_mutation.idempotency_fields),
             enabled(cfg, CALL_CHECKS),
             enabled(cfg, SESSION_LIMITS),
@@ -159,7 +170,7 @@ class Policy:
         vocabulary = set(words.split())
         if vocabulary <= self.nudge_words:
             return None
-        if self.auto_reply is not None and self.auto_reply.search(text[:_SCANNED_TURN_CHARS]):
+        if self.auto_reply is not None and self.auto_reply(text[:_SCANNED_TURN_CHARS]):
             return None
         return CONFIRMATION if vocabulary <= self.confirmation_words else words
 

@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 from agent_breaker import AgentBreakerConfig
 from agent_breaker._canonical import Canonicalizer
 from agent_breaker._churn import ChurnMask
-from agent_breaker.config import parse_config
+from agent_breaker.config import DEFAULT_AUTO_REPLY_PATTERNS, parse_config
 from agent_breaker.events import parse_event
 from agent_breaker.outcomes import carries_content, classify, failure_kind, is_blank, names_dependency_failure
+from agent_breaker.policy import auto_reply_matcher
 
 CFG = AgentBreakerConfig()
 
@@ -306,3 +307,75 @@ _FRAGMENTS = [
 @given(st.one_of(st.lists(st.sampled_from(_FRAGMENTS), max_size=12).map("".join), st.text(max_size=60)))
 def test_dependency_failures_are_named_as_by_the_old_pattern(text: str):
     assert names_dependency_failure(text) == (_OLD_DEPENDENCY.search(text[:4096]) is not None)
+
+
+# the shipped auto-reply patterns as they were before they were rewritten for speed: the oracle
+_OLD_AUTO_REPLY = re.compile(
+    r"(?:\bauto(?:matic|mated)?[- ]?(?:reply|response|generated)\b)|(?:\bout of (?:the )?office\b)|(?:\bdo not reply\b)"
+    r"|(?:\bthis (?:is an? )?(?:automated|automatic) (?:message|reply|response)\b)"
+    r"|(?:^\W*please continue (?:working )?on the task\b)",
+    re.IGNORECASE,
+)
+_TURN_FRAGMENTS = [
+    "auto",
+    "Automatic",
+    "AUTOMATED",
+    "-",
+    " ",
+    "reply",
+    "Response",
+    "generated",
+    "out",
+    "OUT of",
+    " of ",
+    "the ",
+    "office",
+    "do",
+    "Do not",
+    " not ",
+    "this",
+    "This is an ",
+    "is a ",
+    "message",
+    "please continue",
+    "Please Continue ",
+    "working ",
+    "on the task",
+    "x",
+    "9",
+    "!",
+    "\n",
+    "\u212a",
+    "\u017f",
+    "\u0130",
+    "é",
+    "_",
+]
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.one_of(st.lists(st.sampled_from(_TURN_FRAGMENTS), max_size=12).map("".join), st.text(max_size=60)))
+def test_auto_replies_are_found_as_by_the_old_patterns(text: str):
+    matcher = auto_reply_matcher(DEFAULT_AUTO_REPLY_PATTERNS)
+    assert matcher is not None and matcher(text) == (_OLD_AUTO_REPLY.search(text) is not None)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "undo not reply",
+        "Do not reply",
+        "xauto reply",
+        "AUTO-REPLY",
+        "about of office",
+        "out of the OFFICE",
+        "athis is a automatic reply",
+        "This is an automated message",
+        "  Please continue on the task",
+        "x please continue on the task",
+        "\u212aeep: auto reply",
+    ],
+)
+def test_auto_replies_at_word_boundaries_and_in_any_case(text: str):
+    matcher = auto_reply_matcher(DEFAULT_AUTO_REPLY_PATTERNS)
+    assert matcher is not None and matcher(text) == (_OLD_AUTO_REPLY.search(text) is not None)

@@ -373,7 +373,9 @@ class ClaimChecker:
         self._tool_phrases = {name: tuple(p.lower() for p in t.claim_phrases) for name, t in cfg.tools.items() if t.claim_phrases}
         self._phrase_tools = [name for name, t in cfg.tools.items() if t.claim_phrases]
         phrases = set(self._generic) | {p for ps in self._tool_phrases.values() for p in ps}
-        self._phrase_patterns = [(p, re.compile(r"\b" + re.escape(p) + r"\b")) for p in sorted(phrases)]
+        # the phrase first, its word boundary checked by looking back: re skips to the phrase's
+        # first letter instead of trying a boundary at every place
+        self._phrase_patterns = [(p, re.compile(f"{re.escape(p)}(?<=\\b{re.escape(p)})\\b")) for p in sorted(phrases)]
         # by the Python hash of a context or key, never by the text: the caches hold no ids
         self._context_references: dict[int, int] = {}
         self._key_hashes: dict[int, int] = {}

@@ -1043,3 +1043,39 @@ def test_the_shape_of_a_text_rules_out_no_spaced_id(parts):
     """The spaced-id rewrite is skipped only where its own pattern finds nothing."""
     text = "".join(parts)
     assert receipts._dash_spaced_ids(text) == receipts._SPACED_ID.sub(r"\1-\2", text)
+
+
+def _old_phrase_checker() -> receipts.ClaimChecker:
+    """A claim checker with its phrase patterns as they were before they were rewritten for
+    speed (a word boundary first): the oracle of the claims found."""
+    checker = receipts.ClaimChecker(parse_config(None), Fingerprinter(b"claims"))
+    checker._phrase_patterns = [(p, re.compile(r"\b" + re.escape(p) + r"\b")) for p, _ in checker._phrase_patterns]
+    return checker
+
+
+_CLAIM_CHECKERS = (receipts.ClaimChecker(parse_config(None), Fingerprinter(b"claims")), _old_phrase_checker())
+_CLAIM_FRAGMENTS = [p for p, _ in _CLAIM_CHECKERS[0]._phrase_patterns] + [
+    " ",
+    "I ",
+    "have ",
+    "not ",
+    "didn't ",
+    "will ",
+    "once ",
+    "please ",
+    "x",
+    "un",
+    "ed",
+    ".",
+    ", ",
+    "\n",
+    "É",
+    "the order",
+]
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.one_of(st.lists(st.sampled_from(_CLAIM_FRAGMENTS), max_size=14).map("".join), st.text(max_size=80)))
+def test_claim_phrases_are_found_as_by_the_old_patterns(text: str):
+    new, old = _CLAIM_CHECKERS
+    assert new._claims(text) == old._claims(text)

@@ -460,7 +460,7 @@ def test_tokens_and_shapes_are_the_oracles(text: str) -> None:
     assert new.shapes(text) == oracle.shapes(text)
 
 
-@SETTINGS
+@settings(SETTINGS, max_examples=100)
 @given(parts=st.lists(texts, max_size=4))
 def test_hash64_is_the_keyed_blake2b_of_its_parts(parts: list[str]) -> None:
     key = hashlib.blake2b(b"secret", digest_size=32, person=b"ab-fprint").digest()

@@ -998,7 +998,7 @@ _IDS_IN_TEXT = st.lists(st.tuples(_GLUE, st.one_of(_ID, _ID, _PROSE)), max_size=
 )
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(_IDS_IN_TEXT)
 def test_ids_in_json_and_prose_are_read_as_before(text):
     assert_read_as_before(text)

@@ -15,6 +15,8 @@ from ..config import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_TTL_S, BreakerConfig
 R = TypeVar("R")
 
 MAX_BREAKERS = 10_000
+# the answer to an outcome that moved nothing, made once per state (a frozen dataclass costs ~2 us to build)
+_UNMOVED = {state: Recorded(state) for state in BreakerStateName}
 
 
 class MemoryStore:
@@ -141,7 +143,7 @@ class MemoryStore:
         with self._lock:
             st = self._breaker(key)
             t = breaker_core.record(st, cfg, now, failed=failed, slow=slow, probe=probe, rng=self._rng)
-            return Recorded(st.state, t)
+            return _UNMOVED[st.state] if t is None else Recorded(st.state, t)
 
     def breaker_release(self, key: str, cfg: BreakerConfig, probe: int) -> None:
         with self._lock:

@@ -234,7 +234,7 @@ class Canonicalizer:
         for k, v in items:
             t = type(v)
             if t is str:
-                c = " ".join(v.split()) if len(v) < _LONG_TEXT else collapse_whitespace(v)
+                c = collapse_whitespace(v)
                 if c == v:
                     continue
             elif (

@@ -41,7 +41,7 @@ def auto_reply_matcher(patterns: tuple[str, ...]) -> Callable[[str], bool] | Non
     if patterns != DEFAULT_AUTO_REPLY_PATTERNS:
         return lambda text: any_case.search(text) is not None
     # the shipped patterns hold no capital letter: over an ASCII text lower-cased they match
-    # case-sensitively as over the text case-insensitively, which re does ~4x faster
+    # case-sensitively as over the text case-insensitively, which re does ~2x faster
     lower = re.compile("|".join(f"(?:{p})" for p in patterns))
     return lambda text: (lower.search(text.lower()) if text.isascii() else any_case.search(text)) is not None
 

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from ._text import normalize_name, utc_text
 from .breaker import BreakerState, BreakerStateName
 from .breaker.core import SETTABLE_STATES
-from .config import AgentBreakerConfig, ConfigError
+from .config import REDIS_URL_PREFIXES, AgentBreakerConfig, ConfigError
 from .engine import Engine, breaker_key_parts
 from .events import MAX_ID_CHARS, is_id
 from .receipts import ReceiptKeys
@@ -89,7 +89,7 @@ def fleet_engine(config: AgentBreakerConfig, *, url: str | None = None, prefix: 
 
     storage = config.storage
     url = url or storage.resolved_url()
-    if not url.startswith(("redis://", "rediss://", "unix://")):
+    if not url.startswith(REDIS_URL_PREFIXES):
         raise ConfigError(
             f"the config keeps its state in memory ({url}): its breakers live in the serving process; "
             "ask the server (--url) or name the fleet's Redis (--redis)"

@@ -547,7 +547,11 @@ def main(argv: list[str] | None = None) -> int:
     where = argparse.ArgumentParser(add_help=False)
     where.add_argument("--url", help="the server's address (default http://127.0.0.1:8000; token: $AGENT_BREAKER_ADMIN_TOKEN)")
     where.add_argument("--config-id", help="the server's config (needed when it serves several)")
-    where.add_argument("--redis", metavar="URL", help="a fleet's Redis instead of a server (redis://host:6379/0)")
+    where.add_argument(
+        "--redis",
+        metavar="URL",
+        help="a fleet's Redis instead of a server (redis://host:6379/0; a cluster: redis+cluster://host:port)",
+    )
     where.add_argument("--prefix", help="the fleet's key prefix (default: the config's storage.key_prefix, ab)")
     where.add_argument("--config", help="YAML config whose storage settings name the fleet's Redis (and its breaker settings)")
     where.add_argument("--tenant", help="breakers keyed by this tenant (list: only theirs)")
@@ -561,7 +565,11 @@ def main(argv: list[str] | None = None) -> int:
     bp.set_defaults(func=_breakers)
     db = argparse.ArgumentParser(add_help=False)
     db.add_argument("--db", help="the SQLite file (default: $AGENT_BREAKER_ESCALATIONS_DB, else ~/.local/state/agent-breaker/)")
-    db.add_argument("--redis", metavar="URL", help="a fleet's Redis instead of the file (redis://host:6379/0)")
+    db.add_argument(
+        "--redis",
+        metavar="URL",
+        help="a fleet's Redis instead of the file (redis://host:6379/0; a cluster: redis+cluster://host:port)",
+    )
     db.add_argument("--prefix", help="the fleet's key prefix (default: the config's storage.key_prefix, ab)")
     db.add_argument("--config", help="YAML config whose escalations (and incidents) settings to use")
     ep = sub.add_parser("escalations", help="sessions frozen for a human: list, show, resolve (resume or abort)")

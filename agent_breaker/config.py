@@ -651,10 +651,21 @@ class ReceiptsConfig(_Frozen):
         return _compiled(patterns, "reference pattern")
 
 
+#: a Redis Cluster's URL schemes (the URL names any one of its nodes), each with its one-server scheme
+CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+#: the URLs of a Redis: one server, or a cluster
+REDIS_URL_PREFIXES = ("redis://", "rediss://", "unix://", *(f"{scheme}://" for scheme in CLUSTER_SCHEMES))
+REDIS_URLS_TEXT = "redis://, rediss://, unix://, redis+cluster:// or rediss+cluster://"
+
+
 class StorageConfig(_Frozen):
     """Where guard state lives (process-level: not per tenant)."""
 
-    url: str = Field("memory://", description="memory:// (in process) or redis://host:port/db (shared by a fleet).")
+    url: str = Field(
+        "memory://",
+        description="memory:// (in process), or a Redis shared by a fleet: redis://host:port/db, rediss://, unix://, "
+        "or redis+cluster://host:port (rediss+cluster://) for a Redis Cluster, naming any one of its nodes.",
+    )
     url_env: str | None = Field(None, description="An environment variable that, when set, holds the URL instead.")
     key_prefix: str = Field("ab", min_length=1, description="Prefix of every Redis key.")
     on_error: Literal["local", "fail_closed", "fail_open"] = Field(
@@ -669,8 +680,9 @@ class StorageConfig(_Frozen):
     @field_validator("url")
     @classmethod
     def _known_scheme(cls, url: str) -> str:
-        if not url.startswith(("memory://", "redis://", "rediss://", "unix://")):
-            raise ValueError(f"url must start with memory://, redis://, rediss:// or unix://, but was {url!r}")
+        if not url.startswith(("memory://", *REDIS_URL_PREFIXES)):
+            # no part of the value in the message: a URL without its scheme may still hold a password
+            raise ValueError(f"url must start with memory://, {REDIS_URLS_TEXT}")
         return url
 
     def resolved_url(self) -> str:
@@ -725,7 +737,7 @@ class EscalationsConfig(_Frozen):
     store: Literal["auto", "sqlite", "redis"] = Field(
         "auto",
         description="Where escalations live: sqlite (the file below, one per machine), redis (the Redis of `storage`, "
-        "shared by a fleet), or auto: redis when storage.url is a redis://, rediss:// or unix:// URL, else sqlite.",
+        "shared by a fleet), or auto: redis when storage.url is a Redis URL (" + REDIS_URLS_TEXT + "), else sqlite.",
     )
     db: str | None = Field(
         None,
@@ -944,7 +956,9 @@ def _describe(exc: ValidationError) -> str:
     for err in exc.errors():
         where = ".".join(str(p) for p in err["loc"]) or "(root)"
         msg = err["msg"].removeprefix("Value error, ")
-        if "input" in err and err["type"] not in ("missing",) and not isinstance(err["input"], (dict, list)):
+        # a URL is not echoed: it may hold a password or a token
+        url = bool(err["loc"]) and str(err["loc"][-1]).endswith("url")
+        if "input" in err and err["type"] not in ("missing",) and not isinstance(err["input"], (dict, list)) and not url:
             parts.append(f"{where}: {msg} (got {err['input']!r})")
         else:
             parts.append(f"{where}: {msg}")

@@ -7,7 +7,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -18,16 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from _ports import free_port
 from conftest import CALL_ERROR, REDIS_URL, redis_or_skip
 
 RECEIPT_KEY = "k1:" + "cd" * 32
 TOKEN = "admin-token-" + "a" * 24
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

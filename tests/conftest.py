@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import tempfile
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from _cluster import Cluster
 
 os.environ.setdefault("NEMO_GUARDRAILS_NO_USAGE_STATS", "1")
 # shared (Redis) configs need one fingerprint secret per fleet; worker processes inherit it
@@ -38,22 +40,44 @@ def redis_or_skip():
         pytest.skip(f"no Redis at {REDIS_URL}: {exc}")
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", "cluster"])
 def store_kind(request) -> str:
-    """The contract suite: every engine test runs on each storage backend."""
+    """The contract suite: every engine test runs on each storage backend (Redis: one server,
+    and a 3-master Redis Cluster)."""
     return request.param
 
 
+#: the slowest size tests run on memory and one Redis server only: a cluster runs the very
+#: same store code, and their cluster copies would add ~20 s to the suite
+not_on_cluster = pytest.mark.parametrize("store_kind", ["memory", "redis"])
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory) -> Iterator[Cluster]:
+    """A 3-master Redis Cluster of the run's own (tests/_cluster.py), started on first use."""
+    pytest.importorskip("redis")
+    cluster = Cluster(tmp_path_factory.mktemp("cluster"))
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
 @pytest.fixture
-def shared_store(store_kind):
+def shared_store(store_kind, request):
     """None for the in-memory default; a RedisStore under its own key prefix, cleaned up after."""
     if store_kind == "memory":
         yield None
         return
-    redis_or_skip()
+    if store_kind == "cluster":
+        url = request.getfixturevalue("redis_cluster").url()
+    else:
+        redis_or_skip()
+        url = REDIS_URL
     from agent_breaker.store.redis import RedisStore
 
-    store = RedisStore(REDIS_URL, prefix=f"abtest-{uuid.uuid4().hex[:12]}", listen=False)
+    store = RedisStore(url, prefix=f"abtest-{uuid.uuid4().hex[:12]}", listen=False)
     try:
         yield store
     finally:

@@ -224,7 +224,7 @@ def test_a_spend_ceiling_holds_across_workers(store_kind, shared_store):
     else:
         from agent_breaker.store.redis import RedisStore
 
-        store_a, store_b = shared_store, RedisStore(REDIS_URL, prefix=shared_store.prefix, listen=False)
+        store_a, store_b = shared_store, RedisStore(shared_store.url, prefix=shared_store.prefix, listen=False)
     a = Engine(config, store=store_a, clock=clock, listeners=[], receipt_keys=ReceiptKeys.ephemeral())
     b = Engine(config, store=store_b, clock=clock, listeners=[], receipt_keys=ReceiptKeys.ephemeral())
     verdicts = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from conftest import call, result, run, say, user
+from conftest import call, not_on_cluster, result, run, say, user
 
 from agent_breaker import MemoryStore
 
@@ -72,6 +72,7 @@ def test_the_least_recently_used_session_goes_past_the_cap(make_engine, clock):
     assert store.peek_session("s149") is None and store.peek_session("s249") is not None
 
 
+@not_on_cluster
 def test_a_long_session_stays_small(engine, clock):
     for i in range(3000):
         run(engine, clock, f"tool{i % 7}", {"i": i}, True, {"r": i}, step_s=0.01)

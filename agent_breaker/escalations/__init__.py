@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from .._extras import require
-from ..config import AgentBreakerConfig, ConfigError
+from ..config import REDIS_URL_PREFIXES, REDIS_URLS_TEXT, AgentBreakerConfig, ConfigError
 from ..store.base import without_password
 from .outbox import Outbox, OutboxRow
 from .records import (
@@ -88,9 +88,6 @@ class EscalationStore(Protocol):
         ...
 
 
-REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
-
-
 @dataclass(frozen=True, slots=True)
 class RedisLocation:
     """Escalations on a Redis: its URL (never shown: `str()` masks the password), the key prefix
@@ -112,7 +109,7 @@ def store_location(
     config: AgentBreakerConfig, *, db: str | None = None, redis_url: str | None = None, prefix: str | None = None
 ) -> StoreLocation:
     """Where a config keeps its escalations: `escalations.store`, where `auto` is the Redis that
-    holds the guard state (`storage` names a redis://, rediss:// or unix:// URL), else the
+    holds the guard state (`storage` names a Redis URL), else the
     SQLite file `db_path()` finds. `db`, `redis_url`, `prefix`: the CLI's --db, --redis and
     --prefix, over the config."""
     if db and redis_url:
@@ -120,15 +117,15 @@ def store_location(
     kind = "sqlite" if db else "redis" if redis_url else config.escalations.store
     url = redis_url or config.storage.resolved_url()
     if kind == "auto":
-        kind = "redis" if url.startswith(REDIS_SCHEMES) else "sqlite"
+        kind = "redis" if url.startswith(REDIS_URL_PREFIXES) else "sqlite"
     if kind == "sqlite":
         if prefix is not None:
             raise ConfigError("--prefix names keys on a Redis, but these escalations are in a SQLite file")
         return db_path(config.escalations, explicit=db)
-    if not url.startswith(REDIS_SCHEMES):
+    if not url.startswith(REDIS_URL_PREFIXES):
         # no part of the value in the message: a URL without its scheme still holds the password
         source = "--redis" if redis_url else "storage.url (escalations.store is redis)"
-        raise ConfigError(f"{source} must be a redis://, rediss:// or unix:// URL")
+        raise ConfigError(f"{source} must be a {REDIS_URLS_TEXT} URL")
     return RedisLocation(url, prefix or config.storage.key_prefix, config.storage.timeout_ms / 1000)
 
 
@@ -173,7 +170,6 @@ __all__ = [
     "InvalidEscalation",
     "Outbox",
     "OutboxRow",
-    "REDIS_SCHEMES",
     "RedisEscalations",
     "RedisLocation",
     "Relay",

@@ -57,6 +57,7 @@ from typing import Any, cast
 import redis as redis_lib
 
 from ..store.base import checked_prefix, escape_key_part, without_password
+from ..store.redis_client import REDIS_ERRORS, redis_client
 from .outbox import OutboxKind, OutboxRow, escalation_message, incident_message, resolution_message, to_json
 from .records import (
     DEFAULT_LIST_LIMIT,
@@ -99,15 +100,15 @@ def _stream_id(position: str) -> tuple[int, int]:
 class RedisEscalations:
     """The escalation queue and outbox on Redis (see the module docstring): the same contract
     as `SqliteEscalations`; safe to share between threads and processes. `url_or_client`: a
-    redis://, rediss:// or unix:// URL (commands time out after `timeout_s`), or a client of
-    the caller's (its own timeouts; `close()` leaves it open)."""
+    redis://, rediss://, unix://, redis+cluster:// or rediss+cluster:// URL (commands time out
+    after `timeout_s`), or a client of the caller's (its own timeouts; `close()` leaves it open)."""
 
     #: relays share a Redis outbox (the consumer group): no file to lock
     exclusive_file: Path | None = None
 
     def __init__(
         self,
-        url_or_client: str | redis_lib.Redis,
+        url_or_client: str | redis_lib.Redis | redis_lib.RedisCluster,
         *,
         prefix: str = "ab",
         timeout_s: float = DEFAULT_TIMEOUT_S,
@@ -118,7 +119,7 @@ class RedisEscalations:
             raise ValueError(f"claim_idle_s must be at least 0, but was {claim_idle_s}")
         self.prefix = checked_prefix(prefix)
         if isinstance(url_or_client, str):
-            self.redis = redis_lib.Redis.from_url(url_or_client, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+            self.redis = redis_client(url_or_client, timeout_s=timeout_s)
             self.where = f"Redis at {without_password(url_or_client)}, prefix {prefix}"
             self._owned = True
         else:
@@ -287,7 +288,7 @@ class RedisEscalations:
         becomes EscalationStorageError."""
         try:
             yield
-        except redis_lib.RedisError as exc:
+        except REDIS_ERRORS as exc:
             raise EscalationStorageError(f"{self.where}: {type(exc).__name__}: {exc}") from None
 
 
@@ -295,7 +296,10 @@ def _escalation(raw: bytes | str) -> Escalation:
     return Escalation.from_dict(json.loads(raw))
 
 
-def _described(client: redis_lib.Redis) -> str:
+def _described(client: redis_lib.Redis | redis_lib.RedisCluster) -> str:
     """Where a caller's client points, for messages (never its password)."""
+    if isinstance(client, redis_lib.RedisCluster):
+        node = client.get_default_node()
+        return f"Redis Cluster, node {node.host}:{node.port}"
     kw = client.connection_pool.connection_kwargs
     return str(kw["path"]) if "path" in kw else f"{kw.get('host')}:{kw.get('port')}/{kw.get('db', 0)}"

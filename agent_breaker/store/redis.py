@@ -1,4 +1,5 @@
-"""Shared state on Redis, for agent fleets (`redis://host:port/db`).
+"""Shared state on Redis, for agent fleets (`redis://host:port/db`; a Redis Cluster:
+`redis+cluster://host:port`, see redis_client.py).
 
 - Tool breakers: every decision is one Lua script (`breaker.lua`, registered once, EVALSHA),
   so a tool that fails in one worker is open in all of them. Transitions are published; each
@@ -71,6 +72,7 @@ from ..session import MAX_TOOLS, SessionState, put_bounded
 from . import codec
 from .base import StorageError, checked_prefix, escape_key_part, without_password
 from .memory import MemoryStore
+from .redis_client import REDIS_ERRORS, is_cluster_url, redis_client, subscriber_client
 
 R = TypeVar("R")
 log = logging.getLogger("agent_breaker.store")
@@ -191,7 +193,8 @@ class RedisStore:
         self.on_error = on_error
         self.retry_s = retry_s
         self.near_cache_s = near_cache_s
-        self.redis = redis_lib.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+        self.cluster = is_cluster_url(url)
+        self.redis = redis_client(url, timeout_s=timeout_s)
         self._breaker_script = self.redis.register_script(breaker_script())
         self._cas_script = self.redis.register_script(_script("session_cas.lua"))
         self._spend_script = self.redis.register_script(_script("spend.lua"))
@@ -255,7 +258,7 @@ class RedisStore:
             return self._degraded(local)
         try:
             return remote()
-        except redis_lib.RedisError as exc:
+        except REDIS_ERRORS as exc:
             self._failed(exc)
             return local()
 
@@ -563,7 +566,7 @@ class RedisStore:
                 outcomes = self._replay_outcomes()
                 sessions = self._write_back_sessions()
                 windows = self._write_back_spend()
-            except (redis_lib.RedisError, StorageError) as exc:
+            except REDIS_ERRORS + (StorageError,) as exc:
                 self._failed(exc)
                 return False
             self._local = MemoryStore(ttl_s=self.ttl_s, max_sessions=self.max_sessions)
@@ -653,7 +656,7 @@ class RedisStore:
         """Keep the near-cache in step with transitions published by any worker."""
         while not self._stop.is_set():
             try:
-                client = redis_lib.Redis.from_url(self.url, socket_timeout=1.0, socket_connect_timeout=1.0)
+                client = subscriber_client(self.url, timeout_s=1.0)
                 pubsub = client.pubsub(ignore_subscribe_messages=True)
                 pubsub.subscribe(CHANNEL)
                 while not self._stop.is_set():
@@ -662,7 +665,7 @@ class RedisStore:
                         self.on_broadcast(msg["data"])
                 pubsub.close()
                 client.close()
-            except (redis_lib.RedisError, OSError, ValueError):
+            except REDIS_ERRORS + (OSError, ValueError):
                 self._stop.wait(self.retry_s)  # Redis is down: try again later
 
     def on_broadcast(self, payload: bytes | str) -> None:
@@ -679,6 +682,9 @@ class RedisStore:
     def delete_all(self) -> int:
         """Remove every key of this prefix (tests, teardown)."""
         keys = list(self.redis.scan_iter(match=f"{self.prefix}:*", count=1000))
+        if self.cluster:
+            # a cluster refuses a DEL whose keys are in more than one slot
+            return sum(self.redis.delete(key) for key in keys)
         return self.redis.delete(*keys) if keys else 0
 
 

@@ -1,0 +1,228 @@
+"""Redis Cluster (issue: scale out): the store and the escalation queue on a 3-master cluster,
+started once per test run (conftest's `redis_cluster`, tests/_cluster.py) on free loopback
+ports: `redis-server --cluster-enabled yes`, then `redis-cli --cluster create`, no replicas;
+stopped by PID. The contract suite runs on it too (conftest's `store_kind` "cluster").
+
+Every key carries a hash tag and every script's keys share one slot; a `redis+cluster://` URL
+gives the store and the escalation queue a cluster client (agent_breaker/store/redis_client.py).
+Each test uses keys under its own prefix and deletes them."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+
+pytest.importorskip("redis")
+
+from _cluster import Cluster
+from _ports import free_port
+from conftest import CALL_ERROR, OUTAGE
+
+from agent_breaker import Engine, ReceiptKeys
+from agent_breaker.config import BreakerConfig, parse_config
+from agent_breaker.store import StorageError, store_from_uri
+from agent_breaker.store.redis import CHANNEL, RedisStore
+from agent_breaker.store.redis_client import node_url
+
+
+def prefix() -> str:
+    return f"abcl{uuid.uuid4().hex[:8]}"
+
+
+def test_a_config_on_a_cluster_url_guards_a_fleet(redis_cluster: Cluster):
+    """Two engines (two workers) built from a config naming the cluster: a loop alternating
+    between them is cut at the fourth call, a tool failing on both opens one breaker, a spend
+    ceiling holds across both; the keys land on every master, and no decision fell back to
+    in-process state."""
+    keys = prefix()
+    config = {
+        "storage": {"url": redis_cluster.url(), "key_prefix": keys},
+        "breaker": {"consecutive_failures": 4},
+        "global_budget": {"max_cost_usd": 1.0, "window_s": 3600},
+    }
+    engines = [Engine(config, listeners=[], receipt_keys=ReceiptKeys.ephemeral()) for _ in range(2)]
+    stores = [e.store for e in engines]
+    assert all(isinstance(s, RedisStore) and s.cluster for s in stores)
+    try:
+        # a loop: call i on one engine, its failure on the other
+        cut = None
+        for i in range(1, 6):
+            first, other = engines[i % 2], engines[(i + 1) % 2]
+            v = first.check_tool_call({"session": "loop", "tool": "run_sql", "args": {"q": "SELECT 1"}})
+            if not v.allowed:
+                cut = (i, v.heuristic)
+                break
+            other.record_tool_result(
+                {"session": "loop", "tool": "run_sql", "ok": False, "error": CALL_ERROR, "call_id": v.call_id}
+            )
+        assert cut == (4, "identical_failure")
+        # a breaker: failures from both engines, separate sessions and args
+        refused = None
+        for i in range(1, 10):
+            first, other = engines[i % 2], engines[(i + 1) % 2]
+            v = first.check_tool_call({"session": f"b{i}", "tool": "dead_api", "args": {"i": i}})
+            if not v.allowed:
+                refused = (i, v.heuristic)
+                break
+            other.record_tool_result({"session": f"b{i}", "tool": "dead_api", "ok": False, "error": OUTAGE, "call_id": v.call_id})
+        assert refused == (5, "circuit_open")
+        # listed by SCAN over every master (a caller's error, the loop's, opens nothing)
+        assert {k: s.state.value for k, s in stores[1].breaker_list()} == {":dead_api": "open", ":run_sql": "closed"}
+        # spend: 0.4 USD a step, from both engines; the third step is over the 1.0 USD ceiling
+        spent = []
+        for i in range(1, 4):
+            v = engines[i % 2].check_tool_call({"session": f"g{i}", "tool": "llm", "args": {"i": i}, "cost_usd": 0.4})
+            spent.append((v.allowed, v.heuristic))
+        assert spent[:2] == [(True, None), (True, None)] and spent[2] == (False, "global_budget")
+        assert all(s.failures == 0 for s in stores)  # every operation ran on the cluster
+        assert all(n > 0 for n in redis_cluster.keys_per_node(f"{keys}:*")), redis_cluster.keys_per_node(f"{keys}:*")
+    finally:
+        deleted = stores[0].delete_all()  # key by key: a cluster refuses a DEL across slots
+        for s in stores:
+            s.close()
+    assert deleted > 0 and redis_cluster.keys_per_node(f"{keys}:*") == [0, 0, 0]
+
+
+def test_a_transition_reaches_every_worker_through_the_cluster(redis_cluster: Cluster):
+    """A breaker opened through one store is published on the cluster; another store's listener,
+    subscribed to the node its URL names, hears it and drops the closed state it had cached, so
+    its next call is refused at once instead of after its near-cache expires."""
+    keys = prefix()
+    cfg = BreakerConfig(consecutive_failures=2, open_s=600.0)
+    opener = RedisStore(redis_cluster.url(), prefix=keys, listen=False)
+    listener = RedisStore(redis_cluster.url(), prefix=keys, listen=True, near_cache_s=3600.0)
+    heard = threading.Event()
+    take = listener.on_broadcast
+
+    def on_broadcast(payload: bytes | str) -> None:
+        take(payload)
+        heard.set()
+
+    listener.on_broadcast = on_broadcast  # type: ignore[method-assign]
+    try:
+        node = redis_cluster.node(0)
+        redis_cluster.wait(lambda: node.pubsub_numsub(CHANNEL)[0][1] >= 1, "the listener to subscribe")
+        node.close()
+        now = time.time()
+        assert listener.breaker_acquire("api", cfg, now).allowed  # cached: closed for an hour
+        for _ in range(2):
+            assert opener.breaker_acquire("api", cfg, now).allowed
+            opener.breaker_record("api", cfg, now, failed=True, slow=False, probe=None)
+        assert heard.wait(10), "no transition was heard through the cluster"
+        refused = listener.breaker_acquire("api", cfg, now)
+        assert (refused.allowed, refused.state.value) == (False, "open")
+    finally:
+        opener.delete_all()
+        opener.close()
+        listener.close()
+
+
+def test_the_escalation_queue_and_outbox_on_a_cluster(redis_cluster: Cluster):
+    """From a cluster URL and from a caller's cluster client: every key in one slot ({esc})."""
+    from agent_breaker.escalations import RedisEscalations
+    from agent_breaker.escalations.records import Escalation
+
+    client = redis_cluster.client()
+    for source in (redis_cluster.url(), client):
+        keys = prefix()
+        store = RedisEscalations(source, prefix=keys)
+        assert ("Redis Cluster, node 127.0.0.1:" in store.where) == (source is client)
+        try:
+            record = store.escalate(Escalation.new(session="S", heuristic="identical_failure", reason="loop", now=time.time()))
+            assert store.frozen(None, "S") == record
+            rows = store.pending(10)
+            assert [r.kind for r in rows] == ["escalation"]
+            store.mark_delivered([r.position for r in rows])
+            assert store.resolve(record.id, "resume").status == "resumed"
+            assert store.frozen(None, "S") is None
+            assert [e.id for e in store.list()] == [record.id]
+            assert sum(1 for n in redis_cluster.keys_per_node(f"{keys}:*") if n) == 1  # one slot: {esc}
+        finally:
+            for k in list(client.scan_iter(match=f"{keys}:*", count=1000)):
+                client.delete(k)
+            store.close()
+    client.close()
+
+
+def test_a_one_server_url_to_a_cluster_node_falls_back(redis_cluster: Cluster):
+    """redis:// names one server: a cluster answers MOVED for the slots other masters serve,
+    and those operations fall back to in-process state (hence the redis+cluster:// scheme)."""
+    keys = prefix()
+    store = RedisStore(f"redis://127.0.0.1:{redis_cluster.ports[0]}/0", prefix=keys, listen=False, retry_s=0.001)
+    engine = Engine({}, store=store, listeners=[], receipt_keys=ReceiptKeys.ephemeral())
+    try:
+        for i in range(30):
+            engine.check_tool_call({"session": f"s{i}", "tool": "search", "args": {"q": i}})
+        assert store.failures > 0
+    finally:
+        store.close()
+        client = redis_cluster.client()
+        for k in list(client.scan_iter(match=f"{keys}:*", count=1000)):
+            client.delete(k)
+        client.close()
+
+
+# ----------------------------------------------------------------------------- without a cluster
+
+
+def test_a_cluster_that_is_down_at_start_gets_the_failure_policy():
+    """The cluster client reads the slot map when it is made: a cluster that does not answer
+    must not fail the store's construction (a one-server store connects on first use too).
+    Decisions then follow `on_error`, and each later use tries the cluster again."""
+    url = f"redis+cluster://127.0.0.1:{free_port()}"  # nothing listens there
+    local = RedisStore(url, prefix=prefix(), listen=False, timeout_s=0.2, retry_s=0.0)
+    engine = Engine({}, store=local, listeners=[], receipt_keys=ReceiptKeys.ephemeral())
+    try:
+        assert engine.check_tool_call({"session": "s", "tool": "search", "args": {}}).allowed
+        first = local.failures
+        assert engine.check_tool_call({"session": "s", "tool": "search", "args": {"q": 1}}).allowed
+        assert 0 < first < local.failures  # tried again: retry_s is 0
+    finally:
+        local.close()
+    strict = RedisStore(url, prefix=prefix(), listen=False, timeout_s=0.2, on_error="raise")
+    try:
+        with pytest.raises(StorageError, match="Redis at redis\\+cluster://127.0.0.1"):
+            strict.breaker_state("api")
+    finally:
+        strict.close()
+
+
+def test_an_escalation_queue_on_a_cluster_that_is_down_says_so():
+    from agent_breaker.escalations import EscalationStorageError, RedisEscalations
+
+    store = RedisEscalations(f"redis+cluster://127.0.0.1:{free_port()}", timeout_s=0.2)
+    with pytest.raises(EscalationStorageError, match="Redis at redis\\+cluster://127.0.0.1"):
+        store.frozen(None, "S")
+    store.close()
+
+
+@pytest.mark.parametrize(
+    ("url", "node"),
+    [
+        ("redis+cluster://h:7000", "redis://h:7000"),
+        ("rediss+cluster://user:pw@h:7000/0", "rediss://user:pw@h:7000/0"),
+        ("redis://h:6379/3", "redis://h:6379/3"),  # one server: as it is
+    ],
+)
+def test_a_cluster_url_names_one_node(url: str, node: str):
+    assert node_url(url) == node
+
+
+def test_a_cluster_url_naming_a_database_is_refused_without_its_password():
+    with pytest.raises(ValueError, match="only database 0") as err:
+        store_from_uri("redis+cluster://user:s3cret@h:7000/2")
+    assert "s3cret" not in str(err.value)
+
+
+def test_configs_take_cluster_urls_and_name_no_password_when_they_refuse_one():
+    assert parse_config({"storage": {"url": "rediss+cluster://h:7000"}}).storage.url == "rediss+cluster://h:7000"
+    for bad in ("redis+sentinel://user:s3cret@h:26379", "user:s3cret@h:6379"):
+        with pytest.raises(Exception, match="redis\\+cluster://") as err:
+            parse_config({"storage": {"url": bad}})
+        assert "s3cret" not in str(err.value)
+        with pytest.raises(ValueError, match="unsupported store URI") as err:
+            store_from_uri(bad)
+        assert "s3cret" not in str(err.value)

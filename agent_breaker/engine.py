@@ -764,10 +764,14 @@ class Engine:
                 which = f"with call_id {ev.call_id!r}" if ev.call_id is not None else "without a call_id"
                 reason = f"no call of {ev.tool} {which} was allowed in this session and awaits its result"
                 return None, _Decided(ResultVerdict(False, H.INVALID_EVENT, reason))
-            decided = _Decided(ResultVerdict(True, failed=out.failed))
+            # the verdict is built once its fields are known (a frozen dataclass costs ~1 us to build here)
+            decided = _Decided(None)
+            heuristic: str | None = None
+            breaker_state: str | None = None
+            reason = ""
             for trip in result_trips:
                 decided.trips.append((trip, "block" if trip.heuristic == H.SCHEMA_VIOLATION and out.failed else "warn"))
-                decided.verdict = replace(decided.verdict, heuristic=trip.heuristic, reason=trip.reason)
+                heuristic, reason = trip.heuristic, trip.reason
             if references:
                 s.ledger.observe(references)
             if self.share_breakers:
@@ -782,7 +786,8 @@ class Engine:
                     moved = breaker_core.record(st, cfg.breaker, now, failed=out.dependency, slow=out.slow, probe=pending.probe)
                     if moved is not None:
                         decided.transitions.append(moved)
-                decided.verdict = replace(decided.verdict, breaker_state=st.state.value)
+                breaker_state = st.state.value
+            decided.verdict = ResultVerdict(True, heuristic, reason, failed=out.failed, breaker_state=breaker_state)
             f = pending.facts
             if s.loops.only_key == f.key and churn_on:
                 outcome_hash = FAILED if out.failed else repeat_hash
@@ -869,8 +874,9 @@ class Engine:
             )
             s.ledger.add(receipt, f.tool)
         if anomaly is not None and anomaly.heuristic is not None:  # observed: reported, not withheld
-            decided.verdict = replace(decided.verdict, heuristic=anomaly.heuristic, reason=anomaly.reason)
-        decided.verdict = replace(decided.verdict, receipt=receipt)
+            decided.verdict = replace(decided.verdict, heuristic=anomaly.heuristic, reason=anomaly.reason, receipt=receipt)
+        else:
+            decided.verdict = replace(decided.verdict, receipt=receipt)
 
     # ----------------------------------------------------------------- turns
     @_measured("assistant")

@@ -238,7 +238,8 @@ class Policies:
     def get(self, tenant: str | None, feature: str | None, agent: str | None) -> Policy:
         # keyed by the overrides that apply, not by the names: a caller who makes up tenants,
         # features or agents gets the policies that exist, not a new one each
-        k = tuple(i for i, o in enumerate(self.config.overrides) if o.matches(tenant, feature, agent))
+        overrides = self.config.overrides  # most configs have none: no generator to run then
+        k = tuple(i for i, o in enumerate(overrides) if o.matches(tenant, feature, agent)) if overrides else ()
         p = self._cache.get(k)
         if p is None:
             cfg = self.config.resolve_overrides([self.config.overrides[i] for i in k])

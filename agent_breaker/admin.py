@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from ._text import normalize_name, utc_text
 from .breaker import BreakerState, BreakerStateName
 from .breaker.core import SETTABLE_STATES
-from .config import REDIS_URL_PREFIXES, AgentBreakerConfig, ConfigError
+from .config import REDIS_URL_PREFIXES, REDIS_URLS_TEXT, AgentBreakerConfig, ConfigError
 from .engine import Engine, breaker_key_parts
 from .events import MAX_ID_CHARS, is_id
 from .receipts import ReceiptKeys
@@ -89,11 +89,14 @@ def fleet_engine(config: AgentBreakerConfig, *, url: str | None = None, prefix: 
 
     storage = config.storage
     url = url or storage.resolved_url()
-    if not url.startswith(REDIS_URL_PREFIXES):
+    if url.startswith("memory://"):
         raise ConfigError(
-            f"the config keeps its state in memory ({url}): its breakers live in the serving process; "
+            "the config keeps its state in memory (memory://): its breakers live in the serving process; "
             "ask the server (--url) or name the fleet's Redis (--redis)"
         )
+    if not url.startswith(REDIS_URL_PREFIXES):
+        # no part of the value in the message: a URL without its scheme may still hold a password
+        raise ConfigError(f"the fleet's Redis must be a {REDIS_URLS_TEXT} URL")
     store = RedisStore(
         url,
         prefix=prefix or storage.key_prefix,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -17,18 +18,22 @@ class Cluster:
     """Three redis-server masters (cluster mode, no replicas) on free loopback ports, stopped by PID."""
 
     def __init__(self, folder: Path) -> None:
-        if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
+        problem = _unusable()
+        if problem is not None:
             if os.environ.get("CI"):
-                pytest.fail("redis-server / redis-cli are not installed under CI (.ci/run installs them)")
-            pytest.skip("redis-server / redis-cli are not installed")
+                pytest.fail(f"{problem} under CI (.ci/run installs Debian's redis-server)")
+            pytest.skip(problem)
         self.folder = folder
         self.ports = [free_port() for _ in range(3)]
         self.procs: list[subprocess.Popen] = []
+        self.logs: list[Any] = []  # each node's output, for the error when the cluster does not come up
 
     def start(self) -> None:
         import redis
 
         for port in self.ports:
+            log = (self.folder / f"node-{port}.log").open("wb")
+            self.logs.append(log)
             self.procs.append(
                 subprocess.Popen(
                     [
@@ -50,8 +55,8 @@ class Cluster:
                         "--appendonly",
                         "no",
                     ],
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
                 )
             )
         nodes = [redis.Redis(port=p, socket_timeout=1) for p in self.ports]
@@ -86,7 +91,8 @@ class Cluster:
             except (redis.RedisError, OSError):
                 pass
             if time.monotonic() > deadline or any(p.poll() is not None for p in self.procs):
-                raise RuntimeError(f"the cluster did not come up: waiting for {what}")
+                logs = "".join(f"\n--- {log.name}\n" + log.read_text()[-2000:] for log in sorted(self.folder.glob("node-*.log")))
+                raise RuntimeError(f"the cluster did not come up: waiting for {what}{logs}")
             time.sleep(0.1)  # polling servers until they answer
 
     def url(self) -> str:
@@ -124,3 +130,16 @@ class Cluster:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        for log in self.logs:
+            log.close()
+
+
+def _unusable() -> str | None:
+    """Why this machine cannot start the cluster, or None."""
+    if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
+        return "redis-server / redis-cli are not installed"
+    version = subprocess.run(["redis-server", "--version"], capture_output=True, text=True, timeout=10).stdout
+    found = re.search(r"v=(\d+)\.", version)
+    if found is None or int(found.group(1)) < 7:  # --cluster-port is Redis 7's
+        return f"the cluster tests need redis-server 7 or later, not {version.strip()[:60]!r}"
+    return None

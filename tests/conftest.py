@@ -80,6 +80,8 @@ def shared_store(store_kind, request):
     store = RedisStore(url, prefix=f"abtest-{uuid.uuid4().hex[:12]}", listen=False)
     try:
         yield store
+        # the test ran on Redis, not on the in-process fallback (on_error local)
+        assert store.failures == 0, f"{store.failures} store operations fell back to in-process state"
     finally:
         store.delete_all()
         store.close()

@@ -9,6 +9,8 @@ Each test uses keys under its own prefix and deletes them."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 import uuid
@@ -24,8 +26,9 @@ from conftest import CALL_ERROR, OUTAGE
 from agent_breaker import Engine, ReceiptKeys
 from agent_breaker.config import BreakerConfig, parse_config
 from agent_breaker.store import StorageError, store_from_uri
+from agent_breaker.store.base import without_password
 from agent_breaker.store.redis import CHANNEL, RedisStore
-from agent_breaker.store.redis_client import node_url
+from agent_breaker.store.redis_client import LazyCluster, node_urls, subscriber_client
 
 
 def prefix() -> str:
@@ -45,7 +48,7 @@ def test_a_config_on_a_cluster_url_guards_a_fleet(redis_cluster: Cluster):
     }
     engines = [Engine(config, listeners=[], receipt_keys=ReceiptKeys.ephemeral()) for _ in range(2)]
     stores = [e.store for e in engines]
-    assert all(isinstance(s, RedisStore) and s.cluster for s in stores)
+    assert all(isinstance(s, RedisStore) and isinstance(s.redis, LazyCluster) for s in stores)
     try:
         # a loop: call i on one engine, its failure on the other
         cut = None
@@ -80,7 +83,7 @@ def test_a_config_on_a_cluster_url_guards_a_fleet(redis_cluster: Cluster):
         assert all(s.failures == 0 for s in stores)  # every operation ran on the cluster
         assert all(n > 0 for n in redis_cluster.keys_per_node(f"{keys}:*")), redis_cluster.keys_per_node(f"{keys}:*")
     finally:
-        deleted = stores[0].delete_all()  # key by key: a cluster refuses a DEL across slots
+        deleted = stores[0].delete_all()  # one DEL, which the cluster client splits by slot
         for s in stores:
             s.close()
     assert deleted > 0 and redis_cluster.keys_per_node(f"{keys}:*") == [0, 0, 0]
@@ -165,6 +168,52 @@ def test_a_one_server_url_to_a_cluster_node_falls_back(redis_cluster: Cluster):
         client.close()
 
 
+def test_a_url_whose_first_node_is_down_reaches_the_cluster_through_the_next(redis_cluster: Cluster):
+    keys = prefix()
+    url = f"redis+cluster://127.0.0.1:{free_port()},127.0.0.1:{redis_cluster.ports[1]}"
+    store = RedisStore(url, prefix=keys, listen=False, on_error="raise")
+    try:
+        assert store.breaker_acquire("api", BreakerConfig(), time.time()).allowed
+        assert store.failures == 0
+    finally:
+        store.delete_all()
+        store.close()
+
+
+def test_a_stopped_master_fails_only_its_own_keys_and_only_for_the_command_timeout(redis_cluster: Cluster):
+    """One master stopped (SIGSTOP: it holds its connections and never answers), and no node
+    has the scripts yet (SCRIPT FLUSH: a restarted node, a new release). A breaker whose key
+    another master serves still decides; one on the stopped master fails after the command
+    timeout, not after redis-py's retries (10 by default, each re-reading the slot map)."""
+    keys = prefix()
+    store = RedisStore(redis_cluster.url(), prefix=keys, listen=False, timeout_s=0.2, on_error="raise", near_cache_s=0.0)
+    cfg = BreakerConfig()
+    client = redis_cluster.client()
+    stopped = redis_cluster.procs[2]
+    by_port: dict[int, str] = {}
+    for i in range(200):
+        by_port.setdefault(client.get_node_from_key(store.breaker_key(f"t{i}")).port, f"t{i}")
+    alive, dead = by_port[redis_cluster.ports[1]], by_port[redis_cluster.ports[2]]
+    assert client.script_flush()
+    os.kill(stopped.pid, signal.SIGSTOP)
+    try:
+        assert store.breaker_acquire(alive, cfg, time.time()).allowed  # EVAL on its own node, not SCRIPT LOAD on all
+        start = time.monotonic()
+        with pytest.raises(StorageError):
+            store.breaker_acquire(dead, cfg, time.time())
+        waited = time.monotonic() - start
+        # one timeout (0.2 s) and a slot-map read from the nodes that answer; 10 retries take >= 2 s
+        assert waited < 1.5, waited
+    finally:
+        os.kill(stopped.pid, signal.SIGCONT)
+        node = redis_cluster.node(2)
+        redis_cluster.wait(lambda: node.ping(), "the stopped master to answer again")
+        node.close()
+        store.delete_all()
+        store.close()
+        client.close()
+
+
 # ----------------------------------------------------------------------------- without a cluster
 
 
@@ -200,21 +249,48 @@ def test_an_escalation_queue_on_a_cluster_that_is_down_says_so():
 
 
 @pytest.mark.parametrize(
-    ("url", "node"),
+    ("url", "nodes"),
     [
-        ("redis+cluster://h:7000", "redis://h:7000"),
-        ("rediss+cluster://user:pw@h:7000/0", "rediss://user:pw@h:7000/0"),
-        ("redis://h:6379/3", "redis://h:6379/3"),  # one server: as it is
+        ("redis+cluster://h:7000", ["redis://h:7000"]),
+        ("rediss+cluster://user:pw@h:7000/0", ["rediss://user:pw@h:7000/0"]),
+        (
+            "REDIS+CLUSTER://h1:7000,[::1]:7001/?ssl_cert_reqs=none",
+            ["redis://h1:7000/?ssl_cert_reqs=none", "redis://[::1]:7001/?ssl_cert_reqs=none"],
+        ),
+        ("redis://h:6379/3", ["redis://h:6379/3"]),  # one server: as it is
     ],
 )
-def test_a_cluster_url_names_one_node(url: str, node: str):
-    assert node_url(url) == node
+def test_a_cluster_url_names_its_nodes(url: str, nodes: list[str]):
+    assert node_urls(url) == nodes
 
 
-def test_a_cluster_url_naming_a_database_is_refused_without_its_password():
-    with pytest.raises(ValueError, match="only database 0") as err:
-        store_from_uri("redis+cluster://user:s3cret@h:7000/2")
-    assert "s3cret" not in str(err.value)
+def test_the_listener_tries_the_nodes_of_the_url_in_turn():
+    hosts = [subscriber_client("redis+cluster://h1:7000,h2:7001", timeout_s=1, attempt=i) for i in range(3)]
+    assert [c.connection_pool.connection_kwargs["host"] for c in hosts] == ["h1", "h2", "h1"]
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("redis+cluster://user:s3cret@h:7000/2", "only database 0"),
+        ("redis+cluster://user:s3cret@h:7000?db=2", "only database 0"),
+        ("redis+cluster://user:s3c/ret@h:7000/9", "only database 0"),  # a password that looks like a path
+        ("redis+cluster://user:s3cret@h:7000,h2", "node 2 of the Redis Cluster URL is not host:port"),
+        ("redis+cluster://user:s3cret@h:99999", "node 1 of the Redis Cluster URL is not host:port"),
+    ],
+)
+def test_a_bad_cluster_url_is_refused_without_its_password(url: str, problem: str):
+    with pytest.raises(ValueError, match=problem) as err:
+        store_from_uri(url)
+    assert "s3c" not in str(err.value)
+
+
+def test_logs_show_no_password_in_the_address_or_the_query():
+    assert without_password("rediss+cluster://u:s3cret@h1:1,h2:2/0?password=s3cret&db=0") == (
+        "rediss+cluster://u:***@h1:1,h2:2/0?password=***&db=0"
+    )
+    assert without_password("unix:///run/redis.sock?db=1&Password=s3cret") == "unix:///run/redis.sock?db=1&Password=***"
+    assert without_password("redis://h:6379/0") == "redis://h:6379/0"
 
 
 def test_configs_take_cluster_urls_and_name_no_password_when_they_refuse_one():

@@ -57,7 +57,7 @@ from typing import Any, cast
 import redis as redis_lib
 
 from ..store.base import checked_prefix, escape_key_part, without_password
-from ..store.redis_client import REDIS_ERRORS, redis_client
+from ..store.redis_client import REDIS_ERRORS, redis_client, register_script
 from .outbox import OutboxKind, OutboxRow, escalation_message, incident_message, resolution_message, to_json
 from .records import (
     DEFAULT_LIST_LIMIT,
@@ -132,7 +132,7 @@ class RedisEscalations:
         self.consumer = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self._head = f"{prefix}:{{esc}}:"
         self._outbox = self._head + "outbox"
-        self._script = self.redis.register_script(_lua())
+        self._script = register_script(self.redis, _lua())
 
     # ------------------------------------------------------------------ the queue (EscalationStore)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from typing import Protocol, TypeVar
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit
 
 from ..breaker import BreakerState, BreakerStateName, Permission, Recorded, Transition
 from ..config import BreakerConfig
@@ -53,12 +53,15 @@ def split_key(key: str) -> list[str]:
 
 
 def without_password(url: str) -> str:
-    """A store URL as logs may show it: the password masked."""
+    """A store URL as logs may show it: the password masked, in the address and in the query
+    (redis-py takes `?password=`)."""
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
+    shown = url if parts.password is None else url.replace(f":{parts.password}@", ":***@", 1)
+    if not parts.query:
+        return shown
+    head, _, query = shown.partition("?")
+    fields = (q.partition("=") for q in query.split("&"))
+    return head + "?" + "&".join(k + "=***" if k.lower() == "password" else k + eq + v for k, eq, v in fields)
 
 
 class StorageError(RuntimeError):

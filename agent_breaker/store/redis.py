@@ -65,6 +65,7 @@ from typing import Any, TypeVar, cast
 from urllib.parse import unquote
 
 import redis as redis_lib
+from redis.exceptions import RedisClusterException
 
 from ..breaker import TRANSITIONS, BreakerState, BreakerStateName, IllegalTransition, Permission, Recorded, Transition
 from ..config import BreakerConfig
@@ -72,7 +73,7 @@ from ..session import MAX_TOOLS, SessionState, put_bounded
 from . import codec
 from .base import StorageError, checked_prefix, escape_key_part, without_password
 from .memory import MemoryStore
-from .redis_client import REDIS_ERRORS, is_cluster_url, redis_client, subscriber_client
+from .redis_client import REDIS_ERRORS, redis_client, register_script, subscriber_client
 
 R = TypeVar("R")
 log = logging.getLogger("agent_breaker.store")
@@ -193,11 +194,10 @@ class RedisStore:
         self.on_error = on_error
         self.retry_s = retry_s
         self.near_cache_s = near_cache_s
-        self.cluster = is_cluster_url(url)
         self.redis = redis_client(url, timeout_s=timeout_s)
-        self._breaker_script = self.redis.register_script(breaker_script())
-        self._cas_script = self.redis.register_script(_script("session_cas.lua"))
-        self._spend_script = self.redis.register_script(_script("spend.lua"))
+        self._breaker_script = register_script(self.redis, breaker_script())
+        self._cas_script = register_script(self.redis, _script("session_cas.lua"))
+        self._spend_script = register_script(self.redis, _script("spend.lua"))
         self._local = MemoryStore(ttl_s=ttl_s, max_sessions=max_sessions)
         self._rng = rng or random.Random()
         self._cfg_json: dict[BreakerConfig, str] = {}
@@ -268,7 +268,7 @@ class RedisStore:
         log.warning(
             "agent-breaker: Redis at %s failed (%s); %s for %.1fs",
             self.shown_url,
-            type(exc).__name__,
+            _failure(exc),
             "using in-process state" if self.on_error == "local" else "failing decisions",
             self.retry_s,
         )
@@ -654,9 +654,10 @@ class RedisStore:
     # ------------------------------------------------------------- broadcast
     def _listen(self) -> None:
         """Keep the near-cache in step with transitions published by any worker."""
+        attempt = 0
         while not self._stop.is_set():
             try:
-                client = subscriber_client(self.url, timeout_s=1.0)
+                client = subscriber_client(self.url, timeout_s=1.0, attempt=attempt)
                 pubsub = client.pubsub(ignore_subscribe_messages=True)
                 pubsub.subscribe(CHANNEL)
                 while not self._stop.is_set():
@@ -666,6 +667,7 @@ class RedisStore:
                 pubsub.close()
                 client.close()
             except REDIS_ERRORS + (OSError, ValueError):
+                attempt += 1  # on a cluster: the next node the URL names
                 self._stop.wait(self.retry_s)  # Redis is down: try again later
 
     def on_broadcast(self, payload: bytes | str) -> None:
@@ -682,10 +684,13 @@ class RedisStore:
     def delete_all(self) -> int:
         """Remove every key of this prefix (tests, teardown)."""
         keys = list(self.redis.scan_iter(match=f"{self.prefix}:*", count=1000))
-        if self.cluster:
-            # a cluster refuses a DEL whose keys are in more than one slot
-            return sum(self.redis.delete(key) for key in keys)
-        return self.redis.delete(*keys) if keys else 0
+        return self.redis.delete(*keys) if keys else 0  # a cluster client splits it by slot
+
+
+def _failure(exc: Exception) -> str:
+    """An error as the log names it: its type; a cluster client's own errors with their message
+    too (nodes and slots, never a password: why a cluster URL never works, say)."""
+    return f"{type(exc).__name__}: {exc}" if isinstance(exc, RedisClusterException) else type(exc).__name__
 
 
 def _glob_escape(text: str) -> str:

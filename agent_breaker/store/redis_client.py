@@ -1,5 +1,6 @@
 """Redis clients from a URL: one server (redis://, rediss://, unix://) or a Redis Cluster
-(redis+cluster://, rediss+cluster://, naming any one node of the cluster).
+(redis+cluster://, rediss+cluster://, naming one or more of its nodes:
+`redis+cluster://[user:password@]host:port[,host:port...][/0][?options]`).
 
 Every key the store and the escalation queue use carries a hash tag, and every script's keys
 share one slot (README, "Redis Cluster"), so the same code runs on either client."""
@@ -7,12 +8,15 @@ share one slot (README, "Redis Cluster"), so the same code runs on either client
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable, Sequence
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import redis as redis_lib
+from redis.backoff import NoBackoff
 from redis.commands.core import Script
-from redis.exceptions import RedisClusterException
+from redis.exceptions import NoScriptError, RedisClusterException
+from redis.retry import Retry
 
 from ..config import CLUSTER_SCHEMES
 
@@ -21,34 +25,67 @@ from ..config import CLUSTER_SCHEMES
 REDIS_ERRORS = (redis_lib.RedisError, RedisClusterException)
 
 
-def node_url(url: str) -> str:
-    """The one-node URL of a cluster URL (the scheme without "+cluster"); other URLs as they are.
-    A cluster has only database 0: a cluster URL naming another is refused."""
-    scheme, sep, rest = url.partition("://")
-    plain = CLUSTER_SCHEMES.get(scheme)
-    if plain is None:
-        return url
-    path = urlsplit(url).path.strip("/")
-    if path not in ("", "0"):
-        raise ValueError(f"a Redis Cluster has only database 0, but the URL names database {path[:20]!r}")
-    return plain + sep + rest
-
-
 def is_cluster_url(url: str) -> bool:
-    return url.partition("://")[0] in CLUSTER_SCHEMES
+    return url.partition("://")[0].lower() in CLUSTER_SCHEMES
+
+
+def node_urls(url: str) -> list[str]:
+    """The one-server URL of each node a cluster URL names, in its order; [url] for any other
+    URL. A cluster has only database 0: a cluster URL naming another is refused. Errors name
+    no part of the URL (it may hold a password)."""
+    scheme, _, rest = url.partition("://")
+    plain = CLUSTER_SCHEMES.get(scheme.lower())
+    if plain is None:
+        return [url]
+    cut = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
+    netloc, tail = rest[:cut], rest[cut:]
+    userinfo, at, hosts = netloc.rpartition("@")
+    parts = urlsplit(f"{plain}://host{tail}")
+    db = parts.path.strip("/") or "0"
+    if db != "0" or any(v != "0" for v in parse_qs(parts.query).get("db", [])):
+        raise ValueError("a Redis Cluster has only database 0: its URL may name no other")
+    nodes = hosts.split(",")
+    for i, node in enumerate(nodes, 1):
+        host, colon, port = node.rpartition(":")
+        if not (host and colon and port.isdigit() and 0 < int(port) < 65536):
+            raise ValueError(f"node {i} of the Redis Cluster URL is not host:port")
+    return [f"{plain}://{userinfo}{at}{node}{tail}" for node in nodes]
 
 
 def redis_client(url: str, *, timeout_s: float) -> Any:
     """A client of the URL: redis.Redis for one server, LazyCluster for a cluster."""
-    if is_cluster_url(url):
-        return LazyCluster(node_url(url), socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
-    return redis_lib.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+    if not is_cluster_url(url):
+        return redis_lib.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+    first, *others = node_urls(url)
+    return LazyCluster(first, others, timeout_s=timeout_s)
 
 
-def subscriber_client(url: str, *, timeout_s: float) -> redis_lib.Redis:
-    """A one-server client for SUBSCRIBE: on a cluster, the node the URL names (a cluster
-    forwards every PUBLISH to every node)."""
-    return redis_lib.Redis.from_url(node_url(url), socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+def subscriber_client(url: str, *, timeout_s: float, attempt: int = 0) -> redis_lib.Redis:
+    """A one-server client for SUBSCRIBE: on a cluster, one of the nodes the URL names, the
+    next one at each attempt (a cluster forwards every PUBLISH to every node)."""
+    urls = node_urls(url)
+    return redis_lib.Redis.from_url(urls[attempt % len(urls)], socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+
+
+def register_script(client: Any, text: str) -> Script:
+    """A Lua script on the client; on a cluster, one that loads itself on the node of its key."""
+    if isinstance(client, (LazyCluster, redis_lib.RedisCluster)):
+        return SlotScript(client, text.encode())  # type: ignore[arg-type]  # bytes: Script needs no encoder then
+    return client.register_script(text)
+
+
+class SlotScript(Script):
+    """A script for a cluster client. redis-py loads a script the node lacks with SCRIPT LOAD
+    on every master, which fails while any master is down, even for keys a healthy one serves;
+    this sends EVAL to the key's own node instead (which caches it there, for EVALSHA)."""
+
+    def __call__(self, keys: Sequence[Any] | None = None, args: Iterable[Any] | None = None, client: Any = None) -> Any:
+        keys = keys or []
+        client = self.registered_client if client is None else client
+        try:
+            return client.evalsha(self.sha, len(keys), *keys, *(args or []))
+        except NoScriptError:
+            return client.eval(self.script, len(keys), *keys, *(args or []))
 
 
 class LazyCluster:
@@ -57,9 +94,10 @@ class LazyCluster:
     one-server client connects on first use: this keeps the two alike (the store's failure
     policy applies, and the next use tries again). Everything else is the cluster client's."""
 
-    def __init__(self, url: str, **kwargs: Any) -> None:
+    def __init__(self, url: str, others: list[str], *, timeout_s: float) -> None:
         self._url = url
-        self._kwargs = kwargs
+        self._others = others
+        self._timeout_s = timeout_s
         self._client: Any = None
         self._lock = threading.Lock()
 
@@ -67,14 +105,19 @@ class LazyCluster:
         if self._client is None:
             with self._lock:
                 if self._client is None:
-                    from redis.cluster import RedisCluster
+                    from redis.cluster import ClusterNode, RedisCluster
 
-                    self._client = RedisCluster.from_url(self._url, **self._kwargs)
+                    startup = [urlsplit(u) for u in self._others]
+                    self._client = RedisCluster.from_url(
+                        self._url,
+                        startup_nodes=[ClusterNode(u.hostname, u.port) for u in startup],
+                        socket_timeout=self._timeout_s,
+                        socket_connect_timeout=self._timeout_s,
+                        # no retries: redis-py's 10 (each re-reading the slot map) would hold a
+                        # decision for seconds when a master is down; the store's policy decides
+                        retry=Retry(NoBackoff(), 0),
+                    )
         return self._client
-
-    def register_script(self, script: str) -> Script:
-        # the text as bytes: Script then needs no encoder, which would make the client now
-        return Script(self, script.encode())  # type: ignore[arg-type]
 
     def close(self) -> None:
         if self._client is not None:

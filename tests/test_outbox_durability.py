@@ -133,9 +133,10 @@ def test_escalations_written_by_a_process_killed_with_minus_9_are_all_relayed(tm
         assert line, "the writer died on its own"
         printed.append(line.strip())
     os.kill(writer.pid, signal.SIGKILL)  # mid-write: it was escalating the next one
-    rest, _ = writer.communicate(timeout=30)
-    printed += rest.split()
-    assert writer.returncode == -signal.SIGKILL
+    # the rest through the same reader: readline may have buffered lines already, which
+    # communicate() (raw reads of the pipe) would miss
+    printed += writer.stdout.read().split()
+    assert writer.wait(timeout=30) == -signal.SIGKILL
 
     store = SqliteEscalations(path)  # a restart: the killed writer's WAL is recovered
     in_file = {e.id for e in store.list(limit=1000)}

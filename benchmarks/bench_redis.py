@@ -26,6 +26,7 @@ import uuid
 import redis
 
 from agent_breaker import Engine, ReceiptKeys
+from agent_breaker.store.base import without_password
 from agent_breaker.store.redis import RedisStore
 from agent_breaker.store.redis_client import is_cluster_url, node_urls
 
@@ -179,7 +180,7 @@ def main() -> None:
     prefix = f"abbench-{uuid.uuid4().hex[:8]}"
     server = redis.Redis.from_url(node_urls(args.url)[0]).info("server")["redis_version"]
     print(
-        f"python {platform.python_version()} | redis-server {server} at {args.url} | cpus {os.cpu_count()} | "
+        f"python {platform.python_version()} | redis-server {server} at {without_password(args.url)} | cpus {os.cpu_count()} | "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
     )
     try:

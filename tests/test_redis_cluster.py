@@ -21,7 +21,7 @@ pytest.importorskip("redis")
 
 from _cluster import Cluster
 from _ports import free_port
-from conftest import CALL_ERROR, OUTAGE
+from conftest import CALL_ERROR, OUTAGE, REDIS_URL, redis_or_skip
 
 from agent_breaker import Engine, ReceiptKeys
 from agent_breaker.config import BreakerConfig, parse_config
@@ -206,9 +206,10 @@ def test_a_stopped_master_fails_only_its_own_keys_and_only_for_the_command_timeo
         assert waited < 1.5, waited
     finally:
         os.kill(stopped.pid, signal.SIGCONT)
-        node = redis_cluster.node(2)
-        redis_cluster.wait(lambda: node.ping(), "the stopped master to answer again")
-        node.close()
+        nodes = [redis_cluster.node(i) for i in range(3)]
+        redis_cluster.wait(lambda: all(n.cluster("info")["cluster_state"] == "ok" for n in nodes), "cluster_state:ok again")
+        for n in nodes:
+            n.close()
         store.delete_all()
         store.close()
         client.close()
@@ -237,6 +238,21 @@ def test_a_cluster_that_is_down_at_start_gets_the_failure_policy():
             strict.breaker_state("api")
     finally:
         strict.close()
+
+
+def test_a_cluster_url_to_a_server_that_is_no_cluster_says_why_in_the_log(caplog):
+    """A redis+cluster:// URL naming a one-server Redis never works: the log says why, the
+    cluster client's message (nodes only), not just a type."""
+    redis_or_skip()
+    url = "redis+cluster://" + REDIS_URL.removeprefix("redis://").split("/")[0]
+    store = RedisStore(url, prefix=prefix(), listen=False, timeout_s=0.5)
+    try:
+        with caplog.at_level("WARNING", logger="agent_breaker.store"):
+            assert store.breaker_acquire("api", BreakerConfig(), time.time()).allowed  # in-process state
+        assert store.failures == 1
+        assert "ClusterUnreachable: " in caplog.text and "luster" in caplog.text.split("ClusterUnreachable: ", 1)[1]
+    finally:
+        store.close()
 
 
 def test_an_escalation_queue_on_a_cluster_that_is_down_says_so():
@@ -290,7 +306,15 @@ def test_logs_show_no_password_in_the_address_or_the_query():
         "rediss+cluster://u:***@h1:1,h2:2/0?password=***&db=0"
     )
     assert without_password("unix:///run/redis.sock?db=1&Password=s3cret") == "unix:///run/redis.sock?db=1&Password=***"
+    assert without_password("redis://h:6379/0?pass%77ord=s3cret") == "redis://h:6379/0?pass%77ord=***"
     assert without_password("redis://h:6379/0") == "redis://h:6379/0"
+
+
+def test_a_cluster_url_with_a_bad_option_is_refused_when_the_store_is_made():
+    """As a one-server URL is: not at the first decision, where it would escape `on_error`."""
+    with pytest.raises(ValueError, match="socket_timeout") as err:
+        RedisStore("redis+cluster://u:s3cret@127.0.0.1:1?socket_timeout=abc", listen=False)
+    assert "s3cret" not in str(err.value)
 
 
 def test_configs_take_cluster_urls_and_name_no_password_when_they_refuse_one():

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from typing import Protocol, TypeVar
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote, unquote_plus, urlsplit
 
 from ..breaker import BreakerState, BreakerStateName, Permission, Recorded, Transition
 from ..config import BreakerConfig
@@ -61,7 +61,8 @@ def without_password(url: str) -> str:
         return shown
     head, _, query = shown.partition("?")
     fields = (q.partition("=") for q in query.split("&"))
-    return head + "?" + "&".join(k + "=***" if k.lower() == "password" else k + eq + v for k, eq, v in fields)
+    # redis-py decodes the names (?pass%77ord= is a password too)
+    return head + "?" + "&".join(k + "=***" if unquote_plus(k).lower() == "password" else k + eq + v for k, eq, v in fields)
 
 
 class StorageError(RuntimeError):

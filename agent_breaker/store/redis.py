@@ -65,7 +65,6 @@ from typing import Any, TypeVar, cast
 from urllib.parse import unquote
 
 import redis as redis_lib
-from redis.exceptions import RedisClusterException
 
 from ..breaker import TRANSITIONS, BreakerState, BreakerStateName, IllegalTransition, Permission, Recorded, Transition
 from ..config import BreakerConfig
@@ -73,7 +72,7 @@ from ..session import MAX_TOOLS, SessionState, put_bounded
 from . import codec
 from .base import StorageError, checked_prefix, escape_key_part, without_password
 from .memory import MemoryStore
-from .redis_client import REDIS_ERRORS, redis_client, register_script, subscriber_client
+from .redis_client import REDIS_ERRORS, ClusterUnreachable, redis_client, register_script, subscriber_client
 
 R = TypeVar("R")
 log = logging.getLogger("agent_breaker.store")
@@ -688,9 +687,10 @@ class RedisStore:
 
 
 def _failure(exc: Exception) -> str:
-    """An error as the log names it: its type; a cluster client's own errors with their message
-    too (nodes and slots, never a password: why a cluster URL never works, say)."""
-    return f"{type(exc).__name__}: {exc}" if isinstance(exc, RedisClusterException) else type(exc).__name__
+    """An error as the log names it: its type (a driver's message may quote a command's
+    arguments); a cluster that cannot be reached with its message too (nodes only: why a
+    cluster URL never works, say)."""
+    return f"{type(exc).__name__}: {exc}" if isinstance(exc, ClusterUnreachable) else type(exc).__name__
 
 
 def _glob_escape(text: str) -> str:

@@ -15,6 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 import redis as redis_lib
 from redis.backoff import NoBackoff
 from redis.commands.core import Script
+from redis.connection import parse_url
 from redis.exceptions import NoScriptError, RedisClusterException
 from redis.retry import Retry
 
@@ -23,6 +24,11 @@ from ..config import CLUSTER_SCHEMES
 #: what a client may raise when Redis fails; RedisClusterException is not a RedisError
 #: (a cluster that cannot be reached, slots that no node serves)
 REDIS_ERRORS = (redis_lib.RedisError, RedisClusterException)
+
+
+class ClusterUnreachable(redis_lib.ConnectionError):
+    """The cluster client could not be made: no node the URL names answered, or they are not
+    a cluster's. Its message names nodes, never a password or a command's arguments."""
 
 
 def is_cluster_url(url: str) -> bool:
@@ -56,8 +62,10 @@ def redis_client(url: str, *, timeout_s: float) -> Any:
     """A client of the URL: redis.Redis for one server, LazyCluster for a cluster."""
     if not is_cluster_url(url):
         return redis_lib.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
-    first, *others = node_urls(url)
-    return LazyCluster(first, others, timeout_s=timeout_s)
+    urls = node_urls(url)
+    for node in urls:
+        parse_url(node)  # options refused now, as Redis.from_url does, not at the first decision
+    return LazyCluster(urls, timeout_s=timeout_s)
 
 
 def subscriber_client(url: str, *, timeout_s: float, attempt: int = 0) -> redis_lib.Redis:
@@ -94,9 +102,8 @@ class LazyCluster:
     one-server client connects on first use: this keeps the two alike (the store's failure
     policy applies, and the next use tries again). Everything else is the cluster client's."""
 
-    def __init__(self, url: str, others: list[str], *, timeout_s: float) -> None:
-        self._url = url
-        self._others = others
+    def __init__(self, urls: list[str], *, timeout_s: float) -> None:
+        self._urls = urls
         self._timeout_s = timeout_s
         self._client: Any = None
         self._lock = threading.Lock()
@@ -107,16 +114,20 @@ class LazyCluster:
                 if self._client is None:
                     from redis.cluster import ClusterNode, RedisCluster
 
-                    startup = [urlsplit(u) for u in self._others]
-                    self._client = RedisCluster.from_url(
-                        self._url,
-                        startup_nodes=[ClusterNode(u.hostname, u.port) for u in startup],
-                        socket_timeout=self._timeout_s,
-                        socket_connect_timeout=self._timeout_s,
-                        # no retries: redis-py's 10 (each re-reading the slot map) would hold a
-                        # decision for seconds when a master is down; the store's policy decides
-                        retry=Retry(NoBackoff(), 0),
-                    )
+                    nodes = [urlsplit(u) for u in self._urls]
+                    try:
+                        self._client = RedisCluster.from_url(
+                            self._urls[0],  # its options (password, TLS) serve every node
+                            # all of them, in the URL's order (from_url would put its node last)
+                            startup_nodes=[ClusterNode(u.hostname, u.port) for u in nodes],
+                            socket_timeout=self._timeout_s,
+                            socket_connect_timeout=self._timeout_s,
+                            # no retries: redis-py's 10 (each re-reading the slot map) would hold
+                            # a decision for seconds when a master is down; the store's policy decides
+                            retry=Retry(NoBackoff(), 0),
+                        )
+                    except RedisClusterException as exc:
+                        raise ClusterUnreachable(str(exc)) from None
         return self._client
 
     def close(self) -> None:

@@ -14,6 +14,7 @@ import signal
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -87,6 +88,33 @@ def test_a_config_on_a_cluster_url_guards_a_fleet(redis_cluster: Cluster):
         for s in stores:
             s.close()
     assert deleted > 0 and redis_cluster.keys_per_node(f"{keys}:*") == [0, 0, 0]
+
+
+def test_two_served_workers_on_the_shipped_redis_config_guard_one_run_on_the_cluster(redis_cluster: Cluster):
+    """`agent-breaker serve --workers 2` with the shipped Redis config and $REDIS_URL naming the
+    cluster: the loop is cut at the 4th call, whichever worker takes each request."""
+    pytest.importorskip("nemoguardrails")
+    from _server import call, result, start
+
+    config = Path(__file__).resolve().parents[1] / "config" / "agent_breaker_redis"
+    server = start({"REDIS_URL": redis_cluster.url()}, args=("--config", str(config), "--workers", "2"))
+    client = redis_cluster.client()
+    session = f"serve-{uuid.uuid4().hex[:8]}"
+    try:
+        cut = None
+        for i in range(1, 6):
+            verdict = server.events(session, call(i), config_id="agent_breaker_redis").json()["events"][0]
+            if not verdict["allowed"]:
+                cut = (i, verdict["heuristic"])
+                break
+            server.events(session, result(i, error=CALL_ERROR), config_id="agent_breaker_redis")
+        assert cut == (4, "identical_failure")
+        assert sum(redis_cluster.keys_per_node("ab:*")) > 0
+    finally:
+        server.stop()
+        for key in client.scan_iter(match="ab:*"):
+            client.delete(key)
+        client.close()
 
 
 def test_a_transition_reaches_every_worker_through_the_cluster(redis_cluster: Cluster):

@@ -653,9 +653,10 @@ class ReceiptsConfig(_Frozen):
 
 #: a Redis Cluster's URL schemes (the URL names any one of its nodes), each with its one-server scheme
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
-#: the URLs of a Redis: one server, or a cluster
-REDIS_URL_PREFIXES = ("redis://", "rediss://", "unix://", *(f"{scheme}://" for scheme in CLUSTER_SCHEMES))
-REDIS_URLS_TEXT = "redis://, rediss://, unix://, redis+cluster:// or rediss+cluster://"
+#: the URL schemes of a Redis: one server, or a cluster
+REDIS_SCHEMES = ("redis", "rediss", "unix", *CLUSTER_SCHEMES)
+REDIS_URL_PREFIXES = tuple(f"{scheme}://" for scheme in REDIS_SCHEMES)
+REDIS_URLS_TEXT = ", ".join(REDIS_URL_PREFIXES[:-1]) + " or " + REDIS_URL_PREFIXES[-1]
 
 
 class StorageConfig(_Frozen):

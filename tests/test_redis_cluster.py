@@ -29,7 +29,7 @@ from agent_breaker.config import BreakerConfig, parse_config
 from agent_breaker.store import StorageError, store_from_uri
 from agent_breaker.store.base import without_password
 from agent_breaker.store.redis import CHANNEL, RedisStore
-from agent_breaker.store.redis_client import LazyCluster, node_urls, subscriber_client
+from agent_breaker.store.redis_client import LazyCluster, node_urls, register_script, subscriber_client
 
 
 def prefix() -> str:
@@ -176,6 +176,18 @@ def test_the_escalation_queue_and_outbox_on_a_cluster(redis_cluster: Cluster):
                 client.delete(k)
             store.close()
     client.close()
+
+
+def test_a_script_a_node_lacks_gets_all_its_arguments(redis_cluster: Cluster):
+    """After NOSCRIPT the script is sent again with EVAL: with every argument, even when the
+    caller passed them as an iterator (consumed by the first attempt)."""
+    client = redis_cluster.client()
+    try:
+        script = register_script(client, "return #KEYS + #ARGV")
+        assert client.script_flush()
+        assert script(keys=[f"{prefix()}:{{k}}"], args=iter(["a", "b"])) == 3
+    finally:
+        client.close()
 
 
 def test_a_one_server_url_to_a_cluster_node_falls_back(redis_cluster: Cluster):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from urllib.parse import urlparse
 
 from .._extras import require
-from ..config import CLUSTER_SCHEMES, REDIS_URLS_TEXT
+from ..config import REDIS_SCHEMES, REDIS_URLS_TEXT
 from .base import StorageError, Store
 from .memory import MemoryStore
 
@@ -18,7 +18,7 @@ def store_from_uri(uri: str, **kwargs: object) -> Store:
     scheme = urlparse(uri).scheme
     if scheme == "memory":
         return MemoryStore(**{k: v for k, v in kwargs.items() if k in ("ttl_s", "max_sessions")})  # type: ignore[arg-type]
-    if scheme in ("redis", "rediss", "unix", *CLUSTER_SCHEMES):
+    if scheme in REDIS_SCHEMES:
         require("redis", "redis", f"storage.url {scheme}://")
         from .redis import RedisStore
 

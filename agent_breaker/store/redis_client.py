@@ -88,12 +88,13 @@ class SlotScript(Script):
     this sends EVAL to the key's own node instead (which caches it there, for EVALSHA)."""
 
     def __call__(self, keys: Sequence[Any] | None = None, args: Iterable[Any] | None = None, client: Any = None) -> Any:
-        keys = keys or []
+        keys = tuple(keys or ())
+        keys_and_args = keys + tuple(args or ())  # once: `args` may be an iterator
         client = self.registered_client if client is None else client
         try:
-            return client.evalsha(self.sha, len(keys), *keys, *(args or []))
+            return client.evalsha(self.sha, len(keys), *keys_and_args)
         except NoScriptError:
-            return client.eval(self.script, len(keys), *keys, *(args or []))
+            return client.eval(self.script, len(keys), *keys_and_args)
 
 
 class LazyCluster:

@@ -482,3 +482,19 @@ def test_long_ascii_texts_read_from_a_prefix(length: int, word_length: int) -> N
     for cut in (text, text[:-1], text + "123", "12" + text):
         assert new.tokens(cut) == oracle.tokens(cut)
         assert new.shapes(cut) == oracle.shapes(cut)
+
+
+def test_a_non_ascii_text_is_never_read_from_a_prefix() -> None:
+    """Lower-casing looks at neighbours outside ASCII (the final sigma): a prefix cut right
+    after "aΣ'ʰ" lower-cases Σ as ς, the whole text as σ. Reading the MAX_FINGERPRINT_TOKENS-th
+    word from the prefix would then give another token than the text's own."""
+    tail = "a\u03a3'\u02b0"
+    head_len = _PREFIX_CHARS - len(tail)
+    width = (head_len - 255) // 255
+    head = " ".join(["x" * width] * 254 + ["x" * (head_len - 255 - width * 254)]) + " "
+    text = head + tail + "b rest"
+    assert len(head) == head_len and text[_PREFIX_CHARS - 1] == "\u02b0"
+    assert len(text[:_PREFIX_CHARS].split()) == MAX_FINGERPRINT_TOKENS  # the sigma word is the last one kept
+    oracle, new = FINGERPRINTS
+    assert new.tokens(text) == oracle.tokens(text)
+    assert new.shapes(text) == oracle.shapes(text)

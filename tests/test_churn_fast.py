@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agent_breaker import _churn
 from agent_breaker._churn import ChurnMask
 
 # ---- the oracle: ChurnMask and its helpers as they were in agent_breaker/_canonical.py ----
@@ -326,3 +327,13 @@ def test_canonical_results_are_masked_as_before(result):
 def test_cases_where_passes_meet_are_masked_as_before(text):
     assert_same(text)
     assert_same(canonical({"output": text, "id": 1}))
+
+
+def test_the_patterns_masked_by_split_have_no_groups() -> None:
+    """_mask_led splits the text on its pattern: a capturing group would put the group's text
+    among the pieces and break the mask without an error."""
+    patterns = [v for k, v in vars(_churn).items() if isinstance(v, re.Pattern) and k in _LED]
+    assert len(patterns) == len(_LED) and all(p.groups == 0 for p in patterns)
+
+
+_LED = {"_TIME_OF_DAY", "_DURATION", "_MILLIS", "_SPACED_MILLIS", "_UUID"}

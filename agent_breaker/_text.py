@@ -14,6 +14,7 @@ import re
 import time
 import unicodedata
 from collections import Counter
+from collections.abc import Callable
 
 # invisible characters, removed: every format character (Unicode category Cf: zero-width spaces
 # and joiners, bidi controls, the soft hyphen, tag characters, ...; a test checks this list
@@ -224,3 +225,13 @@ def _class(c: str) -> int:
 def utc_text(ts: float | None) -> str:
     """An epoch time as the CLI tables show it (ISO 8601, UTC, seconds), "-" for none."""
     return "-" if ts is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+def caseless_matcher(alternation: str) -> Callable[[str], bool]:
+    """Whether re.search(alternation, text, re.IGNORECASE) finds something, for an alternation
+    that holds no upper-case letter literal: an ASCII text is lower-cased and searched
+    case-sensitively, which re does ~2x faster (Unicode case folding only matters beyond
+    ASCII: the Kelvin sign is a k)."""
+    any_case = re.compile(alternation, re.IGNORECASE)
+    lower = re.compile(alternation)
+    return lambda text: (lower.search(text.lower()) if text.isascii() else any_case.search(text)) is not None

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ._text import caseless_matcher
 from .config import AgentBreakerConfig
 from .events import ErrorKind, ToolResult
 
@@ -52,18 +53,14 @@ _DEPENDENCY_ALTERNATIVES = (
     r"network (?:is )?unreachable",
     r"broken pipe",
 )
-_DEPENDENCY = re.compile("|".join(_DEPENDENCY_ALTERNATIVES), re.IGNORECASE)
-# the same in lower case: an ASCII text is lower-cased and searched case-sensitively, which re
-# does several times faster (Unicode case folding only matters beyond ASCII: the Kelvin sign is a k)
-_DEPENDENCY_LOWER = re.compile("|".join(_DEPENDENCY_ALTERNATIVES))
+_DEPENDENCY = caseless_matcher("|".join(_DEPENDENCY_ALTERNATIVES))
+#: how much of an error text is searched
+_SCANNED_CHARS = 4096
 
 
 def names_dependency_failure(text: str) -> bool:
     """The text names a dependency failure (a 503, a timeout, a refused connection...)."""
-    text = text[:_SCANNED_CHARS]
-    if text.isascii():
-        return _DEPENDENCY_LOWER.search(text.lower()) is not None
-    return _DEPENDENCY.search(text) is not None
+    return _DEPENDENCY(text[:_SCANNED_CHARS])
 
 
 _DEPENDENCY_STATUSES = frozenset({408, 429, *range(500, 600)})
@@ -180,9 +177,6 @@ def failure_kind(ev: ToolResult, cfg: AgentBreakerConfig) -> FailureKind:
     if ev.error and names_dependency_failure(ev.error):
         return "dependency"
     return "dependency" if _dependency_payload(ev.result, 0) else "call"
-
-
-_SCANNED_CHARS = 4096
 
 
 def _dependency_payload(value: Any, depth: int) -> bool:

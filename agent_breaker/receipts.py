@@ -419,12 +419,13 @@ class ClaimChecker:
         try:
             found = set(map(known.__getitem__, ids))
         except KeyError:
-            if len(known) >= MAX_CACHED_REFERENCES:
-                known.clear()
             found = set()
             for i, context in zip(ids, contexts, strict=True):
                 reference = known.get(i)
-                if reference is None:  # kept here, not read back: another thread may empty the cache
+                if reference is None:
+                    if len(known) >= MAX_CACHED_REFERENCES:  # before each insert: one text may hold many
+                        known.clear()
+                    # kept here, not read back: another thread may empty the cache
                     reference = known[i] = self._context_reference(context)
                 found.add(reference)
         if _UNREAD in found:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import re
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from agent_breaker import AgentBreakerConfig
+from agent_breaker import AgentBreakerConfig, outcomes
 from agent_breaker._canonical import Canonicalizer
 from agent_breaker._churn import ChurnMask
 from agent_breaker.config import DEFAULT_AUTO_REPLY_PATTERNS, parse_config
@@ -305,8 +305,10 @@ _FRAGMENTS = [
 
 @settings(max_examples=1500, deadline=None)
 @given(st.one_of(st.lists(st.sampled_from(_FRAGMENTS), max_size=12).map("".join), st.text(max_size=60)))
+@example("x" * (outcomes._SCANNED_CHARS - 2) + " 503")  # past the scanned part: not read
+@example("x" * (outcomes._SCANNED_CHARS - 4) + " 503")
 def test_dependency_failures_are_named_as_by_the_old_pattern(text: str):
-    assert names_dependency_failure(text) == (_OLD_DEPENDENCY.search(text[:4096]) is not None)
+    assert names_dependency_failure(text) == (_OLD_DEPENDENCY.search(text[: outcomes._SCANNED_CHARS]) is not None)
 
 
 # the shipped auto-reply patterns as they were before they were rewritten for speed: the oracle

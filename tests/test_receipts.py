@@ -914,20 +914,12 @@ _BEFORE_SPACED_ID = re.compile(r"\b(?=([A-Z]{2,}))\1[ _]+(\d{3,})\b")
 _BEFORE_SPACED_GATE = re.compile(r"[A-Z][ _]+\d{3}")
 _BEFORE_NOT_ALNUM = re.compile(r"[^0-9a-z]+")
 _BEFORE_CASELESS_CANDIDATE = re.compile(r"\b(?=([A-Za-z]+))\1-\d{5,}\b")
-_BEFORE_CASELESS_DASH = re.compile(r"-\d{5}")
-_BEFORE_DEFAULT_DASH = re.compile(r"-\d{3}")
 _FINGERPRINTS = Fingerprinter.ephemeral()
 
 
-def _before_led_by_dash(text, dash, pattern, letters):
-    for dashed in dash.finditer(text):
-        end = start = dashed.start()
-        while start and text[start - 1] in letters:
-            start -= 1
-        if start < end:
-            found = pattern.match(text, start)
-            if found is not None:
-                yield found.group()
+def _before_found(text, pattern):
+    # what _led_by_dash (unchanged) finds: a scan of the whole text, as the test above holds
+    return (m.group() for m in pattern.finditer(text))
 
 
 def _before_key(token):
@@ -940,12 +932,10 @@ def references_as_before(patterns, text):
     if _BEFORE_SPACED_GATE.search(text):
         text = _BEFORE_SPACED_ID.sub(r"\1-\2", text)
     if tuple(patterns) == DEFAULT_REFERENCE_PATTERNS:
-        found = {
-            _before_key(m) for m in _before_led_by_dash(text, _BEFORE_DEFAULT_DASH, compiled[0], set(string.ascii_uppercase))
-        }
+        found = {_before_key(m) for m in _before_found(text, compiled[0])}
     else:
         found = {_before_key(m.group()) for p in compiled for m in p.finditer(text)}
-    for written in _before_led_by_dash(text, _BEFORE_CASELESS_DASH, _BEFORE_CASELESS_CANDIDATE, set(string.ascii_letters)):
+    for written in _before_found(text, _BEFORE_CASELESS_CANDIDATE):
         candidate = written.upper()
         if candidate != written and any(p.fullmatch(candidate) for p in compiled):
             found.add(_before_key(candidate))
@@ -1032,9 +1022,16 @@ def test_a_full_cache_is_emptied_and_ids_are_still_read_as_before(monkeypatch):
     monkeypatch.setattr(receipts, "MAX_CACHED_REFERENCES", 2)
     checker = receipts.ClaimChecker(parse_config(None), _FINGERPRINTS)
     texts = [f'{{"sku":"SKU-{n}", "job":"job-{n}0", "ref":"Tx {n}"}}' for n in range(10_000, 10_040)]
+    texts.append(" ".join(f"SKU-{n}" for n in range(20_000, 20_050)))  # one text with more contexts than the cap
     for text in texts + texts:
         assert checker.references_in(text) == references_as_before(DEFAULT_REFERENCE_PATTERNS, text)
-    assert len(checker._context_references) <= 2 + 2  # cleared when full, then filled by one text's two ids
+        assert len(checker._context_references) <= 2  # the cap holds before each insert
+
+
+def test_a_plain_id_is_read_from_its_dash_context():
+    """The fast way takes an ordinary id (None would send every text the slow way)."""
+    checker = receipts.ClaimChecker(parse_config(None), _FINGERPRINTS)
+    assert checker._shipped_references('{"id":"SKU-26214"}') not in (None, set())
 
 
 @settings(max_examples=1000, deadline=None)

@@ -225,9 +225,8 @@ def check_oscillation(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig) ->
     history = s.loops.history
     # a cycle of period p needs this call p places back (history[-p], p = 2..max_period): most
     # calls fail this at once
-    key = f.key
     for h in history[-c.max_period : -1]:
-        if h[0] == key:
+        if h[0] == f.key:
             break
     else:
         return None

@@ -263,12 +263,13 @@ class Engine:
             # the canonical args drop idempotency keys (volatile): a distinct key is a distinct action
             idempotency_key = p.idempotency_key(ev.args)
             effect = key if idempotency_key is None else fp.hash64(ev.tool, canonical, idempotency_key)
+        fingerprinted = p.fingerprint_calls
         return CallFacts(
             tool=ev.tool,
             key=key,
-            fp_text=fp.tokens(canonical),
-            fp_shape=fp.shapes(canonical),
-            fp_thought=None if not ev.thought else tuple(sorted(fp.shapes(normalize_text(ev.thought)))),
+            fp_text=fp.tokens(canonical) if fingerprinted else (),
+            fp_shape=fp.shapes(canonical) if fingerprinted else (),
+            fp_thought=tuple(sorted(fp.shapes(normalize_text(ev.thought)))) if ev.thought and fingerprinted else None,
             tokens=ev.input_tokens + ev.output_tokens,
             cost_usd=budget.step_cost_usd(p.cfg, ev.input_tokens, ev.output_tokens, ev.cost_usd, ev.model),
             depth=ev.depth or 0,
@@ -433,7 +434,7 @@ class Engine:
             if halted is not None:
                 decided.verdict = halted
                 return s, decided
-            similar = loops.chain_similarity(s, f, cfg, now)
+            similar = loops.chain_similarity(s, f, cfg, now) if p.fingerprint_calls else loops.NOT_SIMILAR
             polling = polling_tool or loops.polled_by_result(s, f)
             block, warn = judge(cfg, [global_trip, schema_trip]) if global_trip or schema_trip else (None, None)
             if block is None:
@@ -753,7 +754,7 @@ class Engine:
         repeat_hash = answer_hash if masked == timed else self.fingerprints.hash64(masked)
         blank = is_blank(ev.result)
         polling = p.polling(ev.tool)
-        references = p.claims.result_references(canonical) if not out.failed else None
+        references = p.claims.result_references(canonical) if p.collect_references and not out.failed else None
         churn_on = p.mode(H.SESSION_CHURN) != "off"
 
         def decide(s: SessionState) -> tuple[SessionState | None, _Decided]:

@@ -138,12 +138,17 @@ class Policy:
     idempotency_fields: frozenset[str]
     call_checks: tuple[EnabledCheck, ...]
     session_limits: tuple[EnabledCheck, ...]
+    #: what only one heuristic reads is worked out only where some policy of the config runs it
+    fingerprint_calls: bool  # near_duplicate: call fingerprints
+    collect_references: bool  # unverified_claim: the ids in results
     _mutating: dict[str, bool]
     _polling: dict[str, bool]
     _checks: dict[tuple[str, bool], schemas.Check | None]  # (tool, of the result): only tools under `tools:`
 
     @classmethod
-    def build(cls, cfg: AgentBreakerConfig, fingerprints: Fingerprinter) -> Policy:
+    def build(cls, cfg: AgentBreakerConfig, fingerprints: Fingerprinter, runs: Callable[[str], bool]) -> Policy:
+        """`runs(heuristic)`: may any policy of the whole config run it (a session's events may
+        come under several policies, and what one writes into the session another reads)."""
         return cls(
             cfg,
             Canonicalizer(cfg.volatile_fields, max_bytes=cfg.max_args_bytes, fold=True),
@@ -157,6 +162,8 @@ class Policy:
             frozenset(normalize_key(k) for k in cfg.duplicate_mutation.idempotency_fields),
             enabled(cfg, CALL_CHECKS),
             enabled(cfg, SESSION_LIMITS),
+            runs(H.NEAR_DUPLICATE),
+            runs(H.UNVERIFIED_CLAIM),
             {},
             {},
             {},
@@ -247,8 +254,15 @@ class Policies:
                 cfg = observe_only(cfg)
             if len(self._cache) > MAX_CACHED:
                 self._cache.clear()
-            p = self._cache[k] = Policy.build(cfg, self.fingerprints)
+            p = self._cache[k] = Policy.build(cfg, self.fingerprints, self.runs)
         return p
+
+    def runs(self, heuristic: str) -> bool:
+        """May some policy of this config run `heuristic`: the base config does, or an override
+        sets modes (overrides combine, so each is not judged alone)."""
+        if any("mode" in o.settings or "modes" in o.settings for o in self.config.overrides):
+            return True
+        return self.config.mode_of(heuristic) != "off"
 
 
 def observe_only(cfg: AgentBreakerConfig) -> AgentBreakerConfig:

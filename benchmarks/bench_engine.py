@@ -2,6 +2,7 @@
 
     python benchmarks/bench_engine.py [--events 100000] [--seed 1] [--sessions 500] [--payload light|heavy]
                                       [--repeat 3] [--no-cli] [--no-gc] [--no-metrics] [--tracing] [--profile [N]]
+                                      [--off HEURISTIC[,HEURISTIC...]]
 
 Builds a deterministic (seeded) trace in the shared/spec/traces.md format, in memory: many
 interleaved sessions of paired tool calls and results, assistant and user turns, failures,
@@ -18,6 +19,9 @@ identically in the heavy one. Then it reports:
     an integration passes; pydantic validation included) and for pre-parsed typed events;
   * replay throughput: replay_lines() in-process on the JSONL lines (JSON parsing included),
     the `agent-breaker replay FILE` command end to end, and its start-up time alone.
+
+`--off near_duplicate,unverified_claim` runs every engine (and the CLI replay) with those
+heuristics off (`modes:`), to measure what each one costs.
 
 It reports figures only and asserts nothing: speed targets are measured here, never asserted
 in a test. The target reported against: p99 under 100 us per decision (check_tool_call); the
@@ -54,6 +58,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent_breaker import Engine, MemoryStore, ReceiptKeys, parse_event
+from agent_breaker import heuristics as H
 from agent_breaker.metrics import NO_METRICS, Metrics
 from agent_breaker.replay import replay_lines
 
@@ -879,11 +884,13 @@ def describe_payloads(stats: dict[str, Any]) -> str:
 
 # --------------------------------------------------------------------------- measurement
 METRICS: dict[str, Metrics] = {}  # set from --no-metrics
+CONFIG: dict[str, Any] = {}  # the engines' config: {"modes": {...: "off"}} from --off
 TRACER: dict[str, Any] = {}  # set from --tracing
 
 
 def new_engine() -> Engine:
     return Engine(
+        CONFIG or None,
         listeners=[],
         sinks=False,
         escalations=False,
@@ -1001,8 +1008,13 @@ def cli_command() -> list[str]:
 
 
 def run_cli(path: Path) -> tuple[float, int, str]:
+    config = []
+    if CONFIG:
+        config_file = path.with_name("config.json")  # JSON is YAML
+        config_file.write_text(json.dumps(CONFIG), encoding="utf-8")
+        config = ["--config", str(config_file)]
     t0 = time.perf_counter()
-    proc = subprocess.run([*cli_command(), "replay", str(path)], capture_output=True, text=True)
+    proc = subprocess.run([*cli_command(), "replay", *config, str(path)], capture_output=True, text=True)
     return time.perf_counter() - t0, proc.returncode, proc.stdout
 
 
@@ -1057,6 +1069,14 @@ def latency_table(title: str, runs: list[Pass]) -> dict[str, dict[str, float]]:
     return table
 
 
+def heuristics_off(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = sorted(set(names) - set(H.CONFIGURABLE))
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown heuristics {unknown}; known: {', '.join(H.CONFIGURABLE)}")
+    return names
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--events", type=int, default=100_000, help="events in the trace (default 100000)")
@@ -1089,7 +1109,16 @@ def main(argv: list[str] | None = None) -> int:
         metavar="N",
         help="also run cProfile over the decisions (check_tool_call, dict events) and print the top N functions",
     )
+    ap.add_argument(
+        "--off",
+        type=heuristics_off,
+        default=(),
+        metavar="HEURISTIC[,HEURISTIC...]",
+        help="run the engines with these heuristics off (modes:), to measure what each costs",
+    )
     args = ap.parse_args(argv)
+    if args.off:
+        CONFIG["modes"] = dict.fromkeys(args.off, "off")
     if args.no_metrics:
         METRICS["telemetry"] = NO_METRICS
     if args.tracing:
@@ -1127,7 +1156,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         "engine: Engine(listeners=[], receipt_keys=ReceiptKeys.ephemeral(), store=MemoryStore(ttl_s=inf), trust_event_time=True),"
     )
-    print("        default config (mode enforce, every heuristic on, breakers shared across sessions)")
+    switched = f"off: {', '.join(args.off)} (--off); the rest on" if args.off else "every heuristic on"
+    print(f"        default config (mode enforce, {switched}, breakers shared across sessions)")
     print(f"        Prometheus metrics {'off (--no-metrics)' if args.no_metrics else 'on (the process registry)'}")
     print(f"        OpenTelemetry {'on (--tracing: SDK, batch processor, discarding exporter)' if args.tracing else 'off'}")
 

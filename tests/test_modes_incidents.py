@@ -5,9 +5,13 @@ from __future__ import annotations
 import json
 import logging
 
-from conftest import call, run
+from conftest import FakeClock, call, final, result, run, user
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from agent_breaker import Engine, Incident
+from agent_breaker._canonical import Fingerprinter
+from agent_breaker.receipts import ClaimChecker
 
 
 def loop_three_times(engine, clock, session="s1"):
@@ -96,3 +100,111 @@ def test_metrics_count_trips_per_heuristic_and_severity(make_engine, clock):
     engine = make_engine()
     loop_three_times(engine, clock)
     assert engine.metrics() == {"identical_failure:block": 1}
+
+
+# What only one heuristic reads (call fingerprints: near_duplicate; the ids in results:
+# unverified_claim) is not worked out when no policy of the config runs that heuristic.
+ONE_READER_OFF = (
+    {"modes": {"near_duplicate": "off"}},
+    {"modes": {"unverified_claim": "off"}},
+    {"modes": {"near_duplicate": "off", "unverified_claim": "off"}},
+)
+_TOOLS = ("run_sql", "wire_transfer")  # near_duplicate needs three similar calls to one tool
+_ARGS = (
+    {"q": "SELECT name FROM t WHERE region = 'EMEA';"},
+    {"q": "select  name FROM t WHERE region = 'EMEA'"},
+    {"q": "SELECT name FROM t WHERE region='EMEA' "},
+    {"lead_id": "L-3530"},
+    {"lead_id": "L-3635"},
+    {"amount": 5000, "to": "landlord"},
+)
+_PAYLOADS = ({"rows": [1]}, {"tx_id": "TX-80276", "status": "done"}, "TX-11111 queued", None)
+_THOUGHTS = ("", "Let me query the orders table again.", "I will query the orders table once more.")
+_FINALS = ("I have transferred $5,000. Reference: TX-80276.", "Queued as TX-11111.")
+_call = st.tuples(
+    st.just("call"),
+    st.sampled_from(_TOOLS),
+    st.sampled_from(_ARGS),
+    st.sampled_from(_THOUGHTS),
+    st.booleans(),
+    st.sampled_from(_PAYLOADS),
+)
+_steps = st.lists(
+    st.one_of(
+        _call,
+        _call,
+        _call,
+        st.tuples(st.just("final"), st.sampled_from(_FINALS)),
+        st.tuples(st.just("user"), st.sampled_from(("try again", "use the other account"))),
+    ),
+    max_size=20,
+)
+_RETRIED_VARIANTS = [("call", "run_sql", _ARGS[i], "", False, None) for i in (0, 1, 2, 0)]  # near_duplicate
+_PAID_AND_CITED = [  # unverified_claim passes
+    ("call", "wire_transfer", {"amount": 5000}, "", True, {"tx_id": "TX-80276", "status": "done"}),
+    ("final", "I have transferred $5,000. Reference: TX-80276."),
+]
+
+
+def _replay(engine: Engine, steps: list[tuple]) -> list[tuple]:
+    clock = engine.clock
+    seen = []
+    for step in steps:
+        clock.advance(2.0)
+        if step[0] == "call":
+            _, tool, args, thought, ok, payload = step
+            v = engine.check_tool_call(call(tool, args, thought=thought))
+            seen.append((v.allowed, v.heuristic, v.reason, v.counters))
+            if v.allowed:
+                rv = engine.record_tool_result(result(tool, ok, payload, call_id=v.call_id))
+                seen.append((rv.accepted, rv.heuristic, rv.reason, rv.receipt is not None))
+        elif step[0] == "final":
+            v = engine.verify_final(final(step[1]))
+            seen.append((v.allowed, v.heuristic, v.reason, v.counters))
+        else:
+            v = engine.record_user(user(step[1]))
+            seen.append((v.allowed, v.heuristic, v.reason))
+    return seen
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(config=st.sampled_from(ONE_READER_OFF), steps=_steps)
+@example(config=ONE_READER_OFF[0], steps=_PAID_AND_CITED)
+@example(config=ONE_READER_OFF[1], steps=_RETRIED_VARIANTS)
+def test_work_skipped_for_a_heuristic_that_is_off_changes_no_decision(keys, config, steps):
+    skipping = Engine(config, clock=FakeClock(), receipt_keys=keys)
+    working = Engine(config, clock=FakeClock(), receipt_keys=keys)
+    working.policies.runs = lambda heuristic: True  # type: ignore[method-assign]
+    assert _replay(skipping, steps) == _replay(working, steps)
+
+
+def test_fingerprints_and_result_ids_are_not_worked_out_for_a_heuristic_that_is_off(make_engine, clock, monkeypatch):
+    read: list[str] = []
+    shapes, references = Fingerprinter.shapes, ClaimChecker.result_references
+    monkeypatch.setattr(Fingerprinter, "shapes", lambda self, text: read.append("shapes") or shapes(self, text))
+    monkeypatch.setattr(ClaimChecker, "result_references", lambda self, c: read.append("ids") or references(self, c))
+
+    def transfer(engine: Engine) -> None:
+        run(engine, clock, "wire_transfer", {"amount": 5000}, True, {"tx_id": "TX-80276"}, thought="Pay the rent.")
+
+    transfer(make_engine())
+    assert set(read) == {"shapes", "ids"}  # the default config reads both
+    read.clear()
+    transfer(make_engine({"modes": {"near_duplicate": "off", "unverified_claim": "off"}}))
+    assert read == []
+
+
+def test_an_override_that_turns_a_heuristic_on_sees_what_other_policies_recorded(make_engine, clock):
+    # the worker's results are read by the auditor's claim check: the worker's policy, where
+    # the check is off, still keeps the ids its results hold
+    engine = make_engine(
+        {
+            "modes": {"unverified_claim": "off"},
+            "overrides": [{"agent": "auditor", "settings": {"modes": {"unverified_claim": "enforce"}}}],
+        }
+    )
+    run(engine, clock, "wire_transfer", {"amount": 5000}, True, {"tx_id": "TX-80276"}, agent="worker")
+    ok = engine.verify_final({**final("I have transferred $5,000. Reference: TX-80276."), "agent": "auditor"})
+    made_up = engine.verify_final({**final("I have transferred $5,000. Reference: TX-80277."), "agent": "auditor"})
+    assert (ok.allowed, ok.heuristic) == (True, None)
+    assert (made_up.allowed, made_up.heuristic) == (False, "unverified_claim")

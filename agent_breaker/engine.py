@@ -267,8 +267,8 @@ class Engine:
         return CallFacts(
             tool=ev.tool,
             key=key,
-            fp_text=fp.tokens(canonical) if fingerprinted else (),
-            fp_shape=fp.shapes(canonical) if fingerprinted else (),
+            fp_text=fp.tokens(canonical) if fingerprinted else None,
+            fp_shape=fp.shapes(canonical) if fingerprinted else None,
             fp_thought=tuple(sorted(fp.shapes(normalize_text(ev.thought)))) if ev.thought and fingerprinted else None,
             tokens=ev.input_tokens + ev.output_tokens,
             cost_usd=budget.step_cost_usd(p.cfg, ev.input_tokens, ev.output_tokens, ev.cost_usd, ev.model),
@@ -434,7 +434,7 @@ class Engine:
             if halted is not None:
                 decided.verdict = halted
                 return s, decided
-            similar = loops.chain_similarity(s, f, cfg, now) if p.fingerprint_calls else loops.NOT_SIMILAR
+            similar = loops.chain_similarity(s, f, cfg, now)
             polling = polling_tool or loops.polled_by_result(s, f)
             block, warn = judge(cfg, [global_trip, schema_trip]) if global_trip or schema_trip else (None, None)
             if block is None:
@@ -754,7 +754,7 @@ class Engine:
         repeat_hash = answer_hash if masked == timed else self.fingerprints.hash64(masked)
         blank = is_blank(ev.result)
         polling = p.polling(ev.tool)
-        references = p.claims.result_references(canonical) if p.collect_references and not out.failed else None
+        references = p.claims.result_references(canonical) if not out.failed else None
         churn_on = p.mode(H.SESSION_CHURN) != "off"
 
         def decide(s: SessionState) -> tuple[SessionState | None, _Decided]:

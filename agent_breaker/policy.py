@@ -138,9 +138,8 @@ class Policy:
     idempotency_fields: frozenset[str]
     call_checks: tuple[EnabledCheck, ...]
     session_limits: tuple[EnabledCheck, ...]
-    #: what only one heuristic reads is worked out only where some policy of the config runs it
-    fingerprint_calls: bool  # near_duplicate: call fingerprints
-    collect_references: bool  # unverified_claim: the ids in results
+    #: near_duplicate alone reads the call fingerprints: taken where some policy of the config runs it
+    fingerprint_calls: bool
     _mutating: dict[str, bool]
     _polling: dict[str, bool]
     _checks: dict[tuple[str, bool], schemas.Check | None]  # (tool, of the result): only tools under `tools:`
@@ -163,7 +162,6 @@ class Policy:
             enabled(cfg, CALL_CHECKS),
             enabled(cfg, SESSION_LIMITS),
             runs(H.NEAR_DUPLICATE),
-            runs(H.UNVERIFIED_CLAIM),
             {},
             {},
             {},

@@ -45,8 +45,9 @@ class CallFacts:
 
     tool: str
     key: int  # hash of tool + canonical args
-    fp_text: tuple[int, ...]  # token hashes of the canonical args
-    fp_shape: tuple[int, ...]  # the same with digit runs folded (ids, numbers)
+    # None, both, when near_duplicate (their only reader) is off: the call was not fingerprinted
+    fp_text: tuple[int, ...] | None  # token hashes of the canonical args
+    fp_shape: tuple[int, ...] | None  # the same with digit runs folded (ids, numbers)
     fp_thought: tuple[int, ...] | None
     tokens: int
     cost_usd: float
@@ -354,4 +355,4 @@ def _facts(f: CallFacts) -> list[Any]:
 
 
 def _unfacts(d: list[Any]) -> CallFacts:
-    return CallFacts(d[0], d[1], _unfp(d[2]), _unfp(d[3]), _unfp_or_none(d[4]), d[5], d[6], d[7], d[8], *d[9:11])
+    return CallFacts(d[0], d[1], _unfp_or_none(d[2]), _unfp_or_none(d[3]), _unfp_or_none(d[4]), d[5], d[6], d[7], d[8], *d[9:11])

@@ -20,7 +20,7 @@ identically in the heavy one. Then it reports:
   * replay throughput: replay_lines() in-process on the JSONL lines (JSON parsing included),
     the `agent-breaker replay FILE` command end to end, and its start-up time alone.
 
-`--off near_duplicate,unverified_claim` runs every engine (and the CLI replay) with those
+`--off near_duplicate` (or several, comma-separated) runs every engine (and the CLI replay) with those
 heuristics off (`modes:`), to measure what each one costs.
 
 It reports figures only and asserts nothing: speed targets are measured here, never asserted

@@ -38,8 +38,8 @@ facts = st.builds(
     CallFacts,
     ids,
     u64,
-    fps,
-    fps,
+    st.one_of(st.none(), fps),  # None: not fingerprinted (near_duplicate off)
+    st.one_of(st.none(), fps),
     st.one_of(st.none(), fps),
     st.integers(0, 10**12),
     money,

@@ -9,9 +9,8 @@ from conftest import FakeClock, call, final, result, run, user
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from agent_breaker import Engine, Incident
+from agent_breaker import Engine, Incident, MemoryStore
 from agent_breaker._canonical import Fingerprinter
-from agent_breaker.receipts import ClaimChecker
 
 
 def loop_three_times(engine, clock, session="s1"):
@@ -102,12 +101,11 @@ def test_metrics_count_trips_per_heuristic_and_severity(make_engine, clock):
     assert engine.metrics() == {"identical_failure:block": 1}
 
 
-# What only one heuristic reads (call fingerprints: near_duplicate; the ids in results:
-# unverified_claim) is not worked out when no policy of the config runs that heuristic.
-ONE_READER_OFF = (
+# near_duplicate alone reads the call fingerprints: they are not taken when no policy of the
+# config runs it.
+WITHOUT_NEAR_DUPLICATE = (
     {"modes": {"near_duplicate": "off"}},
-    {"modes": {"unverified_claim": "off"}},
-    {"modes": {"near_duplicate": "off", "unverified_claim": "off"}},
+    {"mode": "observe", "modes": {"near_duplicate": "off", "unverified_claim": "off"}},
 )
 _TOOLS = ("run_sql", "wire_transfer")  # near_duplicate needs three similar calls to one tool
 _ARGS = (
@@ -117,6 +115,7 @@ _ARGS = (
     {"lead_id": "L-3530"},
     {"lead_id": "L-3635"},
     {"amount": 5000, "to": "landlord"},
+    {"-": "."},  # no word at all: an empty fingerprint
 )
 _PAYLOADS = ({"rows": [1]}, {"tx_id": "TX-80276", "status": "done"}, "TX-11111 queued", None)
 _THOUGHTS = ("", "Let me query the orders table again.", "I will query the orders table once more.")
@@ -139,11 +138,7 @@ _steps = st.lists(
     ),
     max_size=20,
 )
-_RETRIED_VARIANTS = [("call", "run_sql", _ARGS[i], "", False, None) for i in (0, 1, 2, 0)]  # near_duplicate
-_PAID_AND_CITED = [  # unverified_claim passes
-    ("call", "wire_transfer", {"amount": 5000}, "", True, {"tx_id": "TX-80276", "status": "done"}),
-    ("final", "I have transferred $5,000. Reference: TX-80276."),
-]
+_RETRIED_VARIANTS = [("call", "run_sql", _ARGS[i], "", False, None) for i in (0, 1, 2, 0)]
 
 
 def _replay(engine: Engine, steps: list[tuple]) -> list[tuple]:
@@ -168,43 +163,66 @@ def _replay(engine: Engine, steps: list[tuple]) -> list[tuple]:
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(config=st.sampled_from(ONE_READER_OFF), steps=_steps)
-@example(config=ONE_READER_OFF[0], steps=_PAID_AND_CITED)
-@example(config=ONE_READER_OFF[1], steps=_RETRIED_VARIANTS)
-def test_work_skipped_for_a_heuristic_that_is_off_changes_no_decision(keys, config, steps):
+@given(config=st.sampled_from(WITHOUT_NEAR_DUPLICATE), steps=_steps)
+@example(config=WITHOUT_NEAR_DUPLICATE[0], steps=_RETRIED_VARIANTS)
+def test_fingerprints_not_taken_for_near_duplicate_off_change_no_decision(keys, config, steps):
     skipping = Engine(config, clock=FakeClock(), receipt_keys=keys)
-    working = Engine(config, clock=FakeClock(), receipt_keys=keys)
-    working.policies.runs = lambda heuristic: True  # type: ignore[method-assign]
-    assert _replay(skipping, steps) == _replay(working, steps)
+    taking = Engine(config, clock=FakeClock(), receipt_keys=keys)
+    taking.policies.runs = lambda heuristic: True  # type: ignore[method-assign]
+    assert skipping.policies.get(None, None, None).fingerprint_calls is False
+    assert _replay(skipping, steps) == _replay(taking, steps)
 
 
-def test_fingerprints_and_result_ids_are_not_worked_out_for_a_heuristic_that_is_off(make_engine, clock, monkeypatch):
-    read: list[str] = []
-    shapes, references = Fingerprinter.shapes, ClaimChecker.result_references
-    monkeypatch.setattr(Fingerprinter, "shapes", lambda self, text: read.append("shapes") or shapes(self, text))
-    monkeypatch.setattr(ClaimChecker, "result_references", lambda self, c: read.append("ids") or references(self, c))
+def test_fingerprints_are_not_taken_when_near_duplicate_is_off(make_engine, clock, monkeypatch):
+    taken: list[str] = []
+    tokens, shapes = Fingerprinter.tokens, Fingerprinter.shapes
+    monkeypatch.setattr(Fingerprinter, "tokens", lambda self, text: taken.append("tokens") or tokens(self, text))
+    monkeypatch.setattr(Fingerprinter, "shapes", lambda self, text: taken.append("shapes") or shapes(self, text))
 
-    def transfer(engine: Engine) -> None:
-        run(engine, clock, "wire_transfer", {"amount": 5000}, True, {"tx_id": "TX-80276"}, thought="Pay the rent.")
+    def query(engine: Engine) -> None:
+        run(engine, clock, "run_sql", {"q": "SELECT 1"}, True, {"rows": [1]}, thought="Count the orders.")
 
-    transfer(make_engine())
-    assert set(read) == {"shapes", "ids"}  # the default config reads both
-    read.clear()
-    transfer(make_engine({"modes": {"near_duplicate": "off", "unverified_claim": "off"}}))
-    assert read == []
+    query(make_engine())
+    assert sorted(taken) == ["shapes", "shapes", "tokens"]  # args (words, shapes) and thought (shapes)
+    taken.clear()
+    query(make_engine({"modes": {"near_duplicate": "off"}}))
+    assert taken == []
 
 
-def test_an_override_that_turns_a_heuristic_on_sees_what_other_policies_recorded(make_engine, clock):
-    # the worker's results are read by the auditor's claim check: the worker's policy, where
-    # the check is off, still keeps the ids its results hold
+def test_near_duplicate_does_not_see_calls_an_engine_without_it_recorded(make_engine, clock, shared_store):
+    # a fleet rolling near_duplicate out: engine A (off) and B (on) share the sessions. A's
+    # calls neither start, grow nor end a chain; an empty fingerprint (args with no word)
+    # matches none of them
+    store = shared_store if shared_store is not None else MemoryStore()
+    a = make_engine({"modes": {"near_duplicate": "off"}}, store=store)
+    b = make_engine(store=store)
+    for q in ("SELECT a FROM t", "SELECT b FROM t", "SELECT c FROM t"):
+        run(a, clock, "run_sql", {"q": q}, False, None)
+    wordless = [{"-": "."}, {"+": "."}, {"*": "."}, {"/": "."}]
+    verdicts = [run(b, clock, "run_sql", args, False, None) for args in wordless]
+    assert [(v.allowed, v.heuristic) for v in verdicts] == [(True, None)] * 3 + [(False, "near_duplicate")]
+
+    variants = ["SELECT name FROM t WHERE id = 1;", "select  name FROM t WHERE id = 1", "SELECT name FROM t WHERE id=1 "]
+    for q in variants[:2]:
+        assert run(b, clock, "run_sql", {"q": q}, False, None, session="s2").allowed
+    assert run(a, clock, "run_sql", {"q": "DROP TABLE t"}, False, None, session="s2").allowed  # unseen
+    assert run(b, clock, "run_sql", {"q": variants[2]}, False, None, session="s2").allowed  # the chain's third
+    v = b.check_tool_call(call("run_sql", {"q": variants[0]}, session="s2"))
+    assert (v.allowed, v.heuristic) == (False, "near_duplicate")
+
+
+def test_overrides_that_turn_near_duplicate_on_only_together_keep_the_fingerprints(make_engine, clock):
+    # neither override alone runs near_duplicate (mode off; near_duplicate off): both together do
     engine = make_engine(
         {
-            "modes": {"unverified_claim": "off"},
-            "overrides": [{"agent": "auditor", "settings": {"modes": {"unverified_claim": "enforce"}}}],
+            "mode": "off",
+            "overrides": [
+                {"tenant": "t", "settings": {"mode": "enforce", "modes": {"near_duplicate": "off"}}},
+                {"agent": "b", "settings": {"modes": {"near_duplicate": "enforce"}}},
+            ],
         }
     )
-    run(engine, clock, "wire_transfer", {"amount": 5000}, True, {"tx_id": "TX-80276"}, agent="worker")
-    ok = engine.verify_final({**final("I have transferred $5,000. Reference: TX-80276."), "agent": "auditor"})
-    made_up = engine.verify_final({**final("I have transferred $5,000. Reference: TX-80277."), "agent": "auditor"})
-    assert (ok.allowed, ok.heuristic) == (True, None)
-    assert (made_up.allowed, made_up.heuristic) == (False, "unverified_claim")
+    for q in ("SELECT name FROM t WHERE id = 1;", "select  name FROM t WHERE id = 1", "SELECT name FROM t WHERE id=1 "):
+        run(engine, clock, "run_sql", {"q": q}, False, None, tenant="t", agent="b")
+    v = engine.check_tool_call(call("run_sql", {"q": "SELECT name FROM t WHERE id = 1"}, tenant="t", agent="b"))
+    assert (v.allowed, v.heuristic) == (False, "near_duplicate")

@@ -126,6 +126,8 @@ def chain_similarity(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig, now
     chain = s.loops.chains.get(f.tool)
     if chain is None or chain.epoch != s.loops.epoch or now - chain.last_ts > cfg.near_duplicate.window_s:
         return NOT_SIMILAR
+    if f.fp_text is None or f.fp_shape is None:
+        return NOT_SIMILAR  # not fingerprinted: near_duplicate is off
     c = cfg.near_duplicate
     thought = None
     if chain.fp_thought is not None and f.fp_thought is not None:
@@ -348,10 +350,12 @@ def record_result(
 
     # near_duplicate: the tool's chain of similar calls without progress
     chain = s.loops.chains.get(f.tool)
-    if not failed and chain is not None and (blank or unchanged):
+    if f.fp_text is None or f.fp_shape is None:
+        pass  # not fingerprinted (near_duplicate is off where it was made): a call it does not see
+    elif not failed and chain is not None and (blank or unchanged):
         # a blank success, or the same call again with the same result, neither extends nor
         # ends a chain: re-running a call is identical_call's to judge, not "other words"
-        chain = None
+        pass
     elif (
         chain is not None
         and chain.epoch == s.loops.epoch

@@ -169,6 +169,18 @@ def test_a_different_thought_breaks_a_near_duplicate_chain(make_engine, clock):
     assert v.allowed
 
 
+def test_progress_from_a_blank_success_of_the_tool_ends_its_near_duplicate_chain(engine, clock):
+    # a new call of the tool that succeeds with nothing to show is progress; it is not in the
+    # chain, so the chain ends with it (as every other tool's does)
+    variants = ["SELECT name FROM t WHERE id = 1;", "select  name FROM t WHERE id = 1", "SELECT name FROM t WHERE id=1 "]
+    for q in variants[:2]:
+        assert run(engine, clock, "run_sql", {"query": q}, False, None).allowed
+    assert run(engine, clock, "run_sql", {"query": "SHOW TABLES"}, True, "").allowed
+    for q in variants[2:] + variants[:1]:
+        assert run(engine, clock, "run_sql", {"query": q}, False, None).allowed
+    assert engine.check_tool_call(call("run_sql", {"query": variants[1]})).allowed
+
+
 def test_ping_pong_between_two_calls_with_the_same_results_is_an_oscillation(engine, clock):
     assert run(engine, clock, "read_record", {"id": 1}, True, {"name": "Dana"}).allowed
     assert run(engine, clock, "list_orders", {"customer": "C-1"}, True, {"orders": []}).allowed

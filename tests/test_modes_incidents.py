@@ -210,6 +210,14 @@ def test_near_duplicate_does_not_see_calls_an_engine_without_it_recorded(make_en
     v = b.check_tool_call(call("run_sql", {"q": variants[0]}, session="s2"))
     assert (v.allowed, v.heuristic) == (False, "near_duplicate")
 
+    # progress made by a call it does not see ends the chain all the same
+    for q in variants[:2]:
+        assert run(b, clock, "run_sql", {"q": q}, False, None, session="s3").allowed
+    assert run(a, clock, "run_sql", {"q": "SELECT count(*) FROM t"}, True, {"count": 7}, session="s3").allowed
+    for q in variants[2:] + variants[:1]:
+        assert run(b, clock, "run_sql", {"q": q}, False, None, session="s3").allowed
+    assert b.check_tool_call(call("run_sql", {"q": variants[1]}, session="s3")).allowed
+
 
 def test_overrides_that_turn_near_duplicate_on_only_together_keep_the_fingerprints(make_engine, clock):
     # neither override alone runs near_duplicate (mode off; near_duplicate off): both together do

@@ -348,14 +348,15 @@ def record_result(
     st.last_result = outcome
     st.last_ts = now
 
-    # near_duplicate: the tool's chain of similar calls without progress
+    # near_duplicate: the tool's chain of similar calls without progress (`chain` is left None
+    # when this call is not in it, so that progress ends it as it ends every other chain)
     chain = s.loops.chains.get(f.tool)
     if f.fp_text is None or f.fp_shape is None:
-        pass  # not fingerprinted (near_duplicate is off where it was made): a call it does not see
+        chain = None  # not fingerprinted (near_duplicate is off where it was made): a call it does not see
     elif not failed and chain is not None and (blank or unchanged):
         # a blank success, or the same call again with the same result, neither extends nor
         # ends a chain: re-running a call is identical_call's to judge, not "other words"
-        pass
+        chain = None
     elif (
         chain is not None
         and chain.epoch == s.loops.epoch

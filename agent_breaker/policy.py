@@ -145,9 +145,7 @@ class Policy:
     _checks: dict[tuple[str, bool], schemas.Check | None]  # (tool, of the result): only tools under `tools:`
 
     @classmethod
-    def build(cls, cfg: AgentBreakerConfig, fingerprints: Fingerprinter, runs: Callable[[str], bool]) -> Policy:
-        """`runs(heuristic)`: may any policy of the whole config run it (a session's events may
-        come under several policies, and what one writes into the session another reads)."""
+    def build(cls, cfg: AgentBreakerConfig, fingerprints: Fingerprinter, *, fingerprint_calls: bool) -> Policy:
         return cls(
             cfg,
             Canonicalizer(cfg.volatile_fields, max_bytes=cfg.max_args_bytes, fold=True),
@@ -161,7 +159,7 @@ class Policy:
             frozenset(normalize_key(k) for k in cfg.duplicate_mutation.idempotency_fields),
             enabled(cfg, CALL_CHECKS),
             enabled(cfg, SESSION_LIMITS),
-            runs(H.NEAR_DUPLICATE),
+            fingerprint_calls,
             {},
             {},
             {},
@@ -252,7 +250,9 @@ class Policies:
                 cfg = observe_only(cfg)
             if len(self._cache) > MAX_CACHED:
                 self._cache.clear()
-            p = self._cache[k] = Policy.build(cfg, self.fingerprints, self.runs)
+            # whole-config, not this policy's: a session's events may come under several
+            # policies, and what one writes into the session another reads
+            p = self._cache[k] = Policy.build(cfg, self.fingerprints, fingerprint_calls=self.runs(H.NEAR_DUPLICATE))
         return p
 
     def runs(self, heuristic: str) -> bool:

@@ -58,7 +58,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent_breaker import Engine, MemoryStore, ReceiptKeys, parse_event
-from agent_breaker import heuristics as H
+from agent_breaker.config import ConfigError, parse_config
 from agent_breaker.metrics import NO_METRICS, Metrics
 from agent_breaker.replay import replay_lines
 
@@ -1007,12 +1007,7 @@ def cli_command() -> list[str]:
     return [exe] if exe else [sys.executable, "-m", "agent_breaker.cli"]
 
 
-def run_cli(path: Path) -> tuple[float, int, str]:
-    config = []
-    if CONFIG:
-        config_file = path.with_name("config.json")  # JSON is YAML
-        config_file.write_text(json.dumps(CONFIG), encoding="utf-8")
-        config = ["--config", str(config_file)]
+def run_cli(path: Path, config: list[str]) -> tuple[float, int, str]:
     t0 = time.perf_counter()
     proc = subprocess.run([*cli_command(), "replay", *config, str(path)], capture_output=True, text=True)
     return time.perf_counter() - t0, proc.returncode, proc.stdout
@@ -1071,9 +1066,10 @@ def latency_table(title: str, runs: list[Pass]) -> dict[str, dict[str, float]]:
 
 def heuristics_off(text: str) -> tuple[str, ...]:
     names = tuple(n.strip() for n in text.split(",") if n.strip())
-    unknown = sorted(set(names) - set(H.CONFIGURABLE))
-    if unknown:
-        raise argparse.ArgumentTypeError(f"unknown heuristics {unknown}; known: {', '.join(H.CONFIGURABLE)}")
+    try:
+        parse_config({"modes": dict.fromkeys(names, "off")})  # the config's own check of the names
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     return names
 
 
@@ -1208,12 +1204,17 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             trace = Path(tmp) / "trace.jsonl"
             trace.write_text("\n".join(lines) + "\n", encoding="utf-8")
+            config = []
+            if CONFIG:
+                config_file = Path(tmp) / "config.json"  # JSON is YAML
+                config_file.write_text(json.dumps(CONFIG), encoding="utf-8")
+                config = ["--config", str(config_file)]
             one = Path(tmp) / "one.jsonl"
             first_call = next(line for line, ev in zip(lines, raw, strict=True) if ev["type"] == "tool_call")
             one.write_text(first_call + "\n", encoding="utf-8")
-            run_cli(one)  # warm the OS file cache and .pyc files
-            startups = sorted(run_cli(one)[0] for _ in range(5))
-            cli_s, rc, out = run_cli(trace)
+            run_cli(one, config)  # warm the OS file cache and .pyc files
+            startups = sorted(run_cli(one, config)[0] for _ in range(5))
+            cli_s, rc, out = run_cli(trace, config)
         cli_results = [json.loads(x) for x in out.splitlines() if x.strip()]
         c_blocked = sum(r["blocked_calls"] for r in cli_results)
         c_calls = c_blocked + sum(r["allowed_calls"] for r in cli_results)

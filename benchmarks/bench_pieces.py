@@ -1,0 +1,121 @@
+"""Where a payload-heavy event's time goes, piece by piece.
+
+    python benchmarks/bench_pieces.py [--events 20000] [--seed 1] [--repeat 5]
+
+On the payload-heavy trace of bench_engine.py (`generate_trace(..., payload="heavy")`), in us:
+
+  * per event: JSON parsing of the lines alone, and a whole replay (`replay_lines`, JSON parsing
+    included) with the default config, with `mode: off` (the replay's floor: parsing, event
+    validation, its own bookkeeping) and with every heuristic off through `modes:`;
+  * per tool call: the pieces of its facts (canonical args, their word and shape fingerprints,
+    the thought's shapes and their sorting) and the facts whole (`Engine._facts`);
+  * per tool result: canonical JSON, its BLAKE2b hash, the churn masks, the reference ids and
+    the failure classification.
+
+Best of --repeat passes of each, wall clock, one process, GC on (the trace frozen out of it).
+Figures only, nothing asserted. The pieces call the engine's internals as it calls them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench_engine import generate_trace
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from agent_breaker import Engine, ReceiptKeys, ToolCall, ToolResult, parse_event
+from agent_breaker import heuristics as H
+from agent_breaker._canonical import normalize_text
+from agent_breaker._json import loads
+from agent_breaker.config import parse_config
+from agent_breaker.outcomes import classify
+from agent_breaker.replay import replay_engine, replay_lines
+
+
+def best_us(fn: Callable[[], Any], n: int, repeat: int) -> float:
+    """The best of `repeat` runs of fn, in us per one of its n items."""
+    best = float("inf")
+    for _ in range(repeat):
+        gc.collect()
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best / n * 1e6
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--events", type=int, default=20_000, help="events of the heavy trace (default 20000)")
+    ap.add_argument("--seed", type=int, default=1, help="seed of the trace (default 1)")
+    ap.add_argument("--repeat", type=int, default=5, help="runs of each piece; the best counts (default 5)")
+    args = ap.parse_args(argv)
+
+    raw = generate_trace(args.events, args.seed, payload="heavy")
+    lines = [json.dumps(ev) for ev in raw]
+    events = [parse_event(dict(ev)) for ev in raw]
+    calls = [ev for ev in events if isinstance(ev, ToolCall)]
+    results = [ev for ev in events if isinstance(ev, ToolResult)]
+    gc.collect()
+    gc.freeze()
+    print(f"bench_pieces: heavy trace, {len(lines):,} events ({len(calls):,} calls, {len(results):,} results), seed {args.seed}")
+    print(f"best of {args.repeat}, us\n")
+
+    def replay(config: dict[str, Any] | None) -> Callable[[], Any]:
+        return lambda: replay_lines(lines, replay_engine(parse_config(config)))
+
+    n = len(lines)
+    print("per event")
+    rows: list[tuple[str, float]] = [
+        ("JSON parsing of the lines", best_us(lambda: [loads(line) for line in lines], n, args.repeat)),
+        ("replay, default config", best_us(replay(None), n, args.repeat)),
+        ("replay, mode: off (the floor)", best_us(replay({"mode": "off"}), n, args.repeat)),
+        (
+            "replay, every heuristic off (modes:)",
+            best_us(replay({"modes": dict.fromkeys(H.CONFIGURABLE, "off")}), n, args.repeat),
+        ),
+    ]
+    for label, us in rows:
+        print(f"  {label:<44}{us:>9.1f}")
+
+    engine = Engine(receipt_keys=ReceiptKeys.ephemeral())
+    p = engine.policies.get(None, None, None)
+    fp = engine.fingerprints
+    args_canon = [p.canon.canonical(c.args) for c in calls]
+    thoughts = [normalize_text(c.thought) for c in calls if c.thought]
+    shapes = [fp.shapes(t) for t in thoughts]
+    print(f"\nper tool call ({len(thoughts):,} of {len(calls):,} with a thought; thought pieces per thought)")
+    for label, fn, count in (
+        ("canonical args", lambda: [p.canon.canonical(c.args) for c in calls], len(calls)),
+        ("word fingerprint of the args", lambda: [fp.tokens(c) for c in args_canon], len(calls)),
+        ("shape fingerprint of the args", lambda: [fp.shapes(c) for c in args_canon], len(calls)),
+        ("shapes of the thought", lambda: [fp.shapes(t) for t in thoughts], len(thoughts)),
+        ("sorting them", lambda: [tuple(sorted(s)) for s in shapes], len(thoughts)),
+        ("the facts whole (Engine._facts)", lambda: [engine._facts(c, p) for c in calls], len(calls)),
+    ):
+        print(f"  {label:<44}{best_us(fn, max(count, 1), args.repeat):>9.1f}")
+
+    canon = [p.result_canon.canonical(r.result) for r in results]
+    timed = [p.churn.timing(c) for c in canon]
+    print(f"\nper tool result (canonical JSON p50 {sorted(map(len, canon))[len(canon) // 2]:,} characters)")
+    for label, fn in (
+        ("canonical JSON, volatile fields out", lambda: [p.result_canon.canonical(r.result) for r in results]),
+        ("its BLAKE2b hash", lambda: [fp.hash64(c) for c in canon]),
+        ("churn mask: timings", lambda: [p.churn.timing(c) for c in canon]),
+        ("churn mask: identities", lambda: [p.churn.identity(c) for c in timed]),
+        ("reference ids", lambda: [p.claims.result_references(c) for c in canon]),
+        ("failure classification", lambda: [classify(r, p.cfg, p.in_progress, None) for r in results]),
+    ):
+        print(f"  {label:<44}{best_us(fn, len(results), args.repeat):>9.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

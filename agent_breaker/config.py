@@ -171,6 +171,9 @@ DEFAULT_ECHO_SIMILARITY = 0.65
 DEFAULT_ECHO_REPEATS = 3
 DEFAULT_DEADLOCK_SIMILARITY = 0.6
 DEFAULT_DEADLOCK_TURNS = 3
+# graduated heuristics: how many of a pattern's trips only warn before the next one cuts
+DEFAULT_WARN_FIRST = dict.fromkeys(sorted(H.GRADUATED), 1)
+MAX_WARN_FIRST = 10
 DEFAULT_CHURN_CALLS = 10
 DEFAULT_CHURN_WINDOW_S = 60.0
 
@@ -847,6 +850,12 @@ class AgentBreakerConfig(_Frozen):
     sessions: SessionsConfig = SessionsConfig()
     incidents: IncidentsConfig = IncidentsConfig()
     escalations: EscalationsConfig = EscalationsConfig()
+    warn_first: dict[str, int] = Field(
+        default_factory=lambda: dict(DEFAULT_WARN_FIRST),
+        description="Heuristics that can be wrong warn first: the first N trips of a pattern let the call run and "
+        "tell the agent; the next trip, with no progress in between, cuts (0: cut at once). Only the loop "
+        "heuristics, duplicate_mutation and session_churn may be listed; a heuristic left out cuts at once.",
+    )
     overrides: tuple[Override, ...] = Field(
         (), description="Settings per tenant / feature / agent; the more specific override wins."
     )
@@ -870,6 +879,19 @@ class AgentBreakerConfig(_Frozen):
         if unknown:
             raise ValueError(f"modes names unknown heuristics {unknown}; known: {list(H.CONFIGURABLE)}")
         return modes
+
+    @field_validator("warn_first")
+    @classmethod
+    def _graduated_heuristics(cls, warn_first: dict[str, int]) -> dict[str, int]:
+        wrong = sorted(set(warn_first) - H.GRADUATED)
+        if wrong:
+            raise ValueError(
+                f"warn_first names heuristics that cut at once or do not exist {wrong}; graduated: {sorted(H.GRADUATED)}"
+            )
+        for heuristic, n in warn_first.items():
+            if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_WARN_FIRST:
+                raise ValueError(f"warn_first.{heuristic} must be an integer from 0 to {MAX_WARN_FIRST}, but was {n!r}")
+        return warn_first
 
     @model_validator(mode="after")
     def _overrides_are_valid(self) -> AgentBreakerConfig:

@@ -371,6 +371,8 @@ class Engine:
             decided.trips.append((block, "block"))
             return verdict_for(block, "block", tool)
         if warn is not None:
+            if warn.advisory:
+                s.loops.warned[warn.heuristic] = s.loops.warned.get(warn.heuristic, 0) + 1
             decided.trips.append((warn, "warn"))
             return verdict_for(warn, "warn", tool, call_id)
         return ALLOW if call_id is None else Verdict(True, call_id=call_id)
@@ -444,7 +446,7 @@ class Engine:
                     # the agent is told to ask the user: the next "yes" is an answer again
                     s.loops.said.pop(self._confirmation, None)
             if block is None and view is not None and s.loops.only_key in (None, f.key):
-                block, churn_warn = judge(cfg, [churn.check(view, f.key, f.tool, cfg, now)])
+                block, churn_warn = judge(cfg, [churn.check(view, f.key, f.tool, cfg, now)], s)
                 warn = warn or churn_warn
             granted = permission
             if block is None and breaker_on and not self.share_breakers:
@@ -910,7 +912,7 @@ class Engine:
                 block, limit_warn = run_checks(p.session_limits, CheckContext(s, None, cfg, now, False, loops.NOT_SIMILAR))
                 warn = warn or limit_warn
             if block is None:
-                block, turn_warn = judge(cfg, list[Trip | None](conversation.check_turn(turn, cfg)))
+                block, turn_warn = judge(cfg, list[Trip | None](conversation.check_turn(turn, cfg)), s)
                 warn = warn or turn_warn
             decided.verdict = self._settle(s, decided, block, warn, None)
             return s, decided
@@ -1070,6 +1072,7 @@ class Engine:
             counters=dict(trip.counters),
             tokens_so_far=s.spend.tokens,
             cost_usd_so_far=s.spend.cost_usd,
+            advisory=trip.advisory,
         )
         self._tell(incident)
 

@@ -82,6 +82,11 @@ LOOPS: frozenset[str] = frozenset(
     }
 )
 
+#: heuristics that can be wrong: they warn first (the call runs, the agent is told), and cut when
+#: the pattern goes on after the warning (`warn_first:` in config). Deterministic checks (budgets,
+#: ceilings, breakers, receipts, schemas) are not among them: they cut at once.
+GRADUATED: frozenset[str] = LOOPS | {DUPLICATE_MUTATION, SESSION_CHURN}
+
 #: the session budgets: their halts stay until the budget is reset (an operator's resume)
 BUDGETS: frozenset[str] = frozenset({TOKEN_BUDGET, COST_BUDGET, STEP_LIMIT})
 #: trips that end the session: every later call of it is refused (enforce mode)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from . import heuristics as H
@@ -95,30 +95,50 @@ def enabled(cfg: AgentBreakerConfig, checks: tuple[tuple[str, Check], ...]) -> t
     return tuple((name, cfg.mode_of(name), check) for name, check in checks if cfg.mode_of(name) != "off")
 
 
+def graded(cfg: AgentBreakerConfig, s: SessionState | None, trip: Trip) -> Trip | None:
+    """The trip as an advisory (the call runs, the agent is warned) while its heuristic has
+    warnings left in this pattern of the session (`warn_first`; the count starts over with
+    progress); None once they are spent: the trip counts in full."""
+    n = cfg.warn_first.get(trip.heuristic, 0)
+    if not n or s is None or trip.certain or s.loops.warned.get(trip.heuristic, 0) >= n:
+        return None
+    return replace(trip, advisory=True)
+
+
+def _warning(warn: Trip | None, trip: Trip) -> Trip:
+    """The warning a verdict shows: the first, but an advisory before a reported trip (an
+    advisory shown is one spent)."""
+    return trip if warn is None or (trip.advisory and not warn.advisory) else warn
+
+
 def run_checks(checks: tuple[EnabledCheck, ...], ctx: CheckContext) -> tuple[Trip | None, Trip | None]:
-    """Run (name, mode, check) in order; return (first blocking trip, first observed trip)."""
+    """Run (name, mode, check) in order; return (first blocking trip, the warning to show)."""
     warn = None
     for _name, mode, check in checks:
         trip = check(ctx)
         if trip is None:
             continue
-        if mode == "enforce":
+        advisory = graded(ctx.cfg, ctx.s, trip)
+        if advisory is None and mode == "enforce":
             return trip, warn
-        warn = warn or trip
+        warn = _warning(warn, advisory or trip)
     return None, warn
 
 
-def judge(cfg: AgentBreakerConfig, trips: list[Trip | None]) -> tuple[Trip | None, Trip | None]:
-    """The same for trips found outside the check tables, by their heuristics' modes."""
+def judge(cfg: AgentBreakerConfig, trips: list[Trip | None], s: SessionState | None = None) -> tuple[Trip | None, Trip | None]:
+    """The same for trips found outside the check tables, by their heuristics' modes (graded
+    against session `s`, when given)."""
     warn = None
     for trip in trips:
         if trip is None:
             continue
         mode = cfg.mode_of(trip.heuristic)
-        if mode == "enforce":
+        if mode == "off":
+            continue
+        advisory = graded(cfg, s, trip)
+        if advisory is None and mode == "enforce":
             return trip, warn
-        if mode == "observe":
-            warn = warn or trip
+        warn = _warning(warn, advisory or trip)
     return None, warn
 
 

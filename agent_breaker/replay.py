@@ -36,6 +36,9 @@ class _SessionReplay:
     blocked_calls: int = 0
     cost_allowed_usd: float = 0.0
     cost_blocked_usd: float = 0.0
+    # graduated heuristics' warnings (the call ran): heuristic -> count, and the first one's event
+    warnings: dict[str, int] = field(default_factory=dict)
+    warn_event: int | None = None
     blocked_ids: set[str] = field(default_factory=set)
     # calls without call_id, per tool, in order: was each one blocked?
     unpaired: dict[str, deque[bool]] = field(default_factory=dict)
@@ -44,6 +47,17 @@ class _SessionReplay:
         if self.trip_event is None:
             self.trip_event = self.events
             self.heuristic = heuristic
+
+    def verdict(self, heuristic: str | None, advisory: bool) -> None:
+        """A verdict's trip: a warning (advisory) is counted, anything else is the trip."""
+        if heuristic is None:
+            return
+        if not advisory:
+            self.trip(heuristic)
+            return
+        self.warnings[heuristic] = self.warnings.get(heuristic, 0) + 1
+        if self.warn_event is None:
+            self.warn_event = self.events
 
     def output(self) -> dict[str, Any]:
         return {
@@ -55,6 +69,9 @@ class _SessionReplay:
             "blocked_calls": self.blocked_calls,
             "cost_allowed_usd": round(self.cost_allowed_usd, 6),
             "cost_blocked_usd": round(self.cost_blocked_usd, 6),
+            "warnings": sum(self.warnings.values()),
+            "warn_event": self.warn_event,
+            "warned_by": dict(sorted(self.warnings.items())),
         }
 
 
@@ -143,8 +160,7 @@ class Replayer:
                     r.blocked_ids.add(ev.call_id)
             else:
                 r.unpaired.setdefault(ev.tool, deque()).append(blocked)
-            if verdict.heuristic is not None:
-                r.trip(verdict.heuristic)
+            r.verdict(verdict.heuristic, verdict.advisory)
             return
         if isinstance(ev, ToolResult):
             if ev.call_id is not None:
@@ -156,9 +172,8 @@ class Replayer:
                 if queue and queue.popleft():
                     return
         outcome = self.engine.process(ev)
-        heuristic = outcome.heuristic
-        if heuristic is not None and not isinstance(ev, ToolResult):
-            r.trip(heuristic)
+        if not isinstance(ev, ToolResult):
+            r.verdict(outcome.heuristic, getattr(outcome, "advisory", False))
 
     def results(self) -> Iterator[dict[str, Any]]:
         for r in self.sessions.values():

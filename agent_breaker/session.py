@@ -185,6 +185,8 @@ class Loops:
     done: dict[int, float] = field(default_factory=dict)  # duplicate_mutation: effect -> when it succeeded
     said: dict[int, None] = field(default_factory=dict)  # hashes of the user turns so far
     wait: dict[str, float] = field(default_factory=dict)  # early_retry: tool -> no call before (Retry-After)
+    # graduated heuristics: warnings given since the last progress (warn_first), per heuristic
+    warned: dict[str, int] = field(default_factory=dict)
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -220,6 +222,7 @@ class Loops:
             "done": [[k, t] for k, t in self.done.items()],
             "said": list(self.said),
             "wait": self.wait,
+            "warned": self.warned,
         }
 
     @classmethod
@@ -248,6 +251,7 @@ class Loops:
             done={k: t for k, t in d.get("done", [])},
             said=dict.fromkeys(d.get("said", [])),
             wait=dict(d.get("wait", {})),
+            warned=dict(d.get("warned", {})),
         )
 
 
@@ -313,6 +317,7 @@ class SessionState:
         loops.chains.clear()
         loops.history_base += len(loops.history)
         loops.history.clear()
+        loops.warned.clear()
         self.turns.clear()
         self.restart_breaker_streaks()
 

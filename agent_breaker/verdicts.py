@@ -15,7 +15,9 @@ Scope = Literal["call", "tool", "session"]
 @dataclass(frozen=True, slots=True)
 class Verdict:
     """The decision on one event. `allowed` is False only for a block in enforce mode; a
-    would-trip verdict in observe mode is allowed with severity "warn"."""
+    would-trip verdict in observe mode is allowed with severity "warn". `advisory`: a graduated
+    heuristic's warning (severity "warn" in every mode): the call runs, the agent reads the
+    observation, and the same pattern's next trip cuts."""
 
     allowed: bool
     heuristic: str | None = None
@@ -29,6 +31,7 @@ class Verdict:
     # a refused call's fallback (tools.<name>.fallback): {"tier": "alternative", "tool", "args"},
     # {"tier": "static", "answer"} or {"tier": "escalate", "escalation_id"}
     route: dict[str, Any] | None = None
+    advisory: bool = False
 
     @property
     def tripped(self) -> bool:
@@ -45,6 +48,7 @@ class Verdict:
             "observation": None if self.observation is None else dict(self.observation),
             "call_id": self.call_id,
             "route": None if self.route is None else dict(self.route),
+            "advisory": self.advisory,
         }
 
 
@@ -60,8 +64,9 @@ def verdict_for(trip: Trip, severity: Severity, tool: str | None, call_id: str |
         scope=trip.scope,
         reason=trip.reason,
         counters=trip.counters,
-        observation=observation(trip.heuristic, tool, trip.reason, trip.instruction, trip.retry_after_s),
+        observation=observation(trip.heuristic, tool, trip.reason, trip.instruction, trip.retry_after_s, advisory=trip.advisory),
         call_id=call_id,
+        advisory=trip.advisory,
     )
 
 
@@ -87,8 +92,23 @@ class ResultVerdict:
         }
 
 
-def observation(heuristic: str, tool: str | None, message: str, instruction: str, retry_after_s: float | None) -> dict[str, Any]:
-    """The structured text the agent reads instead of the tool's output."""
+#: what an advisory adds to the heuristic's instruction
+WARNING_NOTE = "This is a warning: the call ran. If the pattern goes on, the next such call is refused."
+
+
+def observation(
+    heuristic: str, tool: str | None, message: str, instruction: str, retry_after_s: float | None, *, advisory: bool = False
+) -> dict[str, Any]:
+    """The structured text the agent reads instead of the tool's output (a refusal), or beside
+    it (an advisory: "warning" instead of "error")."""
+    if advisory:
+        return {
+            "warning": heuristic.upper(),
+            "tool": tool,
+            "message": message,
+            "actionable_instruction": f"{instruction} {WARNING_NOTE}",
+            "retry_after_s": None if retry_after_s is None else round(retry_after_s, 3),
+        }
     return {
         "error": heuristic.upper(),
         "tool": tool,
@@ -115,6 +135,7 @@ class Incident:
     counters: dict[str, Any]
     tokens_so_far: int
     cost_usd_so_far: float
+    advisory: bool = False  # a graduated heuristic's warning: the call ran
 
     kind = "trip"
 
@@ -134,6 +155,7 @@ class Incident:
             "counters": dict(self.counters),
             "tokens_so_far": self.tokens_so_far,
             "cost_usd_so_far": round(self.cost_usd_so_far, 6),
+            "advisory": self.advisory,
         }
 
 

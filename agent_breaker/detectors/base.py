@@ -20,6 +20,10 @@ class Trip:
     instruction: str
     counters: dict[str, Any] = field(default_factory=dict)
     retry_after_s: float | None = None
+    #: a graduated heuristic's first trips in a pattern: the call runs, the agent is warned
+    advisory: bool = False
+    #: the heuristic is sure (a duplicate of a call still in flight): never only a warning
+    certain: bool = False
 
 
 def similarity(a: tuple[int, ...], b: tuple[int, ...]) -> float:

@@ -400,6 +400,7 @@ def record_result(
 
     if progress:
         s.loops.epoch += 1
+        s.loops.warned.clear()  # a new pattern: graduated heuristics warn again first
         if chain is not None:
             chain.epoch = s.loops.epoch
     if answer is not None:

@@ -209,6 +209,33 @@ DEFAULT_CLAIM_VERBS = {
     "updated": "update",
 }
 
+# what tools can do each generic claim verb's action, by name stems (besides the verb's own stem):
+# "I sent the $500" is backed by a transfer, "cancelled" by a deletion; "*": any action
+DEFAULT_CLAIM_FAMILIES = {
+    "transfer": ("transfer", "wire", "send", "pay", "remit", "payout"),
+    "send": (
+        "send", "email", "mail", "message", "sms", "notify", "post", "reply", "forward", "dispatch", "publish", "share",
+        "transfer", "wire", "pay", "submit", "invite",
+    ),
+    "book": ("book", "reserve", "reservation", "schedule", "purchase", "buy"),
+    "refund": ("refund", "return", "cancel", "credit", "reimburse", "reverse"),
+    "delete": ("delete", "remove", "cancel", "drop", "purge", "erase", "destroy", "archive", "revoke"),
+    "create": (
+        "create", "add", "insert", "make", "new", "open", "register", "book", "post", "upload", "generate", "write",
+        "file", "submit",
+    ),
+    "complete": ("*",),
+    "pay": ("pay", "charge", "transfer", "wire", "purchase", "buy", "checkout", "remit"),
+    "cancel": ("cancel", "void", "revoke", "delete", "remove", "terminate", "abort", "refund"),
+    "charge": ("charge", "pay", "bill", "purchase", "buy", "checkout"),
+    "submit": ("submit", "send", "post", "file", "upload", "create", "apply", "request"),
+    "wire": ("wire", "transfer", "send", "pay", "remit"),
+    "update": (
+        "update", "modify", "change", "edit", "set", "patch", "exchange", "upgrade", "move", "rename", "assign",
+        "replace", "save", "write",
+    ),
+}
+
 # more verbs a tool's name may be named after (besides the claim verbs' stems): it acts on the
 # world. Words that are nouns as often as verbs (order, file, ticket) are left out; "email" and
 # "message" stay: a tool that only reads them says so (get_messages, list_emails are readers).
@@ -646,6 +673,11 @@ class ReceiptsConfig(_Frozen):
     claim_verbs: dict[str, str] = Field(
         default_factory=lambda: dict(DEFAULT_CLAIM_VERBS),
         description="Generic completion claims, each with the tool-name stem it is about.",
+    )
+    claim_families: dict[str, tuple[str, ...]] = Field(
+        default_factory=lambda: dict(DEFAULT_CLAIM_FAMILIES),
+        description="Per claim-verb stem, the tool-name stems of tools that can do that action (a generic claim needs "
+        "a receipted success of one; '*': any mutating tool). A stem not listed is backed by its own tools only.",
     )
 
     @field_validator("reference_patterns")

@@ -26,8 +26,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 
+import orjson
+
 from . import heuristics as H
-from ._canonical import CanonicalError, Fingerprinter
+from ._canonical import CanonicalError, Fingerprinter, collapse_whitespace
 from ._text import normalize_name, normalize_text
 from .breaker import BreakerState, BreakerStateName, Permission, Transition
 from .breaker import core as breaker_core
@@ -48,7 +50,7 @@ from .metrics import shared as shared_metrics
 from .outcomes import FailurePredicate, Outcome, carries_content, classify, is_blank
 from .policy import CONFIRMATION, CheckContext, Policies, Policy, judge, run_checks
 from .receipts import ReceiptKeys, empty_mutation_trip, is_empty_result, mint, verify
-from .session import FAILED, MAX_PENDING, MAX_SAID, MIXED, CallFacts, ChurnView, Pending, SessionState, Spend, put_bounded
+from .session import FAILED, MAX_ECHOES, MAX_PENDING, MAX_SAID, MIXED, CallFacts, ChurnView, Pending, SessionState, Spend, put_bounded
 from .store import MemoryStore, StorageError, Store, store_from_uri
 from .store.base import key_parts, split_key
 from .tracing import attributes, configured_tracer
@@ -264,6 +266,7 @@ class Engine:
             idempotency_key = p.idempotency_key(ev.args)
             effect = key if idempotency_key is None else fp.hash64(ev.tool, canonical, idempotency_key)
         fingerprinted = p.fingerprint_calls
+        leaves = _leaves(ev.args)
         return CallFacts(
             tool=ev.tool,
             key=key,
@@ -276,6 +279,8 @@ class Engine:
             mutating=mutating,
             effect=effect,
             writes=carries_content(ev.args),
+            echoes=tuple(sorted(p.claims.references_in("\n".join(leaves))))[:MAX_ECHOES],
+            values=tuple(fp.hash64(ECHO, v) for v in leaves[:MAX_ECHOES]),
         )
 
     @staticmethod
@@ -750,10 +755,13 @@ class Engine:
         result_hash = self.fingerprints.hash64(canonical)
         # the loop detectors compare results without what churns: repeats of a call without
         # timings or identities (ids, refs), answers to other calls without timings only
+        fp = self.fingerprints
         timed = p.churn.timing(canonical)
-        answer_hash = result_hash if timed == canonical else self.fingerprints.hash64(timed)
+        timed_hash = result_hash if timed == canonical else fp.hash64(timed)
         masked = p.churn.identity(timed)
-        repeat_hash = answer_hash if masked == timed else self.fingerprints.hash64(masked)
+        repeat_hash = timed_hash if masked == timed else fp.hash64(masked)
+        failure = fp.hash64(FAILURE, masked, p.churn(_json_text(ev.error))) if out.failed else None
+        tool_key = fp.hash64(TOOL, ev.tool)
         blank = is_blank(ev.result)
         polling = p.polling(ev.tool)
         references = p.claims.result_references(canonical) if not out.failed else None
@@ -775,8 +783,11 @@ class Engine:
             for trip in result_trips:
                 decided.trips.append((trip, "block" if trip.heuristic == H.SCHEMA_VIOLATION and out.failed else "warn"))
                 heuristic, reason = trip.heuristic, trip.reason
+            f = pending.facts
+            mutating = f.mutating or bool(ev.mutating)
             if references:
-                s.ledger.observe(references)
+                # a reader's result that gives back the call's own references only echoes them
+                s.ledger.observe(references if mutating or not f.echoes else references.difference(f.echoes))
             if self.share_breakers:
                 decided.breaker = (pending.breaker_key, pending.probe, out)
             else:
@@ -791,19 +802,20 @@ class Engine:
                         decided.transitions.append(moved)
                 breaker_state = st.state.value
             decided.verdict = ResultVerdict(True, heuristic, reason, failed=out.failed, breaker_state=breaker_state)
-            f = pending.facts
             if s.loops.only_key == f.key and churn_on:
                 outcome_hash = FAILED if out.failed else repeat_hash
                 decided.view = (_view_key(s), lambda v: churn.record_outcome(v, step.key, f.key, outcome_hash, now, cfg))
-            if loops.record_result(s, pending, repeat_hash, answer_hash, out, blank, polling, now, cfg):
+            echoed = _echo_masked(fp, timed, ev.result, f.values)
+            heard = loops.Heard(repeat_hash, timed_hash if echoed == timed else fp.hash64(echoed), tool_key, failure)
+            if loops.record_result(s, pending, heard, out, blank, polling, now, cfg):
                 # new information: assistant turns start a new stretch, and so do this
                 # session's own breaker streaks
                 s.turns.clear()
                 s.restart_breaker_streaks()
-            if out.failed or not (f.mutating or ev.mutating):
+            if out.failed or not mutating:
                 return s, decided
             s.ledger.attempt(f.tool)
-            self._receipt(s, decided, cfg, ev, pending, result_hash, now)
+            self._receipt(s, decided, cfg, ev, pending, result_hash, now, references)
             return s, decided
 
         return self._commit(step, decide, ev.tool)
@@ -853,8 +865,10 @@ class Engine:
         pending: Pending,
         result_hash: int,
         now: float,
+        references: set[int] | None,
     ) -> None:
-        """A mutating tool's success: a receipt, unless its empty payload is refused."""
+        """A mutating tool's success: a receipt, unless its empty payload is refused; the
+        references of a receipted result may be cited as confirmations."""
         f = pending.facts
         anomaly = None
         if is_empty_result(ev.result):
@@ -876,6 +890,8 @@ class Engine:
                 ts=now,
             )
             s.ledger.add(receipt, f.tool)
+            if references:
+                s.ledger.confirm(references)
         if anomaly is not None and anomaly.heuristic is not None:  # observed: reported, not withheld
             decided.verdict = replace(decided.verdict, heuristic=anomaly.heuristic, reason=anomaly.reason, receipt=receipt)
         else:
@@ -1237,6 +1253,49 @@ def _view_key_of(tenant: str | None, agent: str | None) -> str:
 
 def _view_key(s: SessionState) -> str:
     return _view_key_of(s.tenant, s.agent)
+
+
+#: labels of keyed hashes: a tool's name, a failure's error, an argument's value (a result may echo it)
+TOOL = "tool"
+FAILURE = "failure"
+ECHO = "echo"
+
+
+def _json_text(value: Any) -> str:
+    return "" if value is None else orjson.dumps(value).decode() if type(value) is str else str(value)
+
+
+def _leaves(args: Any) -> list[str]:
+    """The non-empty strings and the integers of a call's arguments, as text (what a result
+    may echo back)."""
+    out: list[str] = []
+    stack = [args]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            if v:
+                out.append(v)
+        elif isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
+        elif isinstance(v, int) and not isinstance(v, bool):
+            out.append(str(v))
+    return out
+
+
+def _echo_masked(fp: Fingerprinter, timed: str, result: Any, values: tuple[int, ...]) -> str:
+    """A result's canonical text with its top-level fields that only give back one of the
+    call's argument values masked: the answer of a search for "x" that says {"query": "x",
+    "hits": []} is the answer for "y" too."""
+    if not values or type(result) is not dict:
+        return timed
+    for k, v in result.items():
+        t = type(v)
+        if type(k) is str and (t is str or t is int) and fp.hash64(ECHO, str(v)) in values:
+            field = orjson.dumps({k: collapse_whitespace(v) if t is str else v}).decode()[1:-1]
+            timed = timed.replace(field, field[: field.index('":') + 2] + '"~"')
+    return timed
 
 
 def _pop_pending(s: SessionState, ev: ToolResult) -> Pending | None:

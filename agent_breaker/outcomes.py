@@ -196,15 +196,15 @@ def _dependency_payload(value: Any, depth: int) -> bool:
 
 
 def is_blank(result: Any, depth: int = 0) -> bool:
-    """A result that says nothing: null, blank text, an empty container, or a wrapper of only
-    blank text ({"output": ""}). A command that prints nothing returns one. An empty list
-    under a name ({"orders": []}) is an answer: nothing matched."""
+    """A result that says nothing: null, blank text, an empty object, or a wrapper of only
+    blank text ({"output": ""}). A command that prints nothing returns one. An empty list,
+    bare or under a name ({"orders": []}), is an answer: nothing matched."""
     if result is None or (isinstance(result, str) and not result.strip()):
         return True
     if depth >= 3 or not isinstance(result, (dict, list)):
         return False
     if not result:
-        return depth == 0
+        return depth == 0 and isinstance(result, dict)
     values = result.values() if isinstance(result, dict) else result
     return all(is_blank(v, depth + 1) for v in values)
 

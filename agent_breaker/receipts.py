@@ -36,6 +36,7 @@ log = logging.getLogger("agent_breaker")
 RECEIPT_VERSION = 2  # 2: the tenant is signed too
 MAX_RECEIPTS = 64  # the newest; claims are checked against `mutating` and `references`
 MAX_REFERENCE_HASHES = 4096
+MAX_CONFIRMED_HASHES = 1024
 MAX_MUTATING_TOOLS = 256
 #: a reference written in lower or mixed case (tx-99482) counts only with this many digits:
 #: with fewer it cannot be told from prose ("top-100")
@@ -44,7 +45,10 @@ MAX_SCANNED_CHARS = 1 << 20  # of a result's canonical text (a page snapshot run
 #: entries per cache of a ClaimChecker (what the context of a dash holds, the keyed hash of a
 #: reference key), emptied when full: ids repeat across results, and reading one anew costs a keyed hash
 MAX_CACHED_REFERENCES = 1 << 15
-_SPACED_ID = re.compile(r"\b(?=([A-Z]{2,}))\1[ _]+(\d{3,})\b")  # TX 99482 -> TX-99482
+# TX 99482 -> TX-99482; not a quantity (a decimal or thousands part follows: 1500.00, 1,500) nor an
+# amount after a currency code (USD 1500)
+_CURRENCIES = "USD|EUR|GBP|JPY|CHF|CAD|AUD|NZD|CNY|RMB|HKD|SGD|INR|KRW|SEK|NOK|DKK|PLN|CZK|MXN|BRL|ZAR|RUB|TRY|AED|SAR|ILS|THB|IDR"
+_SPACED_ID = re.compile(rf"\b(?!(?:{_CURRENCIES})\b)(?=([A-Z]{{2,}}))\1[ _]+(\d{{3,}})\b(?![.,]\d)")
 # the rewrite runs only on a text whose shape (capitals "A", "_" a space, digits and non-ASCII bytes
 # "0") holds a capital, spaces, a digit: re searches for a literal (the shape's) many times faster
 # than for a class (a capital)
@@ -66,30 +70,47 @@ _DASHED_DIGITS = re.compile(rf"-\d{{3,}}(?!\w)(?<=((?s:.){{{_DASH_CONTEXT}}}))")
 _CONTEXT_PAD = "\n" * _DASH_CONTEXT  # an id at a text's start has a context too
 _NO_REFERENCE = -1
 _UNREAD = -2  # a context whose word before the dash may begin before it
-_NEGATIONS = frozenset(
+# a negation of the verb that follows it: "not", "never", a contraction ("wasn't"), or a word that
+# says the action did not happen ("unable to", "failed to")
+_NEGATORS = frozenset({"not", "never", "cannot", "unable", "failed", "unsuccessful", "without", "nor", "neither"})
+# a negation of the subject before the verb: "no money was transferred", "nothing has been sent"
+_NEGATING_DETERMINERS = frozenset({"no", "nothing", "none", "neither", "nobody", "nor"})
+# what may stand between a negation and the verb it governs: auxiliaries, adverbs, "to", and the
+# object of "get"/"have" ("could not get it sent", "failed to have them updated")
+_VERB_GROUP = frozenset(
     {
-        "not",
-        "never",
-        "no",
-        "unable",
-        "failed",
-        "cannot",
-        "can't",
-        "couldn't",
-        "wasn't",
-        "weren't",
-        "didn't",
-        "hasn't",
-        "haven't",
-        "isn't",
-        "won't",
-        "nothing",
-        "neither",
-        "nor",
-        "unsuccessful",
-        "unfortunately",
+        "was", "were", "is", "are", "be", "been", "being", "am", "has", "have", "had", "having", "do", "does", "did",
+        "get", "got", "gotten", "getting", "to", "yet", "actually", "really", "successfully", "fully", "properly",
+        "correctly", "ever", "even", "all", "still", "also", "it", "them", "this", "that", "these", "those",
     }
 )
+# a subject, a verb of its own, or a joining word ends the reach of a negation before it ("no doubt I
+# transferred", "not only was it transferred", "I didn't send the e-mail but transferred the money")
+_PRONOUNS = frozenset({"i", "we", "you", "he", "she", "they", "i've", "we've", "i'd", "we'd", "i'm", "we're", "me", "us"})
+_JOINS = frozenset({"and", "but", "or", "then", "so", "while", "whereas", "although", "though", "because", "after", "before"})
+# words before a participle that make it an adjective of the noun after it, not a claim
+_ATTRIBUTIVE = frozenset(
+    {"the", "a", "an", "your", "my", "our", "their", "his", "her", "its", "this", "these", "those", "for", "of", "any", "some", "each", "every"}
+)
+#: how many words a negating determiner reaches over to its verb ("no payment to your landlord was sent")
+_DETERMINER_REACH = 6
+# a confirmation cites an id as the proof that an action happened: only a receipted result vouches for it
+_CONFIRMATION_WORDS = frozenset({"confirmation", "confirmed", "confirming", "confirms", "receipt"})
+#: how many words before an id a confirmation word reaches ("confirmation number is TX-1")
+_CONFIRMATION_REACH = 4
+# a sum of money in a claim's sentence: only a tool that moves money can have done it
+_MONEY = re.compile(r"[$\u20ac\u00a3\u00a5]\s?\d|\d\s?(?:usd|eur|gbp|dollars?|euros?|pounds?)\b|\b(?:money|funds|payment)\b")
+#: tool-name stems of actions that move money (a claim about a sum needs one of them)
+MONEY_STEMS = (
+    "transfer", "wire", "pay", "charge", "refund", "remit", "payout", "purchase", "buy", "checkout", "deposit",
+    "withdraw", "credit", "debit", "reimburse", "invoice", "bill",
+)
+#: a digit run this long in a result may be cited with a label of the answer's own ("item ID
+#: 7292993796" for "item_id": "7292993796", "XXXX-7334" for "last_four": "7334")
+MIN_DIGIT_RUN = 4
+_DIGIT_RUN = re.compile(rf"[0-9]{{{MIN_DIGIT_RUN},}}")
+#: distinct digit runs of one text kept as references (a page of numbers holds thousands)
+MAX_DIGIT_RUNS = 512
 # words that make a claim phrase no claim of a done deed: a condition, a possibility, a future,
 # an instruction ("once the form is submitted", "the refund will be completed", "please make
 # sure it is paid") -- unless the agent speaks of itself after the word ("after checking your
@@ -118,6 +139,9 @@ _NOT_ASSERTED = frozenset(
 _FIRST_PERSON = frozenset({"i", "we", "i've", "we've", "i'd", "we'd", "i'm", "we're", "me", "us", "myself", "ourselves"})
 _WORD = re.compile(r"[A-Za-z']+")
 _CLAUSE_END = re.compile(r"[,.;:!?\n]")
+_SENTENCE_END = re.compile(r"[.!?\n]")
+# the clause of a claim, for the sum of money it names: "I sent the $500 and updated the ticket"
+_CLAIM_CLAUSE_END = re.compile(r"[;:!?\n]|[.,](?!\d)|\b(?:and|but|then|while)\b")
 
 
 @dataclass(frozen=True)
@@ -269,7 +293,9 @@ def verify(
     return True, "ok"
 
 
-def _led_by_dash(text: str, dash: re.Pattern[str], pattern: re.Pattern[str], letters: frozenset[str]) -> Iterator[str]:
+def _led_by_dash(
+    text: str, dash: re.Pattern[str], pattern: re.Pattern[str], letters: frozenset[str]
+) -> Iterator[re.Match[str]]:
     """What `pattern` (a word of `letters`, a dash, digits: its match starts where the word
     does) finds in `text`, read from each place `dash` (a dash and digits) finds: re finds a
     literal first character far faster than a word boundary, where the pattern starts, and most
@@ -281,7 +307,7 @@ def _led_by_dash(text: str, dash: re.Pattern[str], pattern: re.Pattern[str], let
         if start < end:
             found = pattern.match(text, start)
             if found is not None:
-                yield found.group()
+                yield found
 
 
 def _reference_key(token: str) -> str:
@@ -312,29 +338,36 @@ def is_empty_result(result: Any) -> bool:
 
 @dataclass(slots=True)
 class Ledger:
-    """Per-session receipt ledger: receipts, hashes of the reference values that successful tool
-    results returned, and each mutating tool tried (True once it has a receipted success)."""
+    """Per-session receipt ledger: receipts; hashes of the reference values that successful tool
+    results (and the user) gave, the newest kept; those of receipted results apart (only they
+    confirm an action); and each mutating tool tried (True once it has a receipted success)."""
 
     receipts: list[dict[str, Any]] = field(default_factory=list)
-    references: set[int] = field(default_factory=set)
+    references: dict[int, None] = field(default_factory=dict)
     mutating: dict[str, bool] = field(default_factory=dict)
+    confirmed: dict[int, None] = field(default_factory=dict)
 
-    def observe(self, references: set[int]) -> None:
-        """Reference values a successful tool result returned: an answer may cite them."""
-        room = MAX_REFERENCE_HASHES - len(self.references)
-        if room >= len(references):
-            self.references.update(references)
-        elif room > 0:
-            self.references.update(list(references)[:room])
+    def observe(self, references: Iterable[int]) -> None:
+        """Reference values a successful tool result or the user gave: an answer may cite them."""
+        _remember(self.references, references, MAX_REFERENCE_HASHES)
+
+    def confirm(self, references: Iterable[int]) -> None:
+        """Reference values a receipted result returned: an answer may cite them as confirmations."""
+        _remember(self.confirmed, references, MAX_CONFIRMED_HASHES)
+
+    def vouches(self, citation: Citation) -> bool:
+        """Did this session return the id cited, in any spelling: the id itself, or its digits
+        with a label of the answer's own. A confirmation needs a receipted result."""
+        pool = self.confirmed if citation.confirmation else self.references
+        return citation.key in pool or (citation.digits is not None and citation.digits in pool)
 
     def to_wire(self) -> list[Any]:
-        refs = sorted(self.references)
-        return [self.receipts, base64.b64encode(struct.pack(f">{len(refs)}Q", *refs)).decode("ascii"), self.mutating]
+        return [self.receipts, _pack(self.references), self.mutating, _pack(self.confirmed)]
 
     @classmethod
     def from_wire(cls, d: list[Any]) -> Ledger:
-        raw = base64.b64decode(d[1])
-        return cls(list(d[0]), set(struct.unpack(f">{len(raw) // 8}Q", raw)), dict(d[2]))
+        # a ledger stored before confirmations were kept apart has three fields
+        return cls(list(d[0]), _unpack(d[1]), dict(d[2]), _unpack(d[3]) if len(d) > 3 else {})
 
     def attempt(self, tool: str) -> None:
         if tool not in self.mutating:
@@ -348,6 +381,35 @@ class Ledger:
         if len(self.receipts) >= MAX_RECEIPTS:
             del self.receipts[0]
         self.receipts.append(receipt)
+
+
+def _remember(kept: dict[int, None], new: Iterable[int], cap: int) -> None:
+    """Add hashes to an insertion-ordered set of at most `cap`: the oldest go first (a long
+    session's recent results are the ones its answer cites)."""
+    for h in new:
+        kept.pop(h, None)
+        kept[h] = None
+    while len(kept) > cap:
+        del kept[next(iter(kept))]
+
+
+def _pack(hashes: dict[int, None]) -> str:
+    return base64.b64encode(struct.pack(f">{len(hashes)}Q", *hashes)).decode("ascii")
+
+
+def _unpack(d: str) -> dict[int, None]:
+    raw = base64.b64decode(d)
+    return dict.fromkeys(struct.unpack(f">{len(raw) // 8}Q", raw))
+
+
+@dataclass(frozen=True, slots=True)
+class Citation:
+    """A reference id an answer cites: the keyed hash of its key, of its digits (None when it
+    has too few to stand alone), and whether it is cited as the confirmation of an action."""
+
+    key: int
+    digits: int | None
+    confirmation: bool
 
 
 def empty_mutation_trip(tool: str) -> Trip:
@@ -370,6 +432,7 @@ class ClaimChecker:
         # the shipped pattern (a word of capitals, a dash, digits) is found from its dashes
         self._default_patterns = rc.reference_patterns == DEFAULT_REFERENCE_PATTERNS
         self._generic = {verb.lower(): stem.lower() for verb, stem in rc.claim_verbs.items()}
+        self._families = {stem.lower(): tuple(f.lower() for f in kin) for stem, kin in rc.claim_families.items()}
         self._tool_phrases = {name: tuple(p.lower() for p in t.claim_phrases) for name, t in cfg.tools.items() if t.claim_phrases}
         self._phrase_tools = [name for name, t in cfg.tools.items() if t.claim_phrases]
         phrases = set(self._generic) | {p for ps in self._tool_phrases.values() for p in ps}
@@ -385,24 +448,53 @@ class ClaimChecker:
         return frozenset(self._generic.values())
 
     def references_in(self, text: str) -> set[int]:
+        """Keyed hashes of the references a text gives (a result, a user turn): its reference ids
+        (`ids_in`), and its runs of MIN_DIGIT_RUN digits or more, which an answer may cite with a
+        label of its own ("item ID 7292993796", "XXXX-7334")."""
+        return self.ids_in(text) | self._digit_runs(text)
+
+    def ids_in(self, text: str) -> set[int]:
         """Keyed hashes of the reference ids a text cites. Look-alike letters, invisible
         characters, dash variants, a space for the dash and (with enough digits) lower case
         do not make another id: TX–99482, TX-\u200b99482, TX 99482 and tx-99482 are TX-99482."""
         text = _dash_spaced_ids(fold_text(text))
         found = self._shipped_references(text) if self._default_patterns else None
-        return found if found is not None else {self._reference_hash(written) for written in self._written_in(text)}
+        return found if found is not None else {self._reference_hash(written) for _, written in self._written_in(text)}
 
-    def _written_in(self, text: str) -> Iterator[str]:
-        """The reference ids the patterns find in a text, as written; one in lower or mixed case
-        (tx-99482) read as its upper-case self."""
+    def _digit_runs(self, text: str) -> set[int]:
+        runs = set(_DIGIT_RUN.findall(text))
+        if len(runs) > MAX_DIGIT_RUNS:
+            runs = set(sorted(runs)[:MAX_DIGIT_RUNS])
+        return {self._reference_hash(run) for run in runs}
+
+    def citations(self, text: str) -> list[Citation]:
+        """The reference ids an answer cites, each with its digits and whether a confirmation
+        word stands right before it ("confirmation number TX-99482", "receipt: TX-99482")."""
+        text = _dash_spaced_ids(fold_text(text))
+        out = []
+        for start, written in self._written_in(text):
+            digits = _reference_key(written).lstrip(string.ascii_lowercase)
+            before = _WORD.findall(text[max(0, start - 80) : start].lower())[-_CONFIRMATION_REACH:]
+            out.append(
+                Citation(
+                    self._reference_hash(written),
+                    self._reference_hash(digits) if len(digits) >= MIN_DIGIT_RUN and digits.isdigit() else None,
+                    not _CONFIRMATION_WORDS.isdisjoint(before),
+                )
+            )
+        return out
+
+    def _written_in(self, text: str) -> Iterator[tuple[int, str]]:
+        """The reference ids the patterns find in a text, as written, with where each starts;
+        one in lower or mixed case (tx-99482) read as its upper-case self."""
         if self._default_patterns:
-            yield from _led_by_dash(text, _DEFAULT_DASH, self._patterns[0], _ASCII_UPPER)
+            yield from ((m.start(), m.group()) for m in _led_by_dash(text, _DEFAULT_DASH, self._patterns[0], _ASCII_UPPER))
         else:
-            yield from (m.group() for p in self._patterns for m in p.finditer(text))
-        for written in _led_by_dash(text, _CASELESS_DASH, _CASELESS_CANDIDATE, _ASCII_LETTERS):
-            candidate = self._in_capitals(written)
+            yield from ((m.start(), m.group()) for p in self._patterns for m in p.finditer(text))
+        for m in _led_by_dash(text, _CASELESS_DASH, _CASELESS_CANDIDATE, _ASCII_LETTERS):
+            candidate = self._in_capitals(m.group())
             if candidate is not None:
-                yield candidate
+                yield m.start(), candidate
 
     def _in_capitals(self, written: str) -> str | None:
         """An id written in lower or mixed case as its upper-case self, if a pattern takes that."""
@@ -410,7 +502,7 @@ class ClaimChecker:
         return candidate if candidate != written and any(p.fullmatch(candidate) for p in self._patterns) else None
 
     def _shipped_references(self, text: str) -> set[int] | None:
-        """`references_in` for the shipped pattern, read from each dash's context (in C when every
+        """`ids_in` for the shipped pattern, read from each dash's context (in C when every
         context is known); None when a word before a dash may begin before its context does: the
         whole text must be read."""
         contexts = _DASHED_DIGITS.findall(_CONTEXT_PAD + text)
@@ -473,19 +565,18 @@ class ClaimChecker:
         return found if len(found) <= MAX_REFERENCE_HASHES else set(list(found)[:MAX_REFERENCE_HASHES])
 
     def check(self, text: str, ledger: Ledger) -> Trip | None:
-        unmatched = self.references_in(text) - ledger.references
-        if unmatched:
+        unverified = [c for c in self.citations(text) if not ledger.vouches(c)]
+        if unverified:
+            unconfirmed = sum(c.confirmation for c in unverified)
+            what = "no tool result of this session returned" if not unconfirmed else "no receipted tool result confirmed"
             return Trip(
                 UNVERIFIED_CLAIM,
                 "session",
-                f"the answer cites {len(unmatched)} reference(s) that no receipted tool result of this session returned",
+                f"the answer cites {len(unverified)} reference(s) that {what}",
                 _REPORT_TRUTH,
-                {"unverified_references": len(unmatched)},
+                {"unverified_references": len(unverified)},
             )
-        claimed = self._claims(text)
-        if not claimed:
-            return None
-        missing = [tool for tool in self._claimed_tools(claimed, ledger) if not ledger.mutating.get(tool, False)]
+        missing = self._unbacked(self._claims(text), ledger)
         if missing:
             return Trip(
                 UNVERIFIED_CLAIM,
@@ -497,40 +588,90 @@ class ClaimChecker:
             )
         return None
 
-    def _claims(self, text: str) -> set[str]:
-        """Claim phrases asserted (not negated) in the text, lower-cased. A negation counts
-        when it stands in the same clause, at most four words before the phrase; a condition,
-        modal or instruction word ("once", "will", "please") at most six words before."""
+    def _claims(self, text: str) -> dict[str, bool]:
+        """Claim phrases asserted in the text (not negated, not a condition, a future or a
+        question), lower-cased, each with whether its clause names a sum of money."""
         lowered = normalize_text(text)
-        found = set()
+        found: dict[str, bool] = {}
         for phrase, pattern in self._phrase_patterns:
             for m in pattern.finditer(lowered):
-                clause = _CLAUSE_END.split(lowered[max(0, m.start() - 80) : m.start()])[-1]
-                words = _WORD.findall(clause)
-                negated = any(w in _NEGATIONS or w.endswith("n't") for w in words[-4:])
-                if not negated and not _not_asserted(words[-6:]):
-                    found.add(phrase)
-                    break
+                if not _asserted(lowered, m.start(), m.end()):
+                    continue
+                start = max((e.end() for e in _CLAIM_CLAUSE_END.finditer(lowered, max(0, m.start() - 120), m.start())), default=0)
+                end = _CLAIM_CLAUSE_END.search(lowered, m.end())
+                clause = lowered[start : len(lowered) if end is None else end.start()]
+                found[phrase] = found.get(phrase, False) or _MONEY.search(clause) is not None
         return found
 
-    def _claimed_tools(self, claimed: set[str], ledger: Ledger) -> Iterable[str]:
-        """The mutating tools the claims are about. An explicit claim phrase names its tool,
-        tried or not; a generic verb is about the tools tried in this session whose name holds
-        its stem, or else about all the mutating tools tried (one of which must have succeeded)."""
-        attempted = set(ledger.mutating)
-        tools = set()
-        for phrase in claimed:
+    def _unbacked(self, claimed: dict[str, bool], ledger: Ledger) -> set[str]:
+        """What the claims name that has no receipted success: an explicit claim phrase's tool,
+        tried or not; for a generic verb, the tools tried that could do it (one success backs
+        it), or, when no tool tried could, every action tried unless one succeeded. A session
+        that tried no action at all is not checked by generic verbs."""
+        missing: set[str] = set()
+        for phrase, money in claimed.items():
             explicit = [t for t in self._phrase_tools if phrase in self._tool_phrases[t]]
             if explicit:
-                tools.update(explicit)
+                missing.update(t for t in explicit if not ledger.mutating.get(t, False))
                 continue
             stem = self._generic.get(phrase)
-            named = [t for t in attempted if stem and stem in t.lower()]
-            if named:
-                tools.update(named)
-            elif attempted and not any(ledger.mutating.values()):
-                tools.update(attempted)
-        return tools
+            if stem is None or not ledger.mutating:
+                continue
+            able = self._able(stem, list(ledger.mutating), money)
+            if able and not any(ledger.mutating[t] for t in able):
+                missing.update(able)
+            elif not able and not any(ledger.mutating.values()):
+                # no tool tried could do it by name: some action must have succeeded (a refund
+                # is often a side effect of an update); with none, every action tried is claimed
+                missing.update(ledger.mutating)
+        return missing
+
+    def _able(self, stem: str, tried: list[str], money: bool) -> list[str]:
+        """The tools tried that could do a generic verb's action: those named with its stem, else
+        those named with a stem of its family (any tool for "*"); for a sum of money, only those
+        that move money."""
+        family = self._families.get(stem, (stem,))
+        named = [t for t in tried if stem in t.lower()]
+        kin = tried if "*" in family else [t for t in tried if any(f in t.lower() for f in family)]
+        for pool in (named, kin):
+            if money:
+                pool = [t for t in pool if any(m in t.lower() for m in MONEY_STEMS)]
+            if pool:
+                return pool
+        return []
+
+
+def _asserted(lowered: str, start: int, end: int) -> bool:
+    """Does the claim phrase at lowered[start:end] assert a done deed: no negation governs it,
+    no condition, modal or instruction word comes before it, and its sentence is no question."""
+    after = _SENTENCE_END.search(lowered, end)
+    if after is not None and after.group() == "?":
+        return False
+    words = _WORD.findall(_CLAUSE_END.split(lowered[max(0, start - 120) : start])[-1])
+    if words and words[-1] in _ATTRIBUTIVE:
+        return False  # a participle as an adjective: "the updated itinerary", "for canceled reservations"
+    return not _negated(words) and not _not_asserted(words[-6:])
+
+
+def _negated(words: list[str]) -> bool:
+    """A negation governs the verb after these words (its clause up to the claim phrase): a
+    negator right before the verb group ("was not transferred", "could not have sent",
+    "wasn't"), or a negating determiner of its subject ("no payment was sent", "nothing was
+    charged"). One farther away, or beyond a subject or a joining word, negates something else
+    ("no doubt I transferred", "not only was it transferred", "didn't send it but paid")."""
+    i = len(words) - 1
+    while i >= 0 and words[i] in _VERB_GROUP:
+        i -= 1
+    if i < 0:
+        return False
+    if words[i] in _NEGATORS or words[i] in _NEGATING_DETERMINERS or words[i].endswith("n't"):
+        return True
+    for w in reversed(words[max(0, i - _DETERMINER_REACH) : i + 1]):
+        if w in _PRONOUNS or w in _JOINS or w in _NEGATORS or w.endswith("n't"):
+            return False
+        if w in _NEGATING_DETERMINERS:
+            return True
+    return False
 
 
 _REPORT_TRUTH = (

@@ -21,11 +21,12 @@ from .windows import BucketWindow
 MAX_KEYS = 256
 MAX_PENDING = 64  # calls in flight; a result of an evicted one is refused (invalid_event)
 MAX_TURNS = 16
-MAX_SEEN = 512
+MAX_SEEN = 1024  # (call, result) and (tool, answer) pairs: what is news
 MAX_TOOLS = 256  # per-tool counters a session keeps (spend, session-scoped breakers)
 MAX_CHAINS = 32  # near-duplicate chains, one per recently used tool (each holds fingerprints)
 MAX_ANSWER_KEYS = 64  # same_answer: the distinct calls of one streak kept
 MAX_SAID = 64  # user turns remembered (hashes), to tell a repeated answer from new information
+MAX_ECHOES = 16  # references of a call's arguments kept, to tell an echo of them in its result
 
 FAILED = -1  # result hash of a failed execution: any two failures compare equal
 MIXED = -1  # SessionState.only_key once the session's calls differ (call hashes are >= 0)
@@ -58,6 +59,10 @@ class CallFacts:
     effect: int | None = None
     # carries content (a file body, a message text): its answer is an acknowledgement
     writes: bool = False
+    # the references its arguments hold: a result that gives them back only echoes them
+    echoes: tuple[int, ...] = ()
+    # keyed hashes of its argument values: a result field that gives one back is an echo
+    values: tuple[int, ...] = ()
 
 
 @dataclass(slots=True)
@@ -173,6 +178,10 @@ class Loops:
     fail_key: int | None = None  # identical_failure: the call failing in a row ...
     fail_run: int = 0  # ... and how many times
     fail_transient: bool = False  # ... and whether its last error looked transient
+    fail_tool: str | None = None  # the tool whose calls, whatever their arguments, fail in a row ...
+    fail_sig: int | None = None  # ... with this error (a hash of it, masked) ...
+    sig_run: int = 0  # ... and how many times ...
+    sig_common: list[int] = field(default_factory=list)  # ... with these argument values in common
     epoch: int = 0  # counts results that were progress
     chains: dict[str, Chain] = field(default_factory=dict)
     history: list[list[Any]] = field(default_factory=list)  # [key, result hash or None]
@@ -188,6 +197,10 @@ class Loops:
     # graduated heuristics: warnings given since the last progress (warn_first), per heuristic
     warned: dict[str, int] = field(default_factory=dict)
 
+    def sig_common_disjoint(self, values: tuple[int, ...]) -> bool:
+        """A call with none of the argument values the failing streak shares is another call."""
+        return self.sig_common is None or set(self.sig_common).isdisjoint(values)
+
     def to_wire(self) -> dict[str, Any]:
         return {
             "pending": {
@@ -199,7 +212,7 @@ class Loops:
                 [k, st.runs, st.last_result, st.last_ts, st.polling, st.poll_ts, st.transient, st.epoch, st.since, st.silent]
                 for k, st in self.keys.items()
             ],
-            "fail": [self.fail_key, self.fail_run, self.fail_transient],
+            "fail": [self.fail_key, self.fail_run, self.fail_transient, self.fail_tool, self.fail_sig, self.sig_run, self.sig_common],
             "epoch": self.epoch,
             "chains": {
                 tool: [
@@ -227,7 +240,9 @@ class Loops:
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> Loops:
-        fail_key, fail_run, fail_transient = d["fail"]
+        # a session stored before failures were compared by their error has three fields here
+        fail_key, fail_run, fail_transient, *by_error = d["fail"]
+        fail_tool, fail_sig, sig_run, sig_common = by_error or (None, None, 0, [])
         history, history_base = d["history"]
         return cls(
             pending={cid: Pending(_unfacts(p[0]), p[1], p[2], p[3], p[4], p[5], p[6]) for cid, p in d["pending"].items()},
@@ -237,6 +252,10 @@ class Loops:
             fail_key=fail_key,
             fail_run=fail_run,
             fail_transient=fail_transient,
+            fail_tool=fail_tool,
+            fail_sig=fail_sig,
+            sig_run=sig_run,
+            sig_common=list(sig_common),
             epoch=d["epoch"],
             chains={
                 tool: Chain(_unfp(c[0]), _unfp(c[1]), _unfp_or_none(c[2]), c[3], c[4], c[5], c[6], c[7], c[8])
@@ -313,6 +332,7 @@ class SessionState:
         loops.done.clear()
         loops.fail_key = None
         loops.fail_run = 0
+        loops.fail_tool, loops.fail_sig, loops.sig_run, loops.sig_common = None, None, 0, []
         loops.epoch += 1
         loops.chains.clear()
         loops.history_base += len(loops.history)
@@ -356,8 +376,14 @@ def _facts(f: CallFacts) -> list[Any]:
         f.mutating,
         f.effect,
         f.writes,
+        list(f.echoes),
+        list(f.values),
     ]
 
 
 def _unfacts(d: list[Any]) -> CallFacts:
-    return CallFacts(d[0], d[1], _unfp_or_none(d[2]), _unfp_or_none(d[3]), _unfp_or_none(d[4]), d[5], d[6], d[7], d[8], *d[9:11])
+    # facts stored before echoes were kept have eleven fields
+    echoes, values = (tuple(d[11]), tuple(d[12])) if len(d) > 12 else ((), ())
+    return CallFacts(
+        d[0], d[1], _unfp_or_none(d[2]), _unfp_or_none(d[3]), _unfp_or_none(d[4]), d[5], d[6], d[7], d[8], *d[9:11], echoes, values
+    )

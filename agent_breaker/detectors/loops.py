@@ -44,14 +44,25 @@ def failure_limit(cfg: AgentBreakerConfig, limit: int, transient: bool) -> int:
 
 
 def check_identical_failure(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig, now: float) -> Trip | None:
-    limit = failure_limit(cfg, cfg.identical_failure.max_failures, s.loops.fail_transient)
-    if s.loops.fail_key == f.key and s.loops.fail_run >= limit:
+    lp = s.loops
+    limit = failure_limit(cfg, cfg.identical_failure.max_failures, lp.fail_transient)
+    if lp.fail_key == f.key and lp.fail_run >= limit:
         return Trip(
             IDENTICAL_FAILURE,
             "session",
-            f"{f.tool} failed {s.loops.fail_run} times in a row with the same arguments",
+            f"{f.tool} failed {lp.fail_run} times in a row with the same arguments",
             "Stop retrying this call: it fails the same way every time. Report the error or try a different approach.",
-            {"failures": s.loops.fail_run, "max_failures": limit},
+            {"failures": lp.fail_run, "max_failures": limit},
+        )
+    limit = cfg.identical_failure.max_failures
+    if lp.fail_tool == f.tool and lp.sig_run >= limit and not lp.sig_common_disjoint(f.values):
+        # what changes from one call to the next (a salt, a fresh ref, a new edit) changes nothing
+        return Trip(
+            IDENTICAL_FAILURE,
+            "session",
+            f"{f.tool} failed {lp.sig_run} times in a row with the same error, whatever its arguments",
+            "Stop: changing the arguments does not change the error. Fix its cause, or report it.",
+            {"failures": lp.sig_run, "max_failures": limit, "same_error": 1},
         )
     return None
 
@@ -283,43 +294,72 @@ def record_call(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig) -> int:
     return s.loops.history_base + len(history) - 1
 
 
+class Heard(NamedTuple):
+    """What one result says, reduced to hashes: `repeat` compares it with earlier runs of its
+    call (timings and identities masked), `answer` with the tool's answers to other calls
+    (timings and the call's own echoed arguments masked), `failure` (a failed result: its
+    error and payload, masked as `repeat`) with the tool's earlier failures; `tool` keys the
+    tool's answers."""
+
+    repeat: int
+    answer: int
+    tool: int
+    failure: int | None = None
+
+
 def record_result(
     s: SessionState,
     p: Pending,
-    result_hash: int,
-    answer_hash: int,
+    heard: Heard,
     out: Outcome,
     blank: bool,
     polling: bool,
     now: float,
     cfg: AgentBreakerConfig,
 ) -> bool:
-    """Update every streak with one result (`result_hash`: its timings and identities masked,
-    to compare repeats of the call; `answer_hash`: its timings only, to compare it with the
-    answers to other calls). Returns True
-    when the result is progress: a success this call had not returned before. Progress
-    anywhere restarts the streaks of every other call (the `epoch` stamps), so work between
-    repeats is not a loop."""
+    """Update every streak with one result. Returns True when the result is progress: a
+    success that is news, one this call had not returned before and that its tool had given to
+    no call (a fresh salt in the arguments or a fresh element ref does not make an old answer
+    new), or a new write. Progress restarts the streaks of every other call (the `epoch` stamps), so work
+    between repeats is not a loop; a success that is no news neither ends them."""
     f = p.facts
     failed, transient = out.failed, out.dependency
+    result_hash = heard.repeat
     outcome = FAILED if failed else result_hash
     progress = False
     if not failed:
         pair = (f.key * 1_000_003 + result_hash) & 0xFFFF_FFFF_FFFF_FFFF
-        if pair not in s.loops.seen:
-            progress = True
-            s.loops.seen[pair] = None
-            if len(s.loops.seen) > MAX_SEEN:
-                del s.loops.seen[next(iter(s.loops.seen))]
+        told = (heard.tool * 1_000_033 + heard.answer) & 0xFFFF_FFFF_FFFF_FFFF
+        new_pair, new_answer = pair not in s.loops.seen, told not in s.loops.seen
+        # a write's acknowledgement says nothing new, but the write changed the world
+        progress = new_pair and (new_answer or f.writes or f.mutating)
+        for h in (pair, told):
+            s.loops.seen[h] = None
+        while len(s.loops.seen) > MAX_SEEN:
+            del s.loops.seen[next(iter(s.loops.seen))]
 
-    # identical_failure: the same call failing in a row
+    # identical_failure: the same call failing, or one tool failing the same way under other
+    # arguments (the call's own failures only: an outage under many calls is the breaker's);
+    # news, or a success of that call or tool, ends them
+    lp = s.loops
     if failed:
-        s.loops.fail_run = s.loops.fail_run + 1 if s.loops.fail_key == f.key else 1
-        s.loops.fail_key = f.key
-        s.loops.fail_transient = transient
+        lp.fail_run = lp.fail_run + 1 if lp.fail_key == f.key else 1
+        lp.fail_key = f.key
+        lp.fail_transient = transient
+        if not transient and heard.failure is not None:
+            # the calls of the streak share some argument value (what stays while a salt, a fresh
+            # ref or a new edit churns): calls with nothing in common are a search, not a retry
+            common = set(lp.sig_common).intersection(f.values)
+            same = lp.fail_tool == f.tool and lp.fail_sig == heard.failure and bool(common)
+            lp.sig_run = lp.sig_run + 1 if same else 1
+            lp.fail_tool, lp.fail_sig = f.tool, heard.failure
+            lp.sig_common = sorted(common) if same else list(f.values)
     else:
-        s.loops.fail_key = None
-        s.loops.fail_run = 0
+        if progress or lp.fail_key == f.key:
+            lp.fail_key = None
+            lp.fail_run = 0
+        if progress or lp.fail_tool == f.tool:
+            lp.fail_tool, lp.fail_sig, lp.sig_run, lp.sig_common = None, None, 0, []
 
     # identical_call / stuck_polling: per distinct call
     st = s.loops.keys.pop(f.key, None)
@@ -377,8 +417,8 @@ def record_result(
     answer = None
     if not (failed or blank or polling or out.in_progress or f.mutating or f.writes):
         answer = s.loops.answers.get(f.tool)
-        if answer is None or answer.result != answer_hash or answer.epoch != s.loops.epoch:
-            answer = Answer(answer_hash, [], 0)
+        if answer is None or answer.result != heard.answer or answer.epoch != s.loops.epoch:
+            answer = Answer(heard.answer, [], 0)
             put_bounded(s.loops.answers, f.tool, answer, MAX_CHAINS)
         if f.key not in answer.keys and len(answer.keys) < MAX_ANSWER_KEYS:
             answer.keys.append(f.key)

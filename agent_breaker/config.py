@@ -38,15 +38,17 @@ DEFAULT_BREAKER_PROBE_TIMEOUT_S = 60.0
 
 DEFAULT_IDENTICAL_FAILURES = 3
 DEFAULT_TRANSIENT_FAILURES = 5
+DEFAULT_RETRY_SIMILARITY = 0.6
 DEFAULT_IDENTICAL_REPEATS = 4
 DEFAULT_IDENTICAL_WINDOW_S = 600.0
 DEFAULT_MAX_POLLS = 15
 DEFAULT_POLL_WINDOW_S = 600.0
-DEFAULT_MAX_WAIT_S = 3600.0
+DEFAULT_MAX_WAIT_S = 1800.0
 DEFAULT_MIN_SLOW_POLLS = 5
 DEFAULT_SILENT_REPEATS = 6
 DEFAULT_SAME_ANSWER_CALLS = 5
 DEFAULT_DUPLICATE_WINDOW_S = 3600.0
+DEFAULT_IN_FLIGHT_S = 600.0
 DEFAULT_IDEMPOTENCY_FIELDS = (
     "idempotency_key",
     "idempotencykey",
@@ -444,6 +446,14 @@ class IdenticalFailureConfig(_Frozen):
         description="The same, for dependency failures (timeouts, 429, 5xx: expected to clear); also raises "
         "identical_call and near_duplicate limits for them.",
     )
+    args_similarity: float = Field(
+        DEFAULT_RETRY_SIMILARITY,
+        gt=0,
+        le=1,
+        description="Calls of one tool that fail with the same error count as one call retried when they share an "
+        "argument value, or when their arguments are this similar (ids and numbers aside): a salt, a fresh id or a "
+        "new edit does not make a retry new.",
+    )
 
 
 class IdenticalCallConfig(_Frozen):
@@ -524,6 +534,12 @@ class DuplicateMutationConfig(_Frozen):
 
     window_s: float = Field(
         DEFAULT_DUPLICATE_WINDOW_S, gt=0, description="A repeat later than this after the success is allowed."
+    )
+    in_flight_s: float = Field(
+        DEFAULT_IN_FLIGHT_S,
+        gt=0,
+        description="A call identical to one let through this recently whose result has not come back is refused at "
+        "once (parallel tool calls of one model turn); an older one is taken as lost.",
     )
     idempotency_fields: tuple[str, ...] = Field(
         DEFAULT_IDEMPOTENCY_FIELDS,

@@ -63,6 +63,12 @@ incident_log = logging.getLogger("agent_breaker.incidents")
 
 Listener = Callable[[Incident | BreakerIncident], None]
 
+#: labels of keyed hashes: a tool's name, a failure's error, an argument's value (a result may
+#: echo it), a session in a tool view
+TOOL = "tool"
+FAILURE = "failure"
+ECHO = "echo"
+MEMBER = "member"
 #: joins tenant and session id in a session key: ids cannot hold control characters
 TENANT_SEPARATOR = "\x1f"
 #: sessions this engine knows have made more than one distinct call (no agent view to read)
@@ -415,7 +421,8 @@ class Engine:
         if isinstance(global_trip, Verdict):
             return global_trip
         churn_on = p.mode(H.SESSION_CHURN) != "off"
-        view = self._read_view(step) if churn_on and step.key not in self._mixed else None
+        tool_key = self.fingerprints.hash64(TOOL, f.tool)
+        view = self._read_view(ev.tenant, tool_key) if churn_on and step.key not in self._mixed else None
         bkey = self._breaker_key(cfg, ev.tenant, f.tool)
         breaker_on = p.mode(H.CIRCUIT_OPEN) != "off"
         # a shared breaker is asked first (a half-open probe slot is released below if the
@@ -434,6 +441,11 @@ class Engine:
                 decided.frozen = s.escalation
                 decided.verdict = _frozen_verdict(s, f.tool)
                 return None, decided
+            if ev.call_id is not None and ev.call_id in s.loops.pending:
+                # a call id names one call: a second one under it would take the first's result
+                reason = f"call_id {ev.call_id!r} names a call of {s.loops.pending[ev.call_id].facts.tool} still in flight"
+                decided.verdict = Verdict(False, H.INVALID_EVENT, "block", "call", reason)
+                return None, decided
             budget.account(s, cfg, now, f.tokens, f.cost_usd, f.tool)
             if f.mutating:
                 s.ledger.attempt(f.tool)
@@ -450,8 +462,8 @@ class Engine:
                 if block is not None and block.heuristic == H.DUPLICATE_MUTATION:
                     # the agent is told to ask the user: the next "yes" is an answer again
                     s.loops.said.pop(self._confirmation, None)
-            if block is None and view is not None and s.loops.only_key in (None, f.key):
-                block, churn_warn = judge(cfg, [churn.check(view, f.key, f.tool, cfg, now)], s)
+            if block is None and view is not None and s.loops.only_key in (None, tool_key):
+                block, churn_warn = judge(cfg, [churn.check(view, f.values, f.tool, cfg, now)], s)
                 warn = warn or churn_warn
             granted = permission
             if block is None and breaker_on and not self.share_breakers:
@@ -476,12 +488,16 @@ class Engine:
             if len(s.loops.pending) >= MAX_PENDING:
                 del s.loops.pending[next(iter(s.loops.pending))]
             probe = granted.probe if granted is not None else None
-            s.loops.pending[call_id] = Pending(f, call_id, bkey, probe, similar.text, similar.shape, loops.record_call(s, f, cfg))
+            s.loops.pending[call_id] = Pending(
+                f, call_id, bkey, probe, similar.text, similar.shape, loops.record_call(s, f, cfg), now
+            )
             if s.loops.only_key is None:
-                s.loops.only_key = f.key
-            elif s.loops.only_key != f.key:
+                s.loops.only_key = tool_key
+            elif s.loops.only_key != tool_key:
                 if s.loops.only_key != MIXED and churn_on:
-                    decided.view = (_view_key(s), lambda v: churn.leave(v, step.key))
+                    # the calls of the one tool it made so far leave that tool's chains
+                    left = _view_key_of(ev.tenant, s.loops.only_key)
+                    decided.view = (left, lambda v: churn.leave(v, self._member(step.key)))
                 s.loops.only_key = MIXED
             decided.mixed = s.loops.only_key == MIXED
             decided.verdict = self._settle(s, decided, None, warn, f.tool, call_id)
@@ -707,12 +723,16 @@ class Engine:
             log.warning("agent-breaker: probe slot of %s not released: %s", bkey, exc)
 
     # ----------------------------------------------------------------- the agent view
-    def _read_view(self, step: _Step) -> ChurnView | None:
+    def _read_view(self, tenant: str | None, tool_key: int) -> ChurnView | None:
         try:
-            state = self.store.peek_session(_view_key_of(step.ev.tenant, step.ev.agent))
+            state = self.store.peek_session(_view_key_of(tenant, tool_key))
         except StorageError:
             return None
         return getattr(state, "churn", None)
+
+    def _member(self, session_key: str) -> int:
+        """A session as a tool view's chains name it: a keyed hash of its key."""
+        return self.fingerprints.hash64(MEMBER, session_key)
 
     def _remember_mixed(self, key: str) -> None:
         with self._lock:
@@ -802,9 +822,13 @@ class Engine:
                         decided.transitions.append(moved)
                 breaker_state = st.state.value
             decided.verdict = ResultVerdict(True, heuristic, reason, failed=out.failed, breaker_state=breaker_state)
-            if s.loops.only_key == f.key and churn_on:
-                outcome_hash = FAILED if out.failed else repeat_hash
-                decided.view = (_view_key(s), lambda v: churn.record_outcome(v, step.key, f.key, outcome_hash, now, cfg))
+            if s.loops.only_key == tool_key and churn_on and not out.dependency:  # an outage is the breaker's
+                outcome = repeat_hash if failure is None else failure
+                member = self._member(step.key)
+                decided.view = (
+                    _view_key_of(ev.tenant, tool_key),
+                    lambda v: churn.record_outcome(v, member, f.values, outcome, out.failed, now, cfg),
+                )
             echoed = _echo_masked(fp, timed, ev.result, f.values)
             heard = loops.Heard(repeat_hash, timed_hash if echoed == timed else fp.hash64(echoed), tool_key, failure)
             if loops.record_result(s, pending, heard, out, blank, polling, now, cfg):
@@ -1245,20 +1269,10 @@ def _breaker_trip(permission: Permission, tool: str) -> Trip | None:
     return Trip(heuristic, "tool", reason, instruction, {"state": state}, permission.retry_after_s)
 
 
-def _view_key_of(tenant: str | None, agent: str | None) -> str:
-    """The key of an agent view (session_churn). It starts with a control character, which no
+def _view_key_of(tenant: str | None, tool_key: int) -> str:
+    """The key of a tool view (session_churn). It starts with a control character, which no
     session id may hold, so it never names a real session."""
-    return f"\x1eview{TENANT_SEPARATOR}{tenant or ''}{TENANT_SEPARATOR}{agent or ''}"
-
-
-def _view_key(s: SessionState) -> str:
-    return _view_key_of(s.tenant, s.agent)
-
-
-#: labels of keyed hashes: a tool's name, a failure's error, an argument's value (a result may echo it)
-TOOL = "tool"
-FAILURE = "failure"
-ECHO = "echo"
+    return f"\x1eview{TENANT_SEPARATOR}{tenant or ''}{TENANT_SEPARATOR}{tool_key:016x}"
 
 
 def _json_text(value: Any) -> str:

@@ -84,8 +84,9 @@ LOOPS: frozenset[str] = frozenset(
 
 #: heuristics that can be wrong: they warn first (the call runs, the agent is told), and cut when
 #: the pattern goes on after the warning (`warn_first:` in config). Deterministic checks (budgets,
-#: ceilings, breakers, receipts, schemas) are not among them: they cut at once.
-GRADUATED: frozenset[str] = LOOPS | {DUPLICATE_MUTATION, SESSION_CHURN}
+#: ceilings, breakers, receipts, schemas) are not among them: they cut at once; nor is
+#: session_churn, whose pattern spans sessions (a warning given in each new one would never end).
+GRADUATED: frozenset[str] = LOOPS | {DUPLICATE_MUTATION}
 
 #: the session budgets: their halts stay until the budget is reset (an operator's resume)
 BUDGETS: frozenset[str] = frozenset({TOKEN_BUDGET, COST_BUDGET, STEP_LIMIT})

@@ -225,7 +225,8 @@ def carries_content(args: Any, depth: int = 0) -> bool:
 
 
 def is_semantic_failure(result: Any) -> bool:
-    """A payload that says the call failed even though the transport said ok."""
+    """A payload that says the call failed even though the transport said ok: a failed status,
+    an error, `success` or `ok` false, or a process's non-zero exit code."""
     if not isinstance(result, dict):
         return False
     status = result.get("status")
@@ -233,7 +234,16 @@ def is_semantic_failure(result: Any) -> bool:
         return True
     if result.get("error") not in (None, "", False, {}, []):
         return True
+    if any(_nonzero(result.get(name)) for name in _EXIT_FIELDS):
+        return True
     return result.get("success") is False or result.get("ok") is False
+
+
+_EXIT_FIELDS = ("exit_code", "exitcode", "exitCode", "returncode", "return_code", "exit_status")
+
+
+def _nonzero(code: Any) -> bool:
+    return type(code) is int and code != 0
 
 
 def in_progress(result: Any, values: frozenset[str]) -> bool:

@@ -27,9 +27,11 @@ MAX_CHAINS = 32  # near-duplicate chains, one per recently used tool (each holds
 MAX_ANSWER_KEYS = 64  # same_answer: the distinct calls of one streak kept
 MAX_SAID = 64  # user turns remembered (hashes), to tell a repeated answer from new information
 MAX_ECHOES = 16  # references of a call's arguments kept, to tell an echo of them in its result
+MAX_CHURN_CHAINS = 4  # session_churn: chains of one tool view, one per outcome
+MAX_CHURN_MEMBERS = 32  # ... and the sessions each one follows
 
 FAILED = -1  # result hash of a failed execution: any two failures compare equal
-MIXED = -1  # SessionState.only_key once the session's calls differ (call hashes are >= 0)
+MIXED = -1  # SessionState.only_key once the session's calls are of several tools (hashes are >= 0)
 
 
 def put_bounded(d: dict[Any, Any], key: Any, value: Any, cap: int) -> None:
@@ -122,26 +124,45 @@ class Pending:
     similar_text: bool  # similar to its tool's chain, as text
     similar_shape: bool  # similar to its tool's chain, ids and numbers aside
     history_index: int
+    ts: float = 0.0  # when it was let through (a call in flight for long is taken as lost)
+
+
+@dataclass(slots=True)
+class ChurnChain:
+    """session_churn: calls of one tool from sessions that made no other, with one outcome and
+    some argument values in common, and how many calls each session made."""
+
+    outcome: int  # the result hash, or the failure's error hash
+    common: list[int]  # the argument values every call of the chain held (keyed hashes)
+    calls: int
+    members: dict[int, int]  # session (keyed hash) -> its calls in the chain
+    last_ts: float
+    failed: bool = False  # the outcome is a failure (the call's own)
+
+    def to_wire(self) -> list[Any]:
+        return [self.outcome, self.common, self.calls, [[m, n] for m, n in self.members.items()], self.last_ts, self.failed]
+
+    @classmethod
+    def from_wire(cls, d: list[Any]) -> ChurnChain:
+        return cls(d[0], list(d[1]), d[2], {m: n for m, n in d[3]}, d[4], d[5])
 
 
 @dataclass(slots=True)
 class ChurnView:
-    """An agent view (session_churn): the latest chain of sessions that each made only one and
-    the same call, and how often it returned the same outcome."""
+    """A tool view (session_churn), one per tenant and tool: the chains of calls from sessions
+    that made only calls of this tool, the most recent last."""
 
-    key: int = 0  # the call's hash (0: no chain)
-    outcome: int = 0  # its result hash, or FAILED
-    calls: int = 0
-    sessions: int = 0
-    last_session: str = ""
-    last_ts: float = 0.0
+    chains: list[ChurnChain] = field(default_factory=list)
 
     def to_wire(self) -> list[Any]:
-        return [self.key, self.outcome, self.calls, self.sessions, self.last_session, self.last_ts]
+        return [c.to_wire() for c in self.chains]
 
     @classmethod
     def from_wire(cls, d: list[Any]) -> ChurnView:
-        return cls(*d)
+        # a view stored per agent, before tool views, holds one flat chain of another shape: dropped
+        if d and not isinstance(d[0], list):
+            return cls()
+        return cls([ChurnChain.from_wire(c) for c in d])
 
 
 @dataclass(slots=True)
@@ -182,13 +203,14 @@ class Loops:
     fail_sig: int | None = None  # ... with this error (a hash of it, masked) ...
     sig_run: int = 0  # ... and how many times ...
     sig_common: list[int] = field(default_factory=list)  # ... with these argument values in common
+    sig_shape: tuple[int, ...] | None = None  # ... and the last one's argument shapes (near_duplicate on)
     epoch: int = 0  # counts results that were progress
     chains: dict[str, Chain] = field(default_factory=dict)
     history: list[list[Any]] = field(default_factory=list)  # [key, result hash or None]
     history_base: int = 0  # absolute index of history[0]
     seen: dict[int, None] = field(default_factory=dict)  # (call, result) pairs seen: progress test
-    # session_churn: the one call key every allowed call so far had (None: no call yet;
-    # MIXED: calls differ)
+    # session_churn: the one tool (its keyed hash) every allowed call so far was of (None: no
+    # call yet; MIXED: calls of several tools)
     only_key: int | None = None
     answers: dict[str, Answer] = field(default_factory=dict)  # same_answer, per tool
     done: dict[int, float] = field(default_factory=dict)  # duplicate_mutation: effect -> when it succeeded
@@ -198,13 +220,13 @@ class Loops:
     warned: dict[str, int] = field(default_factory=dict)
 
     def sig_common_disjoint(self, values: tuple[int, ...]) -> bool:
-        """A call with none of the argument values the failing streak shares is another call."""
-        return self.sig_common is None or set(self.sig_common).isdisjoint(values)
+        """Does a call hold none of the argument values the failing streak's calls share."""
+        return set(self.sig_common).isdisjoint(values)
 
     def to_wire(self) -> dict[str, Any]:
         return {
             "pending": {
-                cid: [_facts(p.facts), p.call_id, p.breaker_key, p.probe, p.similar_text, p.similar_shape, p.history_index]
+                cid: [_facts(p.facts), p.call_id, p.breaker_key, p.probe, p.similar_text, p.similar_shape, p.history_index, p.ts]
                 for cid, p in self.pending.items()
             },
             "auto_ids": self.auto_ids,
@@ -212,7 +234,16 @@ class Loops:
                 [k, st.runs, st.last_result, st.last_ts, st.polling, st.poll_ts, st.transient, st.epoch, st.since, st.silent]
                 for k, st in self.keys.items()
             ],
-            "fail": [self.fail_key, self.fail_run, self.fail_transient, self.fail_tool, self.fail_sig, self.sig_run, self.sig_common],
+            "fail": [
+                self.fail_key,
+                self.fail_run,
+                self.fail_transient,
+                self.fail_tool,
+                self.fail_sig,
+                self.sig_run,
+                self.sig_common,
+                _fp(self.sig_shape),
+            ],
             "epoch": self.epoch,
             "chains": {
                 tool: [
@@ -242,10 +273,10 @@ class Loops:
     def from_wire(cls, d: dict[str, Any]) -> Loops:
         # a session stored before failures were compared by their error has three fields here
         fail_key, fail_run, fail_transient, *by_error = d["fail"]
-        fail_tool, fail_sig, sig_run, sig_common = by_error or (None, None, 0, [])
+        fail_tool, fail_sig, sig_run, sig_common, sig_shape = by_error or (None, None, 0, [], None)
         history, history_base = d["history"]
         return cls(
-            pending={cid: Pending(_unfacts(p[0]), p[1], p[2], p[3], p[4], p[5], p[6]) for cid, p in d["pending"].items()},
+            pending={cid: Pending(_unfacts(p[0]), *p[1:8]) for cid, p in d["pending"].items()},
             auto_ids=d["auto_ids"],
             # a streak stored before `since` existed began no later than its last run
             keys={k[0]: KeyStat(k[1], k[2], k[3], k[4], list(k[5]), k[6], k[7], *(k[8:] or [k[3]])) for k in d["keys"]},
@@ -256,6 +287,7 @@ class Loops:
             fail_sig=fail_sig,
             sig_run=sig_run,
             sig_common=list(sig_common),
+            sig_shape=_unfp_or_none(sig_shape),
             epoch=d["epoch"],
             chains={
                 tool: Chain(_unfp(c[0]), _unfp(c[1]), _unfp_or_none(c[2]), c[3], c[4], c[5], c[6], c[7], c[8])
@@ -332,7 +364,7 @@ class SessionState:
         loops.done.clear()
         loops.fail_key = None
         loops.fail_run = 0
-        loops.fail_tool, loops.fail_sig, loops.sig_run, loops.sig_common = None, None, 0, []
+        loops.fail_tool, loops.fail_sig, loops.sig_run, loops.sig_common, loops.sig_shape = None, None, 0, [], None
         loops.epoch += 1
         loops.chains.clear()
         loops.history_base += len(loops.history)

@@ -68,13 +68,13 @@ _TIMING: tuple[Led, ...] = (
     (re.compile(r"\.\d+ ?(?:ms|s|sec|secs|seconds)(?![A-Za-z])"), _DIGITS, 12, 1),
     (re.compile(r"ms(?<=\dms)(?![A-Za-z])"), _DIGITS, 12, 1),
     (re.compile(r" ms(?![A-Za-z])"), _DIGITS, 12, 1),
+    # handles moved here from identity: they tell no two answers apart
+    (re.compile(r"0x[0-9a-fA-F]{4,16}"), "", 0, 0),  # a memory address
+    (re.compile(r"\[ref=[^\]\s\"]{1,32}\]"), "", 0, 0),  # an element ref of a page snapshot: [ref=e12]
 )
 _IDENTITY: tuple[Led, ...] = (
     # a UUID: the match starts at its first dash, its first 8 hex digits precede it
     (re.compile(r"-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}(?![0-9a-zA-Z])"), _HEX, 8, 8),
-    (re.compile(r"0x[0-9a-fA-F]{4,16}"), "", 0, 0),  # a memory address
-    # an element ref of a page snapshot: [ref=e12], ref=e12
-    (re.compile(r"\[ref=[^\]\s\"]{1,32}\]"), "", 0, 0),
     (re.compile(r"ref[=:] ?[A-Za-z]?\d+"), "", 0, 0),
     (re.compile(r"#(?<![\w&]#)\d+"), "", 0, 0),  # a run / build number: "run #45"
 )

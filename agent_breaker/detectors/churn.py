@@ -1,51 +1,84 @@
-"""A loop spread over new session ids (`session_churn`).
+"""A loop spread over new sessions and agent ids (`session_churn`).
 
-Per-session detectors see one call per session when an agent (or whoever drives it) opens a
-new session for every call. An agent view, one per (tenant, agent), follows the sessions whose
-calls so far are all one and the same call: when that call keeps returning the same outcome
-across sessions, the view trips. A session that makes any other call leaves the chain, so
-parallel runs of the same task (which go on to other calls) are not a loop.
+Per-session detectors see one call per session when an agent (or whoever drives it) opens a new
+session, or takes a new agent id, for every retry. A tool view, one per (tenant, tool), follows
+the sessions whose calls so far are all of that tool: calls that keep getting the same outcome
+and share their arguments' values (what stays while a salt or a fresh id churns) form a chain,
+and a chain that spans sessions trips. Chains of other outcomes live beside it (healthy
+sessions of the same tool do not end a failing chain), and a session that goes on to another
+tool leaves its chains: parallel runs of one task, which go on to real work, are no loop.
 """
 
 from __future__ import annotations
 
 from ..config import AgentBreakerConfig
 from ..heuristics import SESSION_CHURN
-from ..session import ChurnView
+from ..session import MAX_CHURN_CHAINS, MAX_CHURN_MEMBERS, ChurnChain, ChurnView
 from .base import Trip
 
+#: the argument values of a call without any: the tool alone is what stays
+NO_VALUES = (0,)
 
-def check(view: ChurnView | None, key: int, tool: str, cfg: AgentBreakerConfig, now: float) -> Trip | None:
+
+def check(view: ChurnView | None, values: tuple[int, ...], tool: str, cfg: AgentBreakerConfig, now: float) -> Trip | None:
+    """Does this call continue a chain that spans sessions: it holds every value the chain's
+    calls kept, and the chain is long enough and recent."""
     c = cfg.session_churn
-    if view is None or view.key != key or view.sessions < 2 or view.calls < c.max_calls:
+    if view is None:
         return None
-    if abs(now - view.last_ts) > c.window_s:
-        return None
-    return Trip(
-        SESSION_CHURN,
-        "call",
-        f"{tool} returned the same outcome {view.calls} times across {view.sessions} new sessions of this agent",
-        "Starting a new session does not change the outcome. Use the result you have, or change your approach.",
-        {"calls": view.calls, "sessions": view.sessions, "max_calls": c.max_calls, "window_s": c.window_s},
-    )
+    held = set(values or NO_VALUES)
+    for chain in view.chains:
+        # the same failure needs no more tries across sessions than within one (identical_failure)
+        limit = cfg.identical_failure.max_failures if chain.failed else c.max_calls
+        if len(chain.members) < 2 or chain.calls < limit or abs(now - chain.last_ts) > c.window_s:
+            continue
+        if held.issuperset(chain.common):
+            return Trip(
+                SESSION_CHURN,
+                "call",
+                f"{tool} got the same outcome {chain.calls} times across {len(chain.members)} new sessions",
+                "Starting a new session or a new agent does not change the outcome. Use the result you have, or "
+                "change your approach.",
+                {"calls": chain.calls, "sessions": len(chain.members), "max_calls": limit, "window_s": c.window_s},
+            )
+    return None
 
 
-def record_outcome(view: ChurnView, session: str, key: int, outcome: int, now: float, cfg: AgentBreakerConfig) -> None:
-    """The outcome of a call from a session whose every call so far was this one."""
-    if view.key == key and view.outcome == outcome and abs(now - view.last_ts) <= cfg.session_churn.window_s:
-        view.calls += 1
-        if view.last_session != session:
-            view.sessions += 1
-    else:
-        view.key, view.outcome, view.calls, view.sessions = key, outcome, 1, 1
-    view.last_session = session
-    view.last_ts = now
+def record_outcome(
+    view: ChurnView, member: int, values: tuple[int, ...], outcome: int, failed: bool, now: float, cfg: AgentBreakerConfig
+) -> None:
+    """The outcome of a call from a session whose every call so far was of this tool (`failed`:
+    a failure of the call's own, `outcome` its error's hash)."""
+    values = values or NO_VALUES
+    window = cfg.session_churn.window_s
+    for i, chain in enumerate(view.chains):
+        common = set(chain.common).intersection(values)
+        if chain.outcome == outcome and chain.failed == failed and common and abs(now - chain.last_ts) <= window:
+            chain.calls += 1
+            chain.members[member] = chain.members.get(member, 0) + 1
+            while len(chain.members) > MAX_CHURN_MEMBERS:
+                chain.calls -= chain.members.pop(next(iter(chain.members)))
+            chain.common = sorted(common)
+            chain.last_ts = now
+            view.chains.append(view.chains.pop(i))  # the most recent last
+            return
+    view.chains.append(ChurnChain(outcome, sorted(set(values)), 1, {member: 1}, now, failed))
+    if len(view.chains) > MAX_CHURN_CHAINS:
+        # the shortest older chain goes: a run of one-off outcomes must not push a long chain out
+        older = view.chains[:-1]
+        older.remove(min(older, key=lambda chain: chain.calls))
+        view.chains[:-1] = older
 
 
-def leave(view: ChurnView, session: str) -> bool:
-    """A session made another call: if it was the chain's latest, the chain ends. Returns
-    whether the view changed."""
-    if view.last_session != session or not view.calls:
-        return False
-    view.key, view.calls, view.sessions = 0, 0, 0
-    return True
+def leave(view: ChurnView, member: int) -> bool:
+    """A session made a call of another tool: its calls leave every chain. Returns whether the
+    view changed."""
+    changed = False
+    for chain in view.chains:
+        n = chain.members.pop(member, 0)
+        if n:
+            chain.calls -= n
+            changed = True
+    if changed:
+        view.chains[:] = [chain for chain in view.chains if chain.members]
+    return changed

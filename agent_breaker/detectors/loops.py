@@ -31,6 +31,7 @@ from ..session import (
     CallFacts,
     Chain,
     KeyStat,
+    Loops,
     Pending,
     SessionState,
     put_bounded,
@@ -55,7 +56,7 @@ def check_identical_failure(s: SessionState, f: CallFacts, cfg: AgentBreakerConf
             {"failures": lp.fail_run, "max_failures": limit},
         )
     limit = cfg.identical_failure.max_failures
-    if lp.fail_tool == f.tool and lp.sig_run >= limit and not lp.sig_common_disjoint(f.values):
+    if lp.fail_tool == f.tool and lp.sig_run >= limit and retried(lp, f, cfg):
         # what changes from one call to the next (a salt, a fresh ref, a new edit) changes nothing
         return Trip(
             IDENTICAL_FAILURE,
@@ -65,6 +66,18 @@ def check_identical_failure(s: SessionState, f: CallFacts, cfg: AgentBreakerConf
             {"failures": lp.sig_run, "max_failures": limit, "same_error": 1},
         )
     return None
+
+
+def retried(lp: Loops, f: CallFacts, cfg: AgentBreakerConfig) -> bool:
+    """Is this call a retry of the failing streak's call: it shares an argument value with
+    every call of it, or its arguments read like the last one's (ids and numbers aside)."""
+    if not lp.sig_common_disjoint(f.values):
+        return True
+    return (
+        lp.sig_shape is not None
+        and f.fp_shape is not None
+        and similarity(f.fp_shape, lp.sig_shape) >= cfg.identical_failure.args_similarity
+    )
 
 
 def check_identical_call(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig, now: float, polling: bool) -> Trip | None:
@@ -204,7 +217,20 @@ def check_same_answer(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig, po
 
 
 def check_duplicate_mutation(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig, now: float) -> Trip | None:
-    done = s.loops.done.get(f.effect) if f.effect is not None else None
+    if f.effect is None:
+        return None
+    for p in s.loops.pending.values():
+        if p.facts.effect == f.effect and now - p.ts <= cfg.duplicate_mutation.in_flight_s:
+            # parallel tool calls of one model turn: the first has not even answered yet
+            return Trip(
+                DUPLICATE_MUTATION,
+                "call",
+                f"{f.tool} with these arguments is already running ({p.call_id}); running it again would do it twice",
+                "This action is already under way: wait for its result instead of sending it again.",
+                {"in_flight": 1, "since_s": round(now - p.ts, 3)},
+                certain=True,
+            )
+    done = s.loops.done.get(f.effect)
     window = cfg.duplicate_mutation.window_s
     if done is None or now - done > window:
         return None
@@ -347,19 +373,20 @@ def record_result(
         lp.fail_key = f.key
         lp.fail_transient = transient
         if not transient and heard.failure is not None:
-            # the calls of the streak share some argument value (what stays while a salt, a fresh
-            # ref or a new edit churns): calls with nothing in common are a search, not a retry
+            # a retry of the streak's call: it shares an argument value with it (what stays while
+            # a salt, a fresh ref or a new edit churns) or reads much like it (a salt inside a
+            # value); calls with nothing in common are a search, not a retry
             common = set(lp.sig_common).intersection(f.values)
-            same = lp.fail_tool == f.tool and lp.fail_sig == heard.failure and bool(common)
+            same = lp.fail_tool == f.tool and lp.fail_sig == heard.failure and retried(lp, f, cfg)
             lp.sig_run = lp.sig_run + 1 if same else 1
-            lp.fail_tool, lp.fail_sig = f.tool, heard.failure
-            lp.sig_common = sorted(common) if same else list(f.values)
+            lp.fail_tool, lp.fail_sig, lp.sig_shape = f.tool, heard.failure, f.fp_shape
+            lp.sig_common = sorted(common) if same and common else list(f.values)
     else:
         if progress or lp.fail_key == f.key:
             lp.fail_key = None
             lp.fail_run = 0
         if progress or lp.fail_tool == f.tool:
-            lp.fail_tool, lp.fail_sig, lp.sig_run, lp.sig_common = None, None, 0, []
+            lp.fail_tool, lp.fail_sig, lp.sig_run, lp.sig_common, lp.sig_shape = None, None, 0, [], None
 
     # identical_call / stuck_polling: per distinct call
     st = s.loops.keys.pop(f.key, None)

@@ -246,12 +246,19 @@ def _nonzero(code: Any) -> bool:
     return type(code) is int and code != 0
 
 
-def in_progress(result: Any, values: frozenset[str]) -> bool:
-    """A result that says "not finished yet": its call is a poll."""
+def in_progress(result: Any, values: frozenset[str], depth: int = 0) -> bool:
+    """A result that says "not finished yet", at its top or in an object it holds ({"job":
+    {"state": "running"}}): its call is a poll."""
     if not isinstance(result, dict):
         return False
     for name in ("status", "state", "phase"):
         v = result.get(name)
         if isinstance(v, str) and v.lower().replace(" ", "_").replace("-", "_") in values:
             return True
-    return any(result.get(name) is False for name in _NOT_DONE_FIELDS)
+    if any(result.get(name) is False for name in _NOT_DONE_FIELDS):
+        return True
+    return depth < _NESTED_STATUS_DEPTH and any(in_progress(v, values, depth + 1) for v in result.values() if type(v) is dict)
+
+
+#: how deep a status is looked for in a result ({"data": {"job": {"state": ...}}})
+_NESTED_STATUS_DEPTH = 2

@@ -50,7 +50,18 @@ from .metrics import shared as shared_metrics
 from .outcomes import FailurePredicate, Outcome, carries_content, classify, is_blank
 from .policy import CONFIRMATION, CheckContext, Policies, Policy, judge, run_checks
 from .receipts import ReceiptKeys, empty_mutation_trip, is_empty_result, mint, verify
-from .session import FAILED, MAX_ECHOES, MAX_PENDING, MAX_SAID, MIXED, CallFacts, ChurnView, Pending, SessionState, Spend, put_bounded
+from .session import (
+    MAX_ECHOES,
+    MAX_PENDING,
+    MAX_SAID,
+    MIXED,
+    CallFacts,
+    ChurnView,
+    Pending,
+    SessionState,
+    Spend,
+    put_bounded,
+)
 from .store import MemoryStore, StorageError, Store, store_from_uri
 from .store.base import key_parts, split_key
 from .tracing import attributes, configured_tracer
@@ -69,6 +80,7 @@ TOOL = "tool"
 FAILURE = "failure"
 ECHO = "echo"
 MEMBER = "member"
+TURN = "turn"
 #: joins tenant and session id in a session key: ids cannot hold control characters
 TENANT_SEPARATOR = "\x1f"
 #: sessions this engine knows have made more than one distinct call (no agent view to read)
@@ -287,6 +299,7 @@ class Engine:
             writes=carries_content(ev.args),
             echoes=tuple(sorted(p.claims.references_in("\n".join(leaves))))[:MAX_ECHOES],
             values=tuple(fp.hash64(ECHO, v) for v in leaves[:MAX_ECHOES]),
+            turn=None if effect is None or ev.turn is None else fp.hash64(TURN, ev.turn),
         )
 
     @staticmethod

@@ -90,6 +90,8 @@ class ToolCall(_Event, _Spend):
     call_id: _Id | None = None
     thought: _Text | None = None
     mutating: bool | None = None
+    # the model step that asked for it: the parallel tool calls of one step share it
+    turn: _Id | None = None
 
 
 class ToolResult(_Event):

@@ -18,6 +18,7 @@ import asyncio
 import dataclasses
 import functools
 import inspect
+import json
 import logging
 import uuid
 from collections.abc import Callable, Mapping
@@ -45,6 +46,9 @@ def failure_kind(exc: BaseException) -> FailureKind | None:
 
 
 Session = str | Callable[[], str]
+#: what a guarded call does with an advisory (a graduated heuristic's warning): the call runs,
+#: and this gets the observation to pass on to the agent
+Advise = Callable[[dict[str, Any]], Any]
 
 
 def guarded(
@@ -57,13 +61,18 @@ def guarded(
     mutating: bool | None = None,
     alternatives: Mapping[str, Callable[..., Any]] | None = None,
     classify: Callable[[BaseException], FailureKind | None] = failure_kind,
+    turn: str | Callable[[], str | None] | None = None,
+    advise: Advise | None = None,
 ) -> Any:
     """`fn` behind the guard (sync or async; as a decorator when `fn` is left out). `session`
-    (and `tenant`) may be callables, read at each call (a run id from a context variable).
-    Keyword and positional arguments are the call's arguments, by the function's parameter
-    names. Refused: the verdict's observation is returned, or a registered alternative's result
-    when the refusal routes to it. Raised: the exception is recorded as a failed call (its
-    kind from `classify`) and raised again."""
+    (and `tenant`, `turn`) may be callables, read at each call (a run id from a context
+    variable). Keyword and positional arguments are the call's arguments, by the function's
+    parameter names. Refused: the verdict's observation is returned, or a registered
+    alternative's result when the refusal routes to it. Raised: the exception is recorded as a
+    failed call (its kind from `classify`) and raised again. `turn`: the model step that asked
+    for the call (parallel calls of one step share it: a repeat of an action among them is
+    refused at once). `advise`: called with the observation of a warning the call runs under
+    (default: logged), for the caller to pass on to the agent."""
     if fn is None:
         return lambda f: guarded(
             f,
@@ -74,8 +83,21 @@ def guarded(
             mutating=mutating,
             alternatives=alternatives,
             classify=classify,
+            turn=turn,
+            advise=advise,
         )
-    guard = _Guard(fn, engine, session, normalize_name(tool or fn.__name__), tenant, mutating, alternatives or {}, classify)
+    guard = _Guard(
+        fn,
+        engine,
+        session,
+        normalize_name(tool or fn.__name__),
+        tenant,
+        mutating,
+        alternatives or {},
+        classify,
+        turn,
+        advise or _log_advisory,
+    )
     if inspect.iscoroutinefunction(fn):
 
         @functools.wraps(fn)
@@ -102,8 +124,12 @@ class _Guard:
         mutating: bool | None,
         alternatives: Mapping[str, Callable[..., Any]],
         classify: Callable[[BaseException], FailureKind | None],
+        turn: str | Callable[[], str | None] | None,
+        advise: Advise,
     ) -> None:
         self.fn = fn
+        self.turn = turn
+        self.advise = advise
         self.engine = engine
         self.session = session
         self.tool = tool
@@ -136,6 +162,9 @@ class _Guard:
             event["tenant"] = tenant
         if self.mutating is not None:
             event["mutating"] = self.mutating
+        turn = self.turn() if callable(self.turn) else self.turn
+        if turn is not None:
+            event["turn"] = turn
         return event
 
     def _result(self, call: Mapping[str, Any], **outcome: Any) -> dict[str, Any]:
@@ -160,6 +189,8 @@ class _Guard:
         if not verdict.allowed:
             alternative, alt_args = self._refused(verdict)
             return verdict.observation if alternative is None else alternative(**alt_args)
+        if verdict.advisory and verdict.observation is not None:
+            self.advise(verdict.observation)
         try:
             output = self.fn(*args, **kwargs)
         except Exception as exc:
@@ -185,6 +216,8 @@ class _Guard:
                 return verdict.observation
             out = alternative(**alt_args)
             return await out if inspect.isawaitable(out) else out
+        if verdict.advisory and verdict.observation is not None:
+            self.advise(verdict.observation)
         try:
             output = await self.fn(*args, **kwargs)
         except asyncio.CancelledError:
@@ -202,6 +235,20 @@ class _Guard:
         return await without_blocking(self.engine, method, *args)
 
 
+def _log_advisory(observation: dict[str, Any]) -> None:
+    log.warning(
+        "agent-breaker: %s ran under a warning (%s): %s", observation["tool"], observation["warning"], observation["message"]
+    )
+
+
+def with_advice(output: Any, advice: list[dict[str, Any]]) -> Any:
+    """A tool's text output with the warnings it ran under after it, as JSON the model reads;
+    any other output as it is."""
+    if not advice or not isinstance(output, str):
+        return output
+    return "\n\n".join([output, *(json.dumps(a) for a in advice)])
+
+
 def _plain(output: Any) -> Any:
     """A tool's output as the engine reads results: JSON-like values as they are, a pydantic
     model or a dataclass as its fields, anything else as its text."""
@@ -215,4 +262,4 @@ def _plain(output: Any) -> Any:
     return str(output)
 
 
-__all__ = ["DEPENDENCY_ERRORS", "failure_kind", "guarded"]
+__all__ = ["DEPENDENCY_ERRORS", "failure_kind", "guarded", "with_advice"]

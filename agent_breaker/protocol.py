@@ -67,9 +67,10 @@ KINDS: tuple[EventKind, ...] = (
             "thought": "thought",
             **_SPEND,
             "mutating": "mutating",
+            "turn": "turn",
         },
         ("tool_name", "tool_args"),
-        ("session_id", "call_id", "allowed", "heuristic", "severity", "reason", "observation", "route"),
+        ("session_id", "call_id", "allowed", "heuristic", "severity", "reason", "observation", "route", "advisory"),
         "tool",
     ),
     EventKind(

@@ -47,7 +47,9 @@ MAX_SCANNED_CHARS = 1 << 20  # of a result's canonical text (a page snapshot run
 MAX_CACHED_REFERENCES = 1 << 15
 # TX 99482 -> TX-99482; not a quantity (a decimal or thousands part follows: 1500.00, 1,500) nor an
 # amount after a currency code (USD 1500)
-_CURRENCIES = "USD|EUR|GBP|JPY|CHF|CAD|AUD|NZD|CNY|RMB|HKD|SGD|INR|KRW|SEK|NOK|DKK|PLN|CZK|MXN|BRL|ZAR|RUB|TRY|AED|SAR|ILS|THB|IDR"
+_CURRENCIES = (
+    "USD|EUR|GBP|JPY|CHF|CAD|AUD|NZD|CNY|RMB|HKD|SGD|INR|KRW|SEK|NOK|DKK|PLN|CZK|MXN|BRL|ZAR|RUB|TRY|AED|SAR|ILS|THB|IDR"
+)
 _SPACED_ID = re.compile(rf"\b(?!(?:{_CURRENCIES})\b)(?=([A-Z]{{2,}}))\1[ _]+(\d{{3,}})\b(?![.,]\d)")
 # the rewrite runs only on a text whose shape (capitals "A", "_" a space, digits and non-ASCII bytes
 # "0") holds a capital, spaces, a digit: re searches for a literal (the shape's) many times faster
@@ -79,9 +81,44 @@ _NEGATING_DETERMINERS = frozenset({"no", "nothing", "none", "neither", "nobody",
 # object of "get"/"have" ("could not get it sent", "failed to have them updated")
 _VERB_GROUP = frozenset(
     {
-        "was", "were", "is", "are", "be", "been", "being", "am", "has", "have", "had", "having", "do", "does", "did",
-        "get", "got", "gotten", "getting", "to", "yet", "actually", "really", "successfully", "fully", "properly",
-        "correctly", "ever", "even", "all", "still", "also", "it", "them", "this", "that", "these", "those",
+        "was",
+        "were",
+        "is",
+        "are",
+        "be",
+        "been",
+        "being",
+        "am",
+        "has",
+        "have",
+        "had",
+        "having",
+        "do",
+        "does",
+        "did",
+        "get",
+        "got",
+        "gotten",
+        "getting",
+        "to",
+        "yet",
+        "actually",
+        "really",
+        "successfully",
+        "fully",
+        "properly",
+        "correctly",
+        "ever",
+        "even",
+        "all",
+        "still",
+        "also",
+        "it",
+        "them",
+        "this",
+        "that",
+        "these",
+        "those",
     }
 )
 # a subject, a verb of its own, or a joining word ends the reach of a negation before it ("no doubt I
@@ -90,7 +127,27 @@ _PRONOUNS = frozenset({"i", "we", "you", "he", "she", "they", "i've", "we've", "
 _JOINS = frozenset({"and", "but", "or", "then", "so", "while", "whereas", "although", "though", "because", "after", "before"})
 # words before a participle that make it an adjective of the noun after it, not a claim
 _ATTRIBUTIVE = frozenset(
-    {"the", "a", "an", "your", "my", "our", "their", "his", "her", "its", "this", "these", "those", "for", "of", "any", "some", "each", "every"}
+    {
+        "the",
+        "a",
+        "an",
+        "your",
+        "my",
+        "our",
+        "their",
+        "his",
+        "her",
+        "its",
+        "this",
+        "these",
+        "those",
+        "for",
+        "of",
+        "any",
+        "some",
+        "each",
+        "every",
+    }
 )
 #: how many words a negating determiner reaches over to its verb ("no payment to your landlord was sent")
 _DETERMINER_REACH = 6
@@ -102,8 +159,23 @@ _CONFIRMATION_REACH = 4
 _MONEY = re.compile(r"[$\u20ac\u00a3\u00a5]\s?\d|\d\s?(?:usd|eur|gbp|dollars?|euros?|pounds?)\b|\b(?:money|funds|payment)\b")
 #: tool-name stems of actions that move money (a claim about a sum needs one of them)
 MONEY_STEMS = (
-    "transfer", "wire", "pay", "charge", "refund", "remit", "payout", "purchase", "buy", "checkout", "deposit",
-    "withdraw", "credit", "debit", "reimburse", "invoice", "bill",
+    "transfer",
+    "wire",
+    "pay",
+    "charge",
+    "refund",
+    "remit",
+    "payout",
+    "purchase",
+    "buy",
+    "checkout",
+    "deposit",
+    "withdraw",
+    "credit",
+    "debit",
+    "reimburse",
+    "invoice",
+    "bill",
 )
 #: a digit run this long in a result may be cited with a label of the answer's own ("item ID
 #: 7292993796" for "item_id": "7292993796", "XXXX-7334" for "last_four": "7334")
@@ -293,9 +365,7 @@ def verify(
     return True, "ok"
 
 
-def _led_by_dash(
-    text: str, dash: re.Pattern[str], pattern: re.Pattern[str], letters: frozenset[str]
-) -> Iterator[re.Match[str]]:
+def _led_by_dash(text: str, dash: re.Pattern[str], pattern: re.Pattern[str], letters: frozenset[str]) -> Iterator[re.Match[str]]:
     """What `pattern` (a word of `letters`, a dash, digits: its match starts where the word
     does) finds in `text`, read from each place `dash` (a dash and digits) finds: re finds a
     literal first character far faster than a word boundary, where the pattern starts, and most

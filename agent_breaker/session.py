@@ -65,6 +65,8 @@ class CallFacts:
     echoes: tuple[int, ...] = ()
     # keyed hashes of its argument values: a result field that gives one back is an echo
     values: tuple[int, ...] = ()
+    # the model step that asked for it (keyed hash), for a mutating call: None when not told
+    turn: int | None = None
 
 
 @dataclass(slots=True)
@@ -213,7 +215,8 @@ class Loops:
     # call yet; MIXED: calls of several tools)
     only_key: int | None = None
     answers: dict[str, Answer] = field(default_factory=dict)  # same_answer, per tool
-    done: dict[int, float] = field(default_factory=dict)  # duplicate_mutation: effect -> when it succeeded
+    # duplicate_mutation: effect -> when it succeeded, and in which model step (keyed hash, or None)
+    done: dict[int, tuple[float, int | None]] = field(default_factory=dict)
     said: dict[int, None] = field(default_factory=dict)  # hashes of the user turns so far
     wait: dict[str, float] = field(default_factory=dict)  # early_retry: tool -> no call before (Retry-After)
     # graduated heuristics: warnings given since the last progress (warn_first), per heuristic
@@ -263,7 +266,7 @@ class Loops:
             "seen": list(self.seen),
             "only_key": self.only_key,
             "answers": {tool: a.to_wire() for tool, a in self.answers.items()},
-            "done": [[k, t] for k, t in self.done.items()],
+            "done": [[k, t, turn] for k, (t, turn) in self.done.items()],
             "said": list(self.said),
             "wait": self.wait,
             "warned": self.warned,
@@ -299,7 +302,8 @@ class Loops:
             only_key=d["only_key"],
             # sessions written before these detectors existed have none of their state
             answers={tool: Answer.from_wire(a) for tool, a in d.get("answers", {}).items()},
-            done={k: t for k, t in d.get("done", [])},
+            # a success stored before model steps were kept has no step
+            done={k: (t, rest[0] if rest else None) for k, t, *rest in d.get("done", [])},
             said=dict.fromkeys(d.get("said", [])),
             wait=dict(d.get("wait", {})),
             warned=dict(d.get("warned", {})),
@@ -410,12 +414,12 @@ def _facts(f: CallFacts) -> list[Any]:
         f.writes,
         list(f.echoes),
         list(f.values),
+        f.turn,
     ]
 
 
 def _unfacts(d: list[Any]) -> CallFacts:
-    # facts stored before echoes were kept have eleven fields
-    echoes, values = (tuple(d[11]), tuple(d[12])) if len(d) > 12 else ((), ())
-    return CallFacts(
-        d[0], d[1], _unfp_or_none(d[2]), _unfp_or_none(d[3]), _unfp_or_none(d[4]), d[5], d[6], d[7], d[8], *d[9:11], echoes, values
-    )
+    # facts stored before echoes, argument values and model steps were kept have eleven fields
+    echoes, values, turn = (tuple(d[11]), tuple(d[12]), d[13]) if len(d) > 13 else ((), (), None)
+    fp_text, fp_shape, fp_thought = _unfp_or_none(d[2]), _unfp_or_none(d[3]), _unfp_or_none(d[4])
+    return CallFacts(d[0], d[1], fp_text, fp_shape, fp_thought, d[5], d[6], d[7], d[8], d[9], d[10], echoes, values, turn)

@@ -313,7 +313,9 @@ def test_a_repeated_action_that_does_new_work_each_time_is_never_cut(engine, clo
         elif shape == "next_song":
             vs.append(run(engine, clock, "skip_to_next_song", {}, True, {"now_playing": f"Track {i}"}, mutating=True))
         elif shape == "step_through_list":
-            vs.append(run(engine, clock, "advance_cursor", {"list": "inbox"}, True, {"item": i, "subject": f"s{i}"}, mutating=True))
+            vs.append(
+                run(engine, clock, "advance_cursor", {"list": "inbox"}, True, {"item": i, "subject": f"s{i}"}, mutating=True)
+            )
         else:
             vs.append(run(engine, clock, "process_batch", {"batch": i}, True, {"rows": 100 + i}))
             vs.append(run(engine, clock, "send_notification", {"channel": "#ops", "text": "Batch complete"}, True, {"ok": True}))
@@ -351,7 +353,15 @@ def test_a_uuid_under_a_naming_key_does_not_make_a_failing_call_new(engine, cloc
 
 def test_a_salt_inside_the_value_does_not_make_a_failing_call_new(engine, clock):
     vs = [
-        run(engine, clock, "run_sql", {"q": f"SELECT name FROM customers -- {_RNG.getrandbits(32):x}"}, False, None, error="no table")
+        run(
+            engine,
+            clock,
+            "run_sql",
+            {"q": f"SELECT name FROM customers -- {_RNG.getrandbits(32):x}"},
+            False,
+            None,
+            error="no table",
+        )
         for _ in range(6)
     ]
     assert cut_at(vs) == 5, verdicts_of(vs)
@@ -367,7 +377,9 @@ def test_an_edit_rejected_by_the_linter_each_time_is_cut(engine, clock):
     vs = []
     for i in range(6):
         body = f"def handler(event):\n    return process(event, retries={i})  # {'x' * (90 + i)}\n"
-        vs.append(run(engine, clock, "write_file", {"path": "app/handler.py", "content": body}, False, None, error="E501 line too long"))
+        vs.append(
+            run(engine, clock, "write_file", {"path": "app/handler.py", "content": body}, False, None, error="E501 line too long")
+        )
     assert cut_at(vs) == 5 and vs[-1].heuristic == "identical_failure", verdicts_of(vs)
 
 
@@ -386,12 +398,15 @@ def test_new_workers_that_fail_the_same_way_are_cut(engine, clock, shape):
     assert cut_at(vs) == 5, verdicts_of(vs)
 
 
+FORM = ('textbox "Email"', 'textbox "Password"', 'alert "Invalid login"')
+
+
 def test_a_login_retried_with_fresh_element_refs_is_cut(engine, clock):
     vs, ref = [], 0
     for _ in range(10):
         for element, text in (("Email", "alice@example.com"), ("Password", "hunter2"), ("Sign in", None)):
             ref += 1
-            page = f'- textbox "Email" [ref=e{ref * 3}]\n- textbox "Password" [ref=e{ref * 3 + 1}]\n- alert "Invalid login" [ref=e{ref * 3 + 2}]'
+            page = "\n".join(f"- {what} [ref=e{ref * 3 + i}]" for i, what in enumerate(FORM))
             args = {"element": element, "ref": f"e{ref}"} | ({"text": text} if text else {})
             vs.append(run(engine, clock, "browser_click" if text is None else "browser_type", args, True, {"snapshot": page}))
             if not vs[-1].allowed:
@@ -446,10 +461,31 @@ def test_a_new_session_per_retry_is_cut_despite_healthy_sessions_of_the_tool(eng
     for i in range(6):
         agent = f"agent-{i}" if new_agent else "reporter"
         salt = {"nonce_ish": SALTS["8 letters"]()}
-        vs.append(run(engine, clock, "fetch_report", {"report": "Q3"} | salt, False, None, error="report Q3 not found",
-                      session=f"retry-{uuid.uuid4().hex[:6]}", tenant="acme", agent=agent))
-        healthy = run(engine, clock, "fetch_report", {"report": f"Q{i % 2 + 1}"}, True, {"rows": i},
-                      session=f"ok-{i}", tenant="acme", agent="other")
+        vs.append(
+            run(
+                engine,
+                clock,
+                "fetch_report",
+                {"report": "Q3"} | salt,
+                False,
+                None,
+                error="report Q3 not found",
+                session=f"retry-{uuid.uuid4().hex[:6]}",
+                tenant="acme",
+                agent=agent,
+            )
+        )
+        healthy = run(
+            engine,
+            clock,
+            "fetch_report",
+            {"report": f"Q{i % 2 + 1}"},
+            True,
+            {"rows": i},
+            session=f"ok-{i}",
+            tenant="acme",
+            agent="other",
+        )
         assert healthy.allowed
     assert cut_at(vs) == 4 and vs[3].heuristic == "session_churn", verdicts_of(vs)
 
@@ -468,7 +504,9 @@ def test_parallel_runs_that_start_alike_and_go_on_are_no_churn(engine, clock):
             assert run(engine, clock, "list_repo", {"path": "/repo"}, True, {"files": ["a.py"]}, session=s, tenant="t").allowed
         if i >= 5:
             before = sessions[i - 5]
-            assert run(engine, clock, "open_file", {"path": f"{before}.py"}, True, {"text": before}, session=before, tenant="t").allowed
+            assert run(
+                engine, clock, "open_file", {"path": f"{before}.py"}, True, {"text": before}, session=before, tenant="t"
+            ).allowed
 
 
 # ----------------------------------------------------------------------------- the engine across processes
@@ -492,4 +530,3 @@ def test_a_user_turn_with_news_gives_the_warnings_back(engine, clock):
     engine.record_user(user("The table is called sales_orders now."))
     vs = [run(engine, clock, "search_db", {"q": 1}, False, None) for _ in range(5)]
     assert verdicts_of(vs)[3:] == ["warn identical_failure", "cut identical_failure"]
-

@@ -230,10 +230,20 @@ def check_duplicate_mutation(s: SessionState, f: CallFacts, cfg: AgentBreakerCon
                 {"in_flight": 1, "since_s": round(now - p.ts, 3)},
                 certain=True,
             )
-    done = s.loops.done.get(f.effect)
+    done, turn = s.loops.done.get(f.effect, (None, None))
     window = cfg.duplicate_mutation.window_s
     if done is None or now - done > window:
         return None
+    if f.turn is not None and f.turn == turn:
+        # asked for by the model step that asked for the first: it never saw that one's result
+        return Trip(
+            DUPLICATE_MUTATION,
+            "call",
+            f"{f.tool} with these arguments already ran in this same model step; running it again would do it twice",
+            "This action already happened: do not repeat it. Use the earlier result.",
+            {"same_turn": 1, "since_s": round(now - done, 3)},
+            certain=True,
+        )
     return Trip(
         DUPLICATE_MUTATION,
         "call",
@@ -458,7 +468,7 @@ def record_result(
 
     # duplicate_mutation: the action is done
     if f.effect is not None and not failed:
-        put_bounded(s.loops.done, f.effect, now, MAX_KEYS)
+        put_bounded(s.loops.done, f.effect, (now, f.turn), MAX_KEYS)
 
     # oscillation: fill in the result of this call's place in the trajectory
     i = p.history_index - s.loops.history_base

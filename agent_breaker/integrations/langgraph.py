@@ -34,7 +34,7 @@ from langgraph.prebuilt import ToolNode  # noqa: E402
 from pydantic import PrivateAttr  # noqa: E402
 
 from ..engine import Engine  # noqa: E402
-from ..guarded import FailureKind, failure_kind, guarded  # noqa: E402
+from ..guarded import FailureKind, failure_kind, guarded, with_advice  # noqa: E402
 
 #: the configurable key a graph run names its thread by (LangGraph's own)
 THREAD_ID = "thread_id"
@@ -84,14 +84,15 @@ class GuardedTool(BaseTool):
 
         call_id, model_args = _parse(input, self.tool)
         alternatives = {name: _alternative(sibling, call_id, config, answered) for name, sibling in self._siblings.items()}
-        protected = guarded(run_tool, **self._guard(config), alternatives=alternatives)
+        advice: list[dict[str, Any]] = []
+        protected = guarded(run_tool, **self._guard(config), alternatives=alternatives, advise=advice.append)
         try:
             out = protected(**model_args)
         except ToolException:
             if answered:  # the tool caught its own error: recorded as failed, its message goes back
-                return answered[0]
+                return _advised(answered[0], advice)
             raise
-        return answered[0] if answered else self._refusal(out, call_id)
+        return _advised(answered[0], advice) if answered else self._refusal(out, call_id)
 
     async def ainvoke(self, input: str | dict[str, Any] | ToolCall, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         config = ensure_config(config)
@@ -102,14 +103,15 @@ class GuardedTool(BaseTool):
 
         call_id, model_args = _parse(input, self.tool)
         alternatives = {name: _aalternative(sibling, call_id, config, answered) for name, sibling in self._siblings.items()}
-        protected = guarded(run_tool, **self._guard(config), alternatives=alternatives)
+        advice: list[dict[str, Any]] = []
+        protected = guarded(run_tool, **self._guard(config), alternatives=alternatives, advise=advice.append)
         try:
             out = await protected(**model_args)
         except ToolException:
             if answered:
-                return answered[0]
+                return _advised(answered[0], advice)
             raise
-        return answered[0] if answered else self._refusal(out, call_id)
+        return _advised(answered[0], advice) if answered else self._refusal(out, call_id)
 
     def _guard(self, config: RunnableConfig) -> dict[str, Any]:
         """`guarded`'s settings for one call: the session and tenant come from this run's config."""
@@ -122,6 +124,9 @@ class GuardedTool(BaseTool):
                 f"config={{'configurable': {{{self.session_key!r}: ...}}}}"
             )
         tenant = configurable.get(self.tenant_key) if self.tenant_key else None
+        # one ToolNode run (a task of the graph) runs the tool calls of one model message
+        metadata = config.get("metadata") or {}
+        turn = metadata.get("langgraph_checkpoint_ns") or configurable.get("checkpoint_ns") or None
         return {
             "engine": self.engine,
             "session": str(session),
@@ -129,6 +134,7 @@ class GuardedTool(BaseTool):
             "tenant": None if tenant is None else str(tenant),
             "mutating": self.mutating,
             "classify": self.classify,
+            "turn": None if turn is None else str(turn),
         }
 
     def _refusal(self, observation: dict[str, Any], call_id: str | None) -> Any:
@@ -138,6 +144,15 @@ class GuardedTool(BaseTool):
         if call_id is None:
             return content
         return ToolMessage(content, name=self.name, tool_call_id=call_id, status="error")
+
+
+def _advised(answer: Any, advice: list[dict[str, Any]]) -> Any:
+    """The tool's answer with the warnings it ran under, for the model to read."""
+    if not advice:
+        return answer
+    if isinstance(answer, ToolMessage) and isinstance(answer.content, str):
+        return answer.model_copy(update={"content": with_advice(answer.content, advice)})
+    return with_advice(answer, advice)
 
 
 def _parse(input: str | dict[str, Any] | ToolCall, tool: BaseTool) -> tuple[str | None, dict[str, Any]]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -137,10 +138,11 @@ class AgentBreakerGuardrail(CustomGuardrail):
             if not message.tool_calls:
                 continue
             kept: list[Any] = []
-            refused: list[Any] = []  # observations
+            refused: list[Any] = []  # observations: refusals, and the warnings kept calls run under
+            turn = getattr(response, "id", None) or uuid.uuid4().hex  # the calls of one answer share it
             for tool_call in message.tool_calls:
                 name, args, call_id = parse_tool_call(_plain(tool_call))
-                event = {"type": "tool_call", **ids, "tool": name, "args": args, "call_id": call_id, **spend}
+                event = {"type": "tool_call", **ids, "tool": name, "args": args, "call_id": call_id, "turn": str(turn), **spend}
                 if message.content:
                     event["thought"] = message.content
                 try:
@@ -152,7 +154,7 @@ class AgentBreakerGuardrail(CustomGuardrail):
                 spend = {}
                 if verdict.allowed:
                     kept.append(tool_call)
-                else:
+                if not verdict.allowed or verdict.advisory:
                     refused.append(verdict.observation)
             if refused:
                 message.tool_calls = kept or None

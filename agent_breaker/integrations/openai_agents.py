@@ -49,7 +49,7 @@ from agents import FunctionTool, function_tool  # noqa: E402
 from agents.tool_context import ToolContext  # noqa: E402
 
 from ..engine import Engine  # noqa: E402
-from ..guarded import FailureKind, failure_kind, guarded  # noqa: E402
+from ..guarded import FailureKind, failure_kind, guarded, with_advice  # noqa: E402
 
 RunSession = str | Callable[[ToolContext[Any]], str]
 RunTenant = str | Callable[[ToolContext[Any]], str | None] | None
@@ -165,6 +165,7 @@ def guarded_function_tool(
                 raise ArgumentsRejected(answered[0])
             return answered[0]
 
+        advice: list[dict[str, Any]] = []
         protected = guarded(
             run_tool,
             engine=engine,
@@ -173,6 +174,9 @@ def guarded_function_tool(
             tenant=tenant(ctx) if callable(tenant) else tenant,
             mutating=mutating,
             classify=classify,
+            # the run's model requests so far: the tool calls of one model answer share the count
+            turn=f"request-{getattr(ctx.usage, 'requests', 0)}",
+            advise=advice.append,
         )
         token = _CALL.set(call)
         try:
@@ -181,11 +185,11 @@ def guarded_function_tool(
             if answered:  # recorded as failed; the model reads the SDK's answer, as without the guard
                 if exc is not call.error and not isinstance(exc, ArgumentsRejected):
                     log.warning("agent-breaker: the guard failed after %s answered: %r", tool.name, exc)
-                return answered[0]
+                return with_advice(answered[0], advice)
             raise
         finally:
             _CALL.reset(token)
-        return answered[0] if answered else json.dumps(out)
+        return with_advice(answered[0], advice) if answered else json.dumps(out)
 
     tool.on_invoke_tool = on_invoke_tool
     return tool

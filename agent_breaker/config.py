@@ -649,13 +649,14 @@ class AgentDeadlockConfig(_Frozen):
 
 
 class SessionChurnConfig(_Frozen):
-    """session_churn: the same call repeated across new sessions of one tenant and agent."""
+    """session_churn: the same call repeated across new sessions (or agent ids) of one tenant."""
 
     max_calls: int = Field(
         DEFAULT_CHURN_CALLS,
         ge=2,
-        description="The same call with the same outcome this many times, across new sessions of one tenant and "
-        "agent that make no other call, blocks the next.",
+        description="New sessions of one tenant, whatever their agent, that each made only calls of one tool and got "
+        "the same answer from calls sharing their argument values: this many block the next such call. The same "
+        "failure (the call's own) needs only identical_failure.max_failures sessions.",
     )
     window_s: float = Field(DEFAULT_CHURN_WINDOW_S, gt=0, description="A chain idle longer than this starts over.")
 

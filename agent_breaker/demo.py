@@ -115,6 +115,7 @@ AGENTS = (
 class _Decision:
     allowed: bool
     heuristic: str | None
+    advisory: bool = False
 
 
 #: the demo's tools with fallback tiers (tools.<name>.fallback), added to the shipped config
@@ -160,11 +161,11 @@ class NemoRuntime:
 
     def check_tool_call(self, ev: Any) -> _Decision:
         v = self._send(ev)
-        return _Decision(bool(v["allowed"]), v["heuristic"])
+        return _Decision(bool(v["allowed"]), v["heuristic"], bool(v.get("advisory")))
 
     def process(self, ev: Any) -> _Decision:
         v = self._send(ev)
-        return _Decision(bool(v.get("allowed", v.get("accepted"))), v["heuristic"])
+        return _Decision(bool(v.get("allowed", v.get("accepted"))), v["heuristic"], bool(v.get("advisory")))
 
     def step_cost_usd(self, ev: Any) -> float:
         return self.engine.step_cost_usd(ev)

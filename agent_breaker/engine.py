@@ -386,6 +386,9 @@ class Engine:
     ) -> Verdict:
         """Turn the checks' outcome into a verdict; a session-terminal block halts the session,
         and one that goes to a human freezes it in the same update (the record follows it)."""
+        if warn is not None and warn.advisory:
+            # a warning shown beside a refusal is spent too: the agent was stopped either way
+            s.loops.warned[warn.heuristic] = s.loops.warned.get(warn.heuristic, 0) + 1
         if block is not None:
             if block.heuristic in H.SESSION_TERMINAL:
                 s.halted = (block.heuristic, block.reason)
@@ -395,8 +398,6 @@ class Engine:
             decided.trips.append((block, "block"))
             return verdict_for(block, "block", tool)
         if warn is not None:
-            if warn.advisory:
-                s.loops.warned[warn.heuristic] = s.loops.warned.get(warn.heuristic, 0) + 1
             decided.trips.append((warn, "warn"))
             return verdict_for(warn, "warn", tool, call_id)
         return ALLOW if call_id is None else Verdict(True, call_id=call_id)
@@ -492,7 +493,7 @@ class Engine:
                     else:
                         warn = warn or trip
             if block is not None:
-                decided.verdict = self._settle(s, decided, block, None, f.tool)
+                decided.verdict = self._settle(s, decided, block, warn, f.tool)
                 return s, decided
             call_id = ev.call_id
             if call_id is None:

@@ -71,8 +71,9 @@ def is_observation(output: str) -> bool:
     return isinstance(data, dict) and "actionable_instruction" in data
 
 
-# what the model does next, from the tool calls so far: call a tool (name, arguments) or answer
-Step = tuple[str, dict[str, Any]] | str
+# what the model does next, from the tool calls so far: call a tool (name, arguments), several at
+# once, or answer
+Step = tuple[str, dict[str, Any]] | list[tuple[str, dict[str, Any]]] | str
 
 
 class ScriptedModel(Model):
@@ -97,16 +98,23 @@ class ScriptedModel(Model):
         prompt: Any,
     ) -> ModelResponse:
         step = self.script(tool_turns(input))
-        n = next(self.ids)
         if isinstance(step, str):
+            n = next(self.ids)
             text = ResponseOutputText(type="output_text", text=step, annotations=[])
-            item: Any = ResponseOutputMessage(id=f"msg_{n}", type="message", role="assistant", status="completed", content=[text])
+            items: list[Any] = [
+                ResponseOutputMessage(id=f"msg_{n}", type="message", role="assistant", status="completed", content=[text])
+            ]
         else:
-            name, args = step
-            item = ResponseFunctionToolCall(
-                type="function_call", id=f"fc_{n}", call_id=f"call_{n}", name=name, arguments=json.dumps(args)
-            )
-        return ModelResponse(output=[item], usage=Usage(), response_id=None)
+            # one tool call, or several in one answer (parallel tool calls)
+            items = []
+            for name, args in [step] if isinstance(step, tuple) else step:
+                n = next(self.ids)
+                items.append(
+                    ResponseFunctionToolCall(
+                        type="function_call", id=f"fc_{n}", call_id=f"call_{n}", name=name, arguments=json.dumps(args)
+                    )
+                )
+        return ModelResponse(output=items, usage=Usage(), response_id=None)
 
     def stream_response(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError("this example runs Runner.run, which asks for whole responses")

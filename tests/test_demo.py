@@ -13,11 +13,16 @@ def test_the_demo_cuts_the_runaways_and_leaves_the_legitimate_agents_alone():
     incidents = []
     agents, after = run_demo(listener=incidents.append)
     rows = {r["session"]: r for r in agents}
-    assert rows["looping-agent"]["heuristic"] == "identical_failure"
+    # five HTTP 500s open the warehouse's breaker: the sixth call is refused (the session's own
+    # identical_failure only warns it first) and the seventh halts the session
+    assert rows["looping-agent"]["heuristic"] == "circuit_open"
     assert rows["fabricating-agent"]["heuristic"] == "unverified_claim"
     assert not rows["working-agent"]["tripped"] and not rows["polling-agent"]["tripped"]
     # "spend with" is what the incident says was spent when the guard stopped the agent
-    by_session = {i.session: i for i in incidents if i.kind == "trip"}
+    by_session: dict = {}
+    for i in incidents:
+        if i.kind == "trip" and i.severity == "block":
+            by_session.setdefault(i.session, i)
     for name in ("looping-agent", "fabricating-agent"):
         assert rows[name]["cost_with_usd"] == round(by_session[name].cost_usd_so_far, 6)
     assert "legitimate agents cut: 0" in format_table(list(rows.values()))

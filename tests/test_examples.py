@@ -17,16 +17,16 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 @pytest.mark.parametrize(
     ("example", "module", "summary"),
     [
-        ("litellm_agent.py", "litellm", {"framework": "litellm", "runaway_cut_at_call": 4, "legit_calls": 6, "legit_cut": 0}),
+        ("litellm_agent.py", "litellm", {"framework": "litellm", "runaway_cut_at_call": 5, "legit_calls": 6, "legit_cut": 0}),
         (
             "langgraph_agent.py",
             "langgraph",
-            {"framework": "langgraph", "runaway_cut_at_call": 4, "legit_calls": 7, "legit_cut": 0},
+            {"framework": "langgraph", "runaway_cut_at_call": 5, "legit_calls": 7, "legit_cut": 0},
         ),
         (
             "openai_agents_agent.py",
             "agents",
-            {"framework": "openai-agents", "runaway_cut_at_call": 4, "legit_calls": 7, "legit_cut": 0},
+            {"framework": "openai-agents", "runaway_cut_at_call": 5, "legit_calls": 7, "legit_cut": 0},
         ),
     ],
 )
@@ -34,8 +34,9 @@ def test_each_example_cuts_its_runaway_agent_and_no_legitimate_call_and_says_so_
     pytest.importorskip(module)
     proc = subprocess.run([sys.executable, str(EXAMPLES / example)], capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    # every legitimate call runs; the runaway is cut at its fourth identical failing call
-    assert json.loads(proc.stdout.splitlines()[-1]) == {**summary, "runaway_cut_at_call": 4, "legit_cut": 0}
+    # every legitimate call runs; the runaway is warned at its fourth identical failing call, and cut
+    # at the fifth
+    assert json.loads(proc.stdout.splitlines()[-1]) == {**summary, "runaway_cut_at_call": 5, "legit_cut": 0}
 
 
 @pytest.mark.parametrize(

@@ -26,13 +26,13 @@ def test_a_tool_runs_while_allowed_and_a_looping_call_gets_the_observation_not_t
         ran.append(query)
         raise ValueError("syntax error at or near SELEC")
 
-    for _ in range(3):
+    for _ in range(4):  # the fourth runs under a warning (logged: no agent reads a plain function's answer)
         with pytest.raises(ValueError):
             run_sql("SELEC 1")
     out = run_sql("SELEC 1")
-    assert ran == ["SELEC 1"] * 3  # the fourth call never reached the tool
+    assert ran == ["SELEC 1"] * 4  # the fifth call never reached the tool
     assert (out["error"], out["tool"]) == ("IDENTICAL_FAILURE", "run_sql")
-    assert "failed 3 times in a row" in out["message"] and out["actionable_instruction"]
+    assert "failed 4 times in a row" in out["message"] and out["actionable_instruction"]
     assert run_sql.__name__ == "run_sql"
     # another run (session) is not affected
     token = run_id.set("run-2")
@@ -41,6 +41,32 @@ def test_a_tool_runs_while_allowed_and_a_looping_call_gets_the_observation_not_t
             run_sql("SELEC 1")
     finally:
         run_id.reset(token)
+
+
+def test_a_call_under_a_warning_runs_and_its_advisory_goes_to_the_callers_hook(make_engine):
+    advice: list[dict] = []
+
+    @guarded(engine=make_engine(), session="s1", advise=advice.append)
+    def run_sql(query: str) -> str:
+        raise ValueError("syntax error")
+
+    for _ in range(4):
+        with pytest.raises(ValueError):
+            run_sql("SELEC 1")
+    assert [(a["warning"], a["tool"]) for a in advice] == [("IDENTICAL_FAILURE", "run_sql")]
+
+
+def test_parallel_calls_of_one_model_step_repeat_no_action(make_engine):
+    sent: list[int] = []
+
+    @guarded(engine=make_engine(), session="s1", mutating=True, turn="step-1")
+    def wire_transfer(to: str, amount: int) -> str:
+        sent.append(amount)
+        return "sent"
+
+    outs = [wire_transfer("ACC-1", 500) for _ in range(3)]  # the step's calls, run one after another
+    assert sent == [500] and outs[0] == "sent"
+    assert [o["error"] for o in outs[1:]] == ["DUPLICATE_MUTATION", "DUPLICATE_MUTATION"]
 
 
 def test_results_are_recorded_so_progress_is_seen(make_engine):
@@ -150,6 +176,7 @@ def test_a_call_cancelled_by_a_timeout_is_recorded_as_the_dependencys_failure(ma
         return await fetch_rates("2026-11-30")
 
     out = asyncio.run(main())
-    # five timeouts in a row: the dependency's breaker is open, and this session stops retrying
+    # five timeouts in a row: the dependency's breaker is open and refuses the sixth call (the
+    # session's own identical_failure would only warn it first)
     assert engine.breaker_state("fetch_rates") is BreakerStateName.OPEN
-    assert out["error"] == "IDENTICAL_FAILURE" and "failed 5 times" in out["message"]
+    assert out["error"] == "CIRCUIT_OPEN" and out["tool"] == "fetch_rates"

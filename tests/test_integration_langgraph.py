@@ -59,7 +59,9 @@ def thread(thread_id: str) -> dict:
 def test_a_looping_agent_gets_the_observation_as_a_tool_message_and_the_graph_ends_normally(make_engine):
     messages = example.run_agent(make_engine(), example.looping_model, "t1")
     calls = tool_messages(messages)
-    assert len(calls) == 4 and first_cut(messages) == 4
+    assert len(calls) == 5 and first_cut(messages) == 5
+    warned = json.loads(calls[3].text.split("\n\n")[-1])  # the fourth ran, its warning after its answer
+    assert (warned["warning"], warned["tool"]) == ("IDENTICAL_FAILURE", "run_sql")
     refused = calls[-1]
     asked = messages[-3]  # the model's call the refusal answers
     assert isinstance(asked, AIMessage) and refused.tool_call_id == asked.tool_calls[0]["id"]
@@ -81,9 +83,9 @@ def test_a_legitimate_agent_runs_every_step_with_nothing_cut(make_engine):
 
 def test_the_session_is_the_thread_id(make_engine):
     engine = make_engine()
-    assert first_cut(example.run_agent(engine, example.looping_model, "thread-a")) == 4
+    assert first_cut(example.run_agent(engine, example.looping_model, "thread-a")) == 5
     # another thread starts clean: its loop is its own
-    assert first_cut(example.run_agent(engine, example.looping_model, "thread-b")) == 4
+    assert first_cut(example.run_agent(engine, example.looping_model, "thread-b")) == 5
     # the same thread, even through another graph instance, is the same session: halted already
     assert first_cut(example.run_agent(engine, example.looping_model, "thread-a")) == 1
 
@@ -91,7 +93,7 @@ def test_the_session_is_the_thread_id(make_engine):
 def test_an_async_graph_is_guarded_the_same_way(make_engine):
     app = example.build_agent(make_engine(), example.looping_model)
     state = asyncio.run(app.ainvoke({"messages": [HumanMessage(example.TASK)]}, thread("t1")))
-    assert first_cut(state["messages"]) == 4 and not state["messages"][-1].tool_calls
+    assert first_cut(state["messages"]) == 5 and not state["messages"][-1].tool_calls
 
 
 def test_an_exception_is_recorded_then_surfaced_as_the_tool_node_does(make_engine):
@@ -105,12 +107,32 @@ def test_an_exception_is_recorded_then_surfaced_as_the_tool_node_does(make_engin
 
     # the ToolNode's default lets a tool's exception through: the graph raises it
     app = tools_only_graph(GuardedToolNode([run_sql], engine=make_engine()))
-    for i in range(3):
+    for i in range(4):  # the fourth runs under a warning
         with pytest.raises(ValueError, match="syntax error"):
             app.invoke(ask("run_sql", {"query": "SELEC 1"}, f"c{i}"), thread("t1"))
-    refused = app.invoke(ask("run_sql", {"query": "SELEC 1"}, "c3"), thread("t1"))["messages"][-1]
-    assert len(ran) == 3  # each failure was recorded: the fourth call never reached the tool
-    assert (refused.tool_call_id, refused.status, json.loads(refused.text)["error"]) == ("c3", "error", "IDENTICAL_FAILURE")
+    refused = app.invoke(ask("run_sql", {"query": "SELEC 1"}, "c4"), thread("t1"))["messages"][-1]
+    assert len(ran) == 4  # each failure was recorded: the fifth call never reached the tool
+    assert (refused.tool_call_id, refused.status, json.loads(refused.text)["error"]) == ("c4", "error", "IDENTICAL_FAILURE")
+
+
+@pytest.mark.parametrize("run_async", [False, True])
+def test_parallel_duplicate_transfers_in_one_message_run_once(make_engine, run_async):
+    sent: list[int] = []
+
+    @tool
+    def wire_transfer(to: str, amount: int) -> str:
+        """Send money."""
+        sent.append(amount)
+        return f"sent {amount} to {to}"
+
+    app = tools_only_graph(GuardedToolNode([wire_transfer], engine=make_engine(), mutating={"wire_transfer"}))
+    calls = [{"name": "wire_transfer", "args": {"to": "ACC-2291", "amount": 500}, "id": f"t{i}"} for i in range(3)]
+    state = {"messages": [AIMessage("", tool_calls=calls)]}
+    out = asyncio.run(app.ainvoke(state, thread("t1"))) if run_async else app.invoke(state, thread("t1"))
+    answers = {m.tool_call_id: m for m in tool_messages(out["messages"])}
+    assert sent == [500]
+    refused = [json.loads(m.text)["error"] for m in answers.values() if m.status == "error"]
+    assert refused == ["DUPLICATE_MUTATION", "DUPLICATE_MUTATION"]
 
 
 def test_without_a_thread_id_the_tool_does_not_run(make_engine):
@@ -155,12 +177,12 @@ def test_outside_a_graph_the_tool_reads_thread_and_tenant_from_its_config_and_re
 
     (guarded_fetch,) = guard_tools([fetch], engine=make_engine(), tenant_key="tenant")
     config = {"configurable": {"thread_id": "t1", "tenant": "acme"}}
-    for _ in range(3):
+    for _ in range(4):  # the fourth runs under a warning
         with pytest.raises(ValueError):
             guarded_fetch.invoke({"url": "htp:/x"}, config)
     out = guarded_fetch.invoke({"url": "htp:/x"}, config)
     assert isinstance(out, str) and json.loads(out)["error"] == "IDENTICAL_FAILURE"
-    assert [(i.session, i.tenant) for i in incidents] == [("t1", "acme")]
+    assert [(i.session, i.tenant, i.severity) for i in incidents] == [("t1", "acme", "warn"), ("t1", "acme", "block")]
 
 
 def test_a_refusal_routed_to_another_guarded_tool_runs_it_for_the_same_call(make_engine):

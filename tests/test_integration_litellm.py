@@ -91,10 +91,12 @@ def failing_turns(messages: list[Any], turns: int) -> None:
 
 
 # ----------------------------------------------------------------- both agents, LiteLLM's runtime
-def test_the_runaway_agent_is_cut_at_its_fourth_call_and_the_legitimate_one_runs_through(make_engine, use_guard):
+def test_the_runaway_agent_is_warned_at_its_fourth_call_cut_at_its_fifth_and_the_legitimate_one_runs_through(
+    make_engine, use_guard
+):
     use_guard(make_engine())  # in memory, and on Redis (the guard waits for it from a thread)
     asked, ran, answer = asyncio.run(example.run_agent(example.looping_model, {"run_sql": example.run_sql}, "count orders"))
-    assert [i for i, cid in enumerate(asked, 1) if cid not in ran] == [4]
+    assert [i for i, cid in enumerate(asked, 1) if cid not in ran] == [5]
     assert json.loads(answer)["error"] == "IDENTICAL_FAILURE"  # what the client is left with instead of the call
 
     tools = {
@@ -112,14 +114,26 @@ def test_the_example_prints_its_summary_last(use_guard, capsys):
     use_guard(Engine(sinks=False, escalations=False, receipt_keys=ReceiptKeys.ephemeral()))  # main() replaces it
     asyncio.run(example.main())
     last = capsys.readouterr().out.strip().splitlines()[-1]
-    assert json.loads(last) == {"framework": "litellm", "runaway_cut_at_call": 4, "legit_calls": 6, "legit_cut": 0}
+    assert json.loads(last) == {"framework": "litellm", "runaway_cut_at_call": 5, "legit_calls": 6, "legit_cut": 0}
 
 
 # ----------------------------------------------------------------- after the model call
-def test_a_refused_tool_call_is_taken_out_of_the_response_and_its_observation_put_in_the_content(memory_engine, use_guard):
+def test_a_warned_tool_call_is_kept_and_its_warning_put_in_the_content(memory_engine, use_guard):
     use_guard(memory_engine())
     messages: list[Any] = [{"role": "user", "content": "count orders"}]
     failing_turns(messages, 3)
+    response = complete(messages, text="Let me try once more.", calls=[tool_call("run_sql", SQL, "c4")])
+    message = response.choices[0].message
+    assert [tc.id for tc in message.tool_calls] == ["c4"]
+    intro, warning = message.content.split("\n\n")
+    assert intro == "Let me try once more."
+    assert (json.loads(warning)["warning"], json.loads(warning)["tool"]) == ("IDENTICAL_FAILURE", "run_sql")
+
+
+def test_a_refused_tool_call_is_taken_out_of_the_response_and_its_observation_put_in_the_content(memory_engine, use_guard):
+    use_guard(memory_engine())
+    messages: list[Any] = [{"role": "user", "content": "count orders"}]
+    failing_turns(messages, 4)  # the fourth ran under a warning
     response = complete(messages, text="Let me try again.", calls=[tool_call("run_sql", SQL)])
     message = response.choices[0].message
     assert message.tool_calls is None
@@ -132,6 +146,16 @@ def test_a_refused_tool_call_is_taken_out_of_the_response_and_its_observation_pu
         "actionable_instruction": None,
         "retry_after_s": None,
     }
+
+
+def test_parallel_duplicate_transfers_in_one_answer_run_once(memory_engine, use_guard):
+    use_guard(memory_engine())
+    transfer = {"to": "ACC-2291", "amount": 500}
+    calls = [tool_call("wire_transfer", transfer, f"t{i}") for i in range(3)]
+    message = complete([{"role": "user", "content": "pay the rent"}], calls=calls).choices[0].message
+    assert [tc.id for tc in message.tool_calls] == ["t0"]
+    refusals = [json.loads(part) for part in message.content.split("\n\n")]
+    assert [(r["error"], r["tool"]) for r in refusals] == [("DUPLICATE_MUTATION", "wire_transfer")] * 2
 
 
 def test_only_the_refused_calls_of_a_turn_are_taken_out(memory_engine, use_guard):
@@ -211,9 +235,9 @@ def test_a_user_message_does_not_lift_a_loop_halt(memory_engine, use_guard):
     engine = memory_engine()
     use_guard(engine)
     messages: list[Any] = [{"role": "user", "content": "count orders"}]
-    failing_turns(messages, 3)
+    failing_turns(messages, 4)
     response = complete(messages, calls=[tool_call("run_sql", SQL)])
-    assert not response.choices[0].message.tool_calls  # the fourth identical failing call is refused
+    assert not response.choices[0].message.tool_calls  # the fifth identical failing call is refused
     messages += [
         {"role": "assistant", "content": response.choices[0].message.content},
         {"role": "user", "content": "The table is orders_2024: use it, with March's date filter."},
@@ -357,7 +381,7 @@ def test_check_model_call_refuses_while_the_session_spends_too_fast(make_engine,
 def test_check_model_call_waits_for_the_human_a_frozen_session_went_to(make_engine, clock, tmp_path):
     queue = SqliteEscalations(tmp_path / "escalations.db")
     engine = make_engine(escalations=queue)
-    for _ in range(3):
+    for _ in range(4):  # three failures, then one more under a warning
         run(engine, clock, "run_sql", SQL, False, None, error=CALL_ERROR)
     escalation_id = engine.check_tool_call(call("run_sql", SQL)).route["escalation_id"]
     v = engine.check_model_call({"session": "s1"})

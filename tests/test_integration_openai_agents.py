@@ -79,14 +79,35 @@ def failing_sql(engine, ran: list[str], **kwargs: Any):
     return run_sql
 
 
-def test_the_runaway_agent_is_cut_at_its_fourth_call_and_reads_why(make_engine):
+def test_the_runaway_agent_is_warned_at_its_fourth_call_cut_at_its_fifth_and_reads_why(make_engine):
     turns = asyncio.run(example.run_runaway(make_engine()))
-    assert example.cut_at(turns) == 4
+    assert example.cut_at(turns) == 5
     # the first three failures reach the model as the SDK's own error text, as without the guard
     assert all("syntax error" in t.output and not example.is_observation(t.output) for t in turns[:3])
-    observation = json.loads(turns[3].output)
+    # the fourth runs: its error text, then the warning it ran under
+    error, warning = turns[3].output.split("\n\n")
+    assert "syntax error" in error and json.loads(warning)["warning"] == "IDENTICAL_FAILURE"
+    observation = json.loads(turns[4].output)
     assert (observation["error"], observation["tool"]) == ("IDENTICAL_FAILURE", "run_sql")
     assert observation["actionable_instruction"]
+
+
+def test_parallel_duplicate_transfers_in_one_answer_run_once(make_engine):
+    sent: list[int] = []
+
+    @guarded_function_tool(engine=make_engine(), mutating=True)
+    def wire_transfer(to: str, amount: int) -> str:
+        """Send money."""
+        sent.append(amount)
+        return f"sent {amount}"
+
+    def script(turns: list[Any]) -> Any:
+        return "done" if turns else [("wire_transfer", {"to": "ACC-2291", "amount": 500})] * 3
+
+    turns, _ = run(script, [wire_transfer])
+    assert sent == [500]
+    assert sorted(t.output for t in turns if not example.is_observation(t.output)) == ["sent 500"]
+    assert [json.loads(t.output)["error"] for t in turns if example.is_observation(t.output)] == ["DUPLICATE_MUTATION"] * 2
 
 
 def test_the_legitimate_agent_makes_every_call(make_engine):
@@ -99,7 +120,7 @@ def test_the_legitimate_agent_makes_every_call(make_engine):
 def test_a_refused_call_never_reaches_the_function_and_the_run_goes_on(make_engine):
     ran: list[str] = []
     turns, answer = run(repeat(), [failing_sql(make_engine(), ran)])
-    assert ran == ["SELEC 1"] * 3 and len(turns) == 4
+    assert ran == ["SELEC 1"] * 4 and len(turns) == 5
     assert json.loads(turns[-1].output)["error"] == "IDENTICAL_FAILURE"
     assert answer == "stopped"
 
@@ -125,10 +146,10 @@ def test_arguments_the_sdk_rejects_are_a_failed_call_and_the_function_does_not_r
     ran: list[str] = []
     turns, _ = run(repeat(args={"sql": "SELECT 1"}), [failing_sql(engine, ran)])
     assert ran == []
-    assert all("error occurred" in t.output for t in turns[:3])  # the SDK's message, as without the guard
-    assert [(e["ok"], e["error"].split(":")[0]) for e in events] == [(False, "ArgumentsRejected")] * 3
-    # the model that keeps sending the same wrong arguments is cut like any other loop
-    assert json.loads(turns[3].output)["error"] == "IDENTICAL_FAILURE"
+    assert all("error occurred" in t.output for t in turns[:4])  # the SDK's message, as without the guard
+    assert [(e["ok"], e["error"].split(":")[0]) for e in events] == [(False, "ArgumentsRejected")] * 4
+    # the model that keeps sending the same wrong arguments is warned, then cut like any other loop
+    assert json.loads(turns[4].output)["error"] == "IDENTICAL_FAILURE"
 
 
 def test_a_tool_without_a_failure_formatter_fails_the_run_and_the_failure_is_recorded(make_engine, recorded):
@@ -164,10 +185,11 @@ def test_a_session_read_from_the_run_context_spans_runs_and_the_tool_gets_its_co
 
     context = {"thread": "t-1", "org": "acme"}
     run(repeat(2), [run_sql], context)
-    turns, _ = run(repeat(2), [run_sql], context)
-    # the second run continues the thread's session: its second call is the fourth failure's
-    assert [example.is_observation(t.output) for t in turns] == [False, True]
-    assert seen == ["acme"] * 3
+    turns, _ = run(repeat(3), [run_sql], context)
+    # the second run continues the thread's session: its second call (the fourth) runs under a
+    # warning, its third is cut
+    assert [example.is_observation(t.output) for t in turns] == [False, False, True]
+    assert seen == ["acme"] * 4
     # the run context the SDK injects is not a call argument; the tenant is the context's
     assert {(e["session"], e.get("tenant")) for e in events} == {("t-1", "acme")}
 

@@ -4,7 +4,7 @@ Per-session detectors see one call per session when an agent (or whoever drives 
 session, or takes a new agent id, for every retry. A tool view, one per (tenant, tool), follows
 the sessions whose calls so far are all of that tool: calls that keep getting the same outcome
 and share their arguments' values (what stays while a salt or a fresh id churns) form a chain,
-and a chain that spans sessions trips. Chains of other outcomes live beside it (healthy
+and a chain that spans enough sessions trips. Chains of other outcomes live beside it (healthy
 sessions of the same tool do not end a failing chain), and a session that goes on to another
 tool leaves its chains: parallel runs of one task, which go on to real work, are no loop.
 """
@@ -28,9 +28,11 @@ def check(view: ChurnView | None, values: tuple[int, ...], tool: str, cfg: Agent
         return None
     held = set(values or NO_VALUES)
     for chain in view.chains:
-        # the same failure needs no more tries across sessions than within one (identical_failure)
+        # sessions, not calls: a loop inside one session is the per-session detectors' (another
+        # session that meets the same failure once is not a retry); the same failure needs no more
+        # sessions than a session needs tries (identical_failure)
         limit = cfg.identical_failure.max_failures if chain.failed else c.max_calls
-        if len(chain.members) < 2 or chain.calls < limit or abs(now - chain.last_ts) > c.window_s:
+        if len(chain.members) < limit or abs(now - chain.last_ts) > c.window_s:
             continue
         if held.issuperset(chain.common):
             return Trip(

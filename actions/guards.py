@@ -203,7 +203,7 @@ def verdict_line(kind: EventKind, out: Mapping[str, Any]) -> str:
     if not heuristic:
         extra = f" receipt {out['receipt']['sig'][:12]}" if result and out.get("receipt") else ""
         return f"{head}{extra}"
-    severity = " (observe)" if ok and out.get("severity") == "warn" else ""
+    severity = (" (warning)" if out.get("advisory") else " (observe)") if ok and out.get("severity") == "warn" else ""
     line = f"{head} {heuristic}{severity}: {out.get('reason', '')}"
     obs = out.get("observation")
     if not ok and obs and obs.get("actionable_instruction"):

@@ -140,6 +140,10 @@ class Canonicalizer:
             raise CanonicalError("payload holds a lone surrogate (not valid Unicode text)")
         return text
 
+    def is_volatile(self, key: str) -> bool:
+        """Is this key dropped from the canonical form (a timestamp, a request id)."""
+        return self._key(key)[0]
+
     def _key(self, key: str) -> tuple[bool, bool]:
         """(volatile, naming) of a key."""
         h = hash(key)
@@ -305,7 +309,7 @@ class Fingerprinter:
     per-process key), never by the token itself: the cache holds no words.
     """
 
-    __slots__ = ("_hash64", "_hash32", "_exact", "_shape")
+    __slots__ = ("_hash64", "_hash32", "_exact", "_shape", "_labeled")
 
     def __init__(self, secret: bytes) -> None:
         if not secret:
@@ -316,6 +320,7 @@ class Fingerprinter:
         self._hash32 = hashlib.blake2b(digest_size=4, key=key)
         self._exact: dict[int, int] = {}
         self._shape: dict[int, int] = {}
+        self._labeled: dict[int, int] = {}
 
     @classmethod
     def ephemeral(cls) -> Fingerprinter:
@@ -329,6 +334,18 @@ class Fingerprinter:
             h.update(part.encode("utf-8", "surrogatepass"))
             h.update(b"\x00")
         return int.from_bytes(h.digest(), "big")
+
+    def labeled(self, label: str, text: str) -> int:
+        """`hash64(label, text)`, remembered (by the pair's Python hash, never by the text): for
+        short values that come back again and again (argument values, digit runs)."""
+        i = hash((label, text))
+        found = self._labeled.get(i)
+        if found is None:
+            if len(self._labeled) >= MAX_HASH_CACHE:
+                self._labeled.clear()
+            # kept here, not read back: another thread may empty the cache
+            found = self._labeled[i] = self.hash64(label, text)
+        return found
 
     def tokens(self, text: str) -> tuple[int, ...]:
         """One keyed 32-bit hash per word of a text (lower-cased; ASCII punctuation and "_"

@@ -50,6 +50,14 @@ _TIMING_KEYS = (
 )
 
 
+_TIMING_KEY_SET = frozenset(_TIMING_KEYS)
+
+
+def is_timing_key(key: str) -> bool:
+    """A key whose value the timing mask hides (attempt, duration_ms, tookMs, ...)."""
+    return key in _TIMING_KEY_SET
+
+
 def _key_behind(ends: list[tuple[str, str]]) -> str:
     """A zero-width test, just after `":`, that the key is one of these (given as (look-behind,
     key) pairs). One look-behind on the key's last two characters turns most keys away. The keys

@@ -942,7 +942,7 @@ class AgentBreakerConfig(_Frozen):
         default_factory=lambda: dict(DEFAULT_WARN_FIRST),
         description="Heuristics that can be wrong warn first: the first N trips of a pattern let the call run and "
         "tell the agent; the next trip, with no progress in between, cuts (0: cut at once). Only the loop "
-        "heuristics, duplicate_mutation and session_churn may be listed; a heuristic left out cuts at once.",
+        "heuristics and duplicate_mutation may be listed; a heuristic left out cuts at once.",
     )
     overrides: tuple[Override, ...] = Field(
         (), description="Settings per tenant / feature / agent; the more specific override wins."

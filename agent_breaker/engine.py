@@ -47,7 +47,7 @@ from .governor import budget
 from .incidents import sinks_for
 from .metrics import Metrics
 from .metrics import shared as shared_metrics
-from .outcomes import FailurePredicate, Outcome, carries_content, classify, is_blank
+from .outcomes import FailurePredicate, Outcome, carries_content, classify, is_blank, says_nothing
 from .policy import CONFIRMATION, CheckContext, Policies, Policy, judge, run_checks
 from .receipts import ReceiptKeys, empty_mutation_trip, is_empty_result, mint, verify
 from .session import (
@@ -298,7 +298,8 @@ class Engine:
             effect=effect,
             writes=carries_content(ev.args),
             echoes=tuple(sorted(p.claims.references_in("\n".join(leaves))))[:MAX_ECHOES],
-            values=tuple(fp.hash64(ECHO, v) for v in leaves[:MAX_ECHOES]),
+            values=tuple(fp.labeled(ECHO, v) for v in leaves[:MAX_ECHOES]),
+            sizes=frozenset(map(len, leaves[:MAX_ECHOES])),
             turn=None if effect is None or ev.turn is None else fp.hash64(TURN, ev.turn),
         )
 
@@ -386,9 +387,6 @@ class Engine:
     ) -> Verdict:
         """Turn the checks' outcome into a verdict; a session-terminal block halts the session,
         and one that goes to a human freezes it in the same update (the record follows it)."""
-        if warn is not None and warn.advisory:
-            # a warning shown beside a refusal is spent too: the agent was stopped either way
-            s.loops.warned[warn.heuristic] = s.loops.warned.get(warn.heuristic, 0) + 1
         if block is not None:
             if block.heuristic in H.SESSION_TERMINAL:
                 s.halted = (block.heuristic, block.reason)
@@ -435,7 +433,7 @@ class Engine:
         if isinstance(global_trip, Verdict):
             return global_trip
         churn_on = p.mode(H.SESSION_CHURN) != "off"
-        tool_key = self.fingerprints.hash64(TOOL, f.tool)
+        tool_key = self.fingerprints.labeled(TOOL, f.tool)
         view = self._read_view(ev.tenant, tool_key) if churn_on and step.key not in self._mixed else None
         bkey = self._breaker_key(cfg, ev.tenant, f.tool)
         breaker_on = p.mode(H.CIRCUIT_OPEN) != "off"
@@ -473,7 +471,7 @@ class Engine:
             if block is None:
                 block, call_warn = run_checks(p.call_checks, CheckContext(s, f, cfg, now, polling, similar))
                 warn = warn or call_warn
-                if block is not None and block.heuristic == H.DUPLICATE_MUTATION:
+                if (block or warn) is not None and (block or warn).heuristic == H.DUPLICATE_MUTATION:  # type: ignore[union-attr]
                     # the agent is told to ask the user: the next "yes" is an answer again
                     s.loops.said.pop(self._confirmation, None)
             if block is None and view is not None and s.loops.only_key in (None, tool_key):
@@ -746,7 +744,7 @@ class Engine:
 
     def _member(self, session_key: str) -> int:
         """A session as a tool view's chains name it: a keyed hash of its key."""
-        return self.fingerprints.hash64(MEMBER, session_key)
+        return self.fingerprints.labeled(MEMBER, session_key)
 
     def _remember_mixed(self, key: str) -> None:
         with self._lock:
@@ -795,7 +793,7 @@ class Engine:
         masked = p.churn.identity(timed)
         repeat_hash = timed_hash if masked == timed else fp.hash64(masked)
         failure = fp.hash64(FAILURE, masked, p.churn(_json_text(ev.error))) if out.failed else None
-        tool_key = fp.hash64(TOOL, ev.tool)
+        tool_key = fp.labeled(TOOL, ev.tool)
         blank = is_blank(ev.result)
         polling = p.polling(ev.tool)
         references = p.claims.result_references(canonical) if not out.failed else None
@@ -843,7 +841,7 @@ class Engine:
                     _view_key_of(ev.tenant, tool_key),
                     lambda v: churn.record_outcome(v, member, f.values, outcome, out.failed, now, cfg),
                 )
-            echoed = _echo_masked(fp, timed, ev.result, f.values)
+            echoed = _echo_masked(fp, p, timed, ev.result, f)
             heard = loops.Heard(repeat_hash, timed_hash if echoed == timed else fp.hash64(echoed), tool_key, failure)
             if loops.record_result(s, pending, heard, out, blank, polling, now, cfg):
                 # new information: assistant turns start a new stretch, and so do this
@@ -1312,17 +1310,27 @@ def _leaves(args: Any) -> list[str]:
     return out
 
 
-def _echo_masked(fp: Fingerprinter, timed: str, result: Any, values: tuple[int, ...]) -> str:
-    """A result's canonical text with its top-level fields that only give back one of the
-    call's argument values masked: the answer of a search for "x" that says {"query": "x",
-    "hits": []} is the answer for "y" too."""
-    if not values or type(result) is not dict:
+def _echo_masked(fp: Fingerprinter, p: Policy, timed: str, result: Any, f: CallFacts) -> str:
+    """A result's canonical text with the top-level fields that only give back one of the call's
+    argument values masked, when the rest of it says nothing (empty lists, zeros, timings): the
+    answer of a search for "x" that says {"query": "x", "hits": []} is the answer for "y" too.
+    Beside a record ({"order_id": 7, "status": "shipped"}) the echo names what the answer is
+    about, and stays. Only a value as long as an argument's is hashed."""
+    if not f.values or type(result) is not dict:
         return timed
+    echoed = []
     for k, v in result.items():
         t = type(v)
-        if type(k) is str and (t is str or t is int) and fp.hash64(ECHO, str(v)) in values:
-            field = orjson.dumps({k: collapse_whitespace(v) if t is str else v}).decode()[1:-1]
-            timed = timed.replace(field, field[: field.index('":') + 2] + '"~"')
+        if type(k) is str and (t is str or t is int) and len(text := str(v)) in f.sizes and fp.labeled(ECHO, text) in f.values:
+            echoed.append((k, v))
+    if not echoed:
+        return timed
+    said = [v for k, v in result.items() if (k, v) not in echoed and not (type(k) is str and p.quiet_key(k))]
+    if not all(map(says_nothing, said)):
+        return timed
+    for k, v in echoed:
+        field = orjson.dumps({k: collapse_whitespace(v) if type(v) is str else v}).decode()[1:-1]
+        timed = timed.replace(field, field[: field.index('":') + 2] + '"~"')
     return timed
 
 

@@ -209,6 +209,18 @@ def is_blank(result: Any, depth: int = 0) -> bool:
     return all(is_blank(v, depth + 1) for v in values)
 
 
+def says_nothing(value: Any, depth: int = 0) -> bool:
+    """A value that carries no answer: null, blank text, zero, false, or containers of only
+    such values (an empty page, a count of none)."""
+    if value is None or value is False or (isinstance(value, str) and not value.strip()):
+        return True
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value == 0
+    if depth >= 3 or not isinstance(value, (dict, list)):
+        return False
+    return all(says_nothing(v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
+
+
 CONTENT_CHARS = 500  # a string argument this long is content, not a question
 CONTENT_LINE_CHARS = 80  # ... or this long with a line break (a file body, a message text)
 

@@ -11,7 +11,7 @@ from typing import Any
 from . import heuristics as H
 from . import schemas
 from ._canonical import Canonicalizer, Fingerprinter, normalize_key
-from ._churn import ChurnMask
+from ._churn import ChurnMask, is_timing_key
 from ._text import caseless_matcher
 from .config import DEFAULT_AUTO_REPLY_PATTERNS, AgentBreakerConfig, Mode
 from .detectors import loops
@@ -98,17 +98,22 @@ def enabled(cfg: AgentBreakerConfig, checks: tuple[tuple[str, Check], ...]) -> t
 def graded(cfg: AgentBreakerConfig, s: SessionState | None, trip: Trip) -> Trip | None:
     """The trip as an advisory (the call runs, the agent is warned) while its heuristic has
     warnings left in this pattern of the session (`warn_first`; the count starts over with
-    progress); None once they are spent: the trip counts in full."""
+    progress), that warning spent; None once they are: the trip counts in full. A warning is
+    spent whatever else the decision finds (a refusal by another check stopped the agent too)."""
     n = cfg.warn_first.get(trip.heuristic, 0)
-    if not n or s is None or trip.certain or s.loops.warned.get(trip.heuristic, 0) >= n:
+    if not n or s is None or trip.certain:
         return None
+    spent = s.loops.warned.get(trip.heuristic, 0)
+    if spent >= n:
+        return None
+    s.loops.warned[trip.heuristic] = spent + 1
     return replace(trip, advisory=True)
 
 
 def _warning(warn: Trip | None, trip: Trip) -> Trip:
-    """The warning a verdict shows: the first, but an advisory before a reported trip (an
-    advisory shown is one spent)."""
-    return trip if warn is None or (trip.advisory and not warn.advisory) else warn
+    """The warning a verdict shows: the first, but a reported trip (one that enforce mode would
+    cut) before an advisory."""
+    return trip if warn is None or (warn.advisory and not trip.advisory) else warn
 
 
 def run_checks(checks: tuple[EnabledCheck, ...], ctx: CheckContext) -> tuple[Trip | None, Trip | None]:
@@ -158,7 +163,8 @@ class Policy:
     idempotency_fields: frozenset[str]
     call_checks: tuple[EnabledCheck, ...]
     session_limits: tuple[EnabledCheck, ...]
-    #: near_duplicate alone reads the call fingerprints: taken where some policy of the config runs it
+    #: near_duplicate and identical_failure read the call fingerprints: taken where some policy of
+    #: the config runs either
     fingerprint_calls: bool
     _mutating: dict[str, bool]
     _polling: dict[str, bool]
@@ -196,6 +202,11 @@ class Policy:
         if self.auto_reply is not None and self.auto_reply(text[:_SCANNED_TURN_CHARS]):
             return None
         return CONFIRMATION if vocabulary <= self.confirmation_words else words
+
+    def quiet_key(self, key: str) -> bool:
+        """A result key whose value says nothing of the answer: a volatile one (a timestamp, a
+        request id) or a timing (took_ms, attempt)."""
+        return self.result_canon.is_volatile(key) or is_timing_key(key)
 
     def idempotency_key(self, args: Any) -> str | None:
         """The idempotency key a call carries in its top-level arguments, if any."""
@@ -272,7 +283,9 @@ class Policies:
                 self._cache.clear()
             # whole-config, not this policy's: a session's events may come under several
             # policies, and what one writes into the session another reads
-            p = self._cache[k] = Policy.build(cfg, self.fingerprints, fingerprint_calls=self.runs(H.NEAR_DUPLICATE))
+            # near_duplicate and identical_failure (arguments that read alike) read them
+            fingerprinted = self.runs(H.NEAR_DUPLICATE) or self.runs(H.IDENTICAL_FAILURE)
+            p = self._cache[k] = Policy.build(cfg, self.fingerprints, fingerprint_calls=fingerprinted)
         return p
 
     def runs(self, heuristic: str) -> bool:

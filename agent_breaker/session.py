@@ -26,7 +26,7 @@ MAX_TOOLS = 256  # per-tool counters a session keeps (spend, session-scoped brea
 MAX_CHAINS = 32  # near-duplicate chains, one per recently used tool (each holds fingerprints)
 MAX_ANSWER_KEYS = 64  # same_answer: the distinct calls of one streak kept
 MAX_SAID = 64  # user turns remembered (hashes), to tell a repeated answer from new information
-MAX_ECHOES = 16  # references of a call's arguments kept, to tell an echo of them in its result
+MAX_ECHOES = 8  # references and values of a call's arguments kept, to tell an echo of them in its result
 MAX_CHURN_CHAINS = 4  # session_churn: chains of one tool view, one per outcome
 MAX_CHURN_MEMBERS = 32  # ... and the sessions each one follows
 
@@ -48,7 +48,7 @@ class CallFacts:
 
     tool: str
     key: int  # hash of tool + canonical args
-    # None, both, when near_duplicate (their only reader) is off: the call was not fingerprinted
+    # None, both, when near_duplicate and identical_failure (their readers) are off: not fingerprinted
     fp_text: tuple[int, ...] | None  # token hashes of the canonical args
     fp_shape: tuple[int, ...] | None  # the same with digit runs folded (ids, numbers)
     fp_thought: tuple[int, ...] | None
@@ -67,6 +67,8 @@ class CallFacts:
     values: tuple[int, ...] = ()
     # the model step that asked for it (keyed hash), for a mutating call: None when not told
     turn: int | None = None
+    # the lengths of its argument values: only a result value as long may be an echo of one
+    sizes: frozenset[int] = frozenset()
 
 
 @dataclass(slots=True)
@@ -97,6 +99,8 @@ class Chain:
     transient: bool = False
     epoch: int = 0
     last_ts: float = 0.0
+    last_key: int = 0  # the last call of the chain ...
+    variant: bool = False  # ... and whether the chain holds calls of other wording (other keys)
 
 
 @dataclass(slots=True)
@@ -259,6 +263,8 @@ class Loops:
                     c.transient,
                     c.epoch,
                     c.last_ts,
+                    c.last_key,
+                    c.variant,
                 ]
                 for tool, c in self.chains.items()
             },
@@ -293,7 +299,7 @@ class Loops:
             sig_shape=_unfp_or_none(sig_shape),
             epoch=d["epoch"],
             chains={
-                tool: Chain(_unfp(c[0]), _unfp(c[1]), _unfp_or_none(c[2]), c[3], c[4], c[5], c[6], c[7], c[8])
+                tool: Chain(_unfp(c[0]), _unfp(c[1]), _unfp_or_none(c[2]), c[3], c[4], c[5], c[6], c[7], c[8], *c[9:11])
                 for tool, c in d["chains"].items()
             },
             history=[list(h) for h in history],
@@ -415,11 +421,14 @@ def _facts(f: CallFacts) -> list[Any]:
         list(f.echoes),
         list(f.values),
         f.turn,
+        sorted(f.sizes),
     ]
 
 
 def _unfacts(d: list[Any]) -> CallFacts:
     # facts stored before echoes, argument values and model steps were kept have eleven fields
-    echoes, values, turn = (tuple(d[11]), tuple(d[12]), d[13]) if len(d) > 13 else ((), (), None)
+    echoes, values, turn, sizes = (
+        (tuple(d[11]), tuple(d[12]), d[13], frozenset(d[14])) if len(d) > 14 else ((), (), None, frozenset())
+    )
     fp_text, fp_shape, fp_thought = _unfp_or_none(d[2]), _unfp_or_none(d[3]), _unfp_or_none(d[4])
-    return CallFacts(d[0], d[1], fp_text, fp_shape, fp_thought, d[5], d[6], d[7], d[8], d[9], d[10], echoes, values, turn)
+    return CallFacts(d[0], d[1], fp_text, fp_shape, fp_thought, d[5], d[6], d[7], d[8], d[9], d[10], echoes, values, turn, sizes)

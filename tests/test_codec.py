@@ -8,7 +8,20 @@ from hypothesis import strategies as st
 
 from agent_breaker.breaker import BreakerState, BreakerStateName
 from agent_breaker.receipts import Ledger
-from agent_breaker.session import Answer, CallFacts, Chain, ChurnView, KeyStat, Loops, Pending, SessionState, Spend
+from agent_breaker.session import (
+    MAX_CHURN_CHAINS,
+    MAX_ECHOES,
+    Answer,
+    CallFacts,
+    Chain,
+    ChurnChain,
+    ChurnView,
+    KeyStat,
+    Loops,
+    Pending,
+    SessionState,
+    Spend,
+)
 from agent_breaker.store import codec
 from agent_breaker.windows import BucketWindow
 
@@ -17,6 +30,7 @@ u32 = st.integers(0, 2**32 - 1)
 u64 = st.integers(0, 2**64 - 1)
 hash_or_failed = st.one_of(u64, st.just(-1))
 fps = st.lists(u32, max_size=6).map(tuple)
+hashes = st.lists(u64, max_size=MAX_ECHOES).map(tuple)  # a call's echoed references, its argument values
 times = st.floats(0, 1e10, allow_nan=False)
 money = st.floats(0, 1e6, allow_nan=False)
 
@@ -47,9 +61,21 @@ facts = st.builds(
     st.booleans(),
     st.one_of(st.none(), u64),
     st.booleans(),
+    hashes,
+    hashes,
+    st.one_of(st.none(), u64),  # the model step (None: not told)
+    st.frozensets(st.integers(0, 10**6), max_size=MAX_ECHOES),  # the lengths of its argument values
 )
 pending = st.builds(
-    Pending, facts, ids, ids, st.one_of(st.none(), st.integers(0, 100)), st.booleans(), st.booleans(), st.integers(0, 10**6)
+    Pending,
+    facts,
+    ids,
+    ids,
+    st.one_of(st.none(), st.integers(0, 100)),
+    st.booleans(),
+    st.booleans(),
+    st.integers(0, 10**6),
+    times,
 )
 keystats = st.builds(
     KeyStat,
@@ -89,6 +115,17 @@ breakers = st.builds(
     times,
 )
 receipts = st.fixed_dictionaries({"v": st.just(2), "kid": ids, "sig": st.text(max_size=64)})
+churn_chains = st.builds(
+    ChurnChain,
+    u64,  # the result hash, or the failure's error hash
+    st.lists(u64, max_size=4),
+    st.integers(0, 1000),
+    st.dictionaries(u64, st.integers(1, 100), max_size=4),  # session -> its calls in the chain
+    times,
+    st.booleans(),
+)
+# insertion-ordered sets of hashes (the oldest are evicted first): their order is part of them
+ordered_hashes = st.lists(u64, max_size=5, unique=True).map(dict.fromkeys)
 
 
 @st.composite
@@ -107,6 +144,7 @@ def sessions(draw) -> SessionState:
             draw(st.one_of(st.none(), windows(1))),
         ),
         halted=draw(st.one_of(st.none(), st.tuples(ids, ids))),
+        escalation=draw(st.one_of(st.none(), ids)),
         loops=Loops(
             pending=draw(st.dictionaries(ids, pending, max_size=3)),
             auto_ids=draw(st.integers(0, 10**6)),
@@ -114,6 +152,11 @@ def sessions(draw) -> SessionState:
             fail_key=draw(st.one_of(st.none(), u64)),
             fail_run=draw(st.integers(0, 100)),
             fail_transient=draw(st.booleans()),
+            fail_tool=draw(st.one_of(st.none(), ids)),
+            fail_sig=draw(st.one_of(st.none(), u64)),
+            sig_run=draw(st.integers(0, 100)),
+            sig_common=draw(st.lists(u64, max_size=4)),
+            sig_shape=draw(st.one_of(st.none(), fps)),
             epoch=draw(st.integers(0, 10**6)),
             chains=draw(st.dictionaries(ids, chains, max_size=3)),
             history=draw(st.lists(st.tuples(u64, st.one_of(st.none(), hash_or_failed)).map(list), max_size=4)),
@@ -125,20 +168,20 @@ def sessions(draw) -> SessionState:
                     ids, st.builds(Answer, hash_or_failed, st.lists(u64, max_size=3), st.integers(0, 1000)), max_size=2
                 )
             ),
-            done=draw(st.dictionaries(u64, times, max_size=3)),
+            done=draw(st.dictionaries(u64, st.tuples(times, st.one_of(st.none(), u64)), max_size=3)),
             said=dict.fromkeys(draw(st.lists(u64, max_size=3, unique=True))),
             wait=draw(st.dictionaries(ids, times, max_size=2)),
+            warned=draw(st.dictionaries(ids, st.integers(1, 10), max_size=3)),
         ),
         turns=draw(st.lists(st.tuples(u32, fps, st.booleans(), st.booleans()), max_size=3)),
         breakers={b.name: b for b in draw(st.lists(breakers, max_size=2))},
         ledger=Ledger(
             draw(st.lists(receipts, max_size=2)),
-            set(draw(st.lists(u64, max_size=5))),
+            draw(ordered_hashes),
             draw(st.dictionaries(ids, st.booleans(), max_size=3)),
+            draw(ordered_hashes),
         ),
-        churn=draw(
-            st.one_of(st.none(), st.builds(ChurnView, u64, hash_or_failed, st.integers(0, 100), st.integers(0, 100), ids, times))
-        ),
+        churn=draw(st.one_of(st.none(), st.builds(ChurnView, st.lists(churn_chains, max_size=MAX_CHURN_CHAINS)))),
         version=draw(st.integers(0, 10**9)),
     )
 
@@ -146,7 +189,17 @@ def sessions(draw) -> SessionState:
 @settings(max_examples=200, deadline=None)
 @given(sessions())
 def test_every_field_of_every_slice_survives_the_encoding(s):
-    assert codec.decode(codec.encode(s)) == s
+    decoded = codec.decode(codec.encode(s))
+    assert decoded == s
+    # dicts compare equal in any order: the order of what is evicted oldest first survives too
+    assert orders(decoded) == orders(s)
+
+
+def orders(s: SessionState) -> list[list]:
+    lp = s.loops
+    kept = [lp.pending, lp.keys, lp.chains, lp.seen, lp.answers, lp.done, lp.said, s.ledger.references, s.ledger.confirmed]
+    members = [list(c.members) for c in s.churn.chains] if s.churn is not None else []
+    return [list(d) for d in kept] + members
 
 
 @given(breakers)
@@ -170,3 +223,33 @@ def test_a_session_stored_before_the_newer_detectors_reads_with_their_state_empt
     loops = Loops.from_wire(wire)
     assert (loops.answers, loops.done, loops.said, loops.wait) == ({}, {}, {}, {})
     assert loops.keys[7].since == 1_700_000_050.0
+
+
+def test_a_session_stored_before_warnings_error_streaks_and_model_steps_reads_with_their_state_empty():
+    """Loops, calls, ledgers and tool views written by the version before the graduated answer
+    (failure streaks of three fields, successes without their model step, calls without echoes,
+    argument values, step or start time, no warnings, no confirmations, per-agent views) read back."""
+    facts = CallFacts("t", 1, None, None, None, 0, 0.0, 0, True, 9, False, (5,), (6,), 7)
+    loops = Loops(
+        pending={"c1": Pending(facts, "c1", "b", None, False, False, 0, 12.5)},
+        fail_key=1,
+        fail_run=2,
+        fail_tool="t",
+        fail_sig=3,
+        sig_run=2,
+        done={9: (100.0, 7)},
+        warned={"identical_failure": 1},
+    )
+    wire = loops.to_wire()
+    wire["fail"] = wire["fail"][:3]
+    wire["done"] = [d[:2] for d in wire["done"]]
+    wire["pending"] = {cid: [p[0][:11], *p[1:7]] for cid, p in wire["pending"].items()}
+    del wire["warned"]
+    old = Loops.from_wire(wire)
+    assert (old.fail_key, old.fail_run, old.fail_tool, old.fail_sig, old.sig_run, old.sig_common) == (1, 2, None, None, 0, [])
+    assert old.done == {9: (100.0, None)} and old.warned == {}
+    p = old.pending["c1"]
+    assert (p.facts.echoes, p.facts.values, p.facts.turn, p.facts.effect, p.ts) == ((), (), None, 9, 0.0)
+    ledger = Ledger.from_wire(Ledger([], {1: None, 2: None}, {"t": True}, {3: None}).to_wire()[:3])
+    assert (list(ledger.references), ledger.confirmed) == ([1, 2], {})
+    assert ChurnView.from_wire([7, -1, 3, 2, "s9", 100.0]) == ChurnView()  # an agent view: dropped

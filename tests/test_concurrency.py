@@ -245,15 +245,20 @@ def test_one_session_hammered_by_identical_failing_calls_stays_consistent(make_e
     assert s.loops.auto_ids == allowed
     assert s.loops.fail_run == allowed  # every recorded result failed, all the same call
     assert s.loops.keys[s.loops.fail_key].runs == allowed
-    # nothing blocks before 3 identical failures are recorded, and each needs an admitted call
-    assert allowed >= 3
+    # nothing trips before 3 identical failures are recorded, and each needs an admitted call;
+    # the first trip only warns (its call runs), whatever the interleaving: the next one cuts
+    warned = [v for v in verdicts if v.allowed and v.heuristic is not None]
+    assert len(warned) <= 1 and all(v.heuristic == "identical_failure" and v.advisory for v in warned)
+    assert allowed >= 3 + len(warned)
     assert len(blocked) == 20 - allowed
-    assert all(v.heuristic == "identical_failure" for v in blocked)
+    assert all(v.heuristic == "identical_failure" and not v.advisory for v in blocked)
     if blocked:
+        assert len(warned) == 1
         assert s.halted is not None and s.halted[0] == "identical_failure"
-        assert [(i.heuristic, i.severity) for i in incidents] == [("identical_failure", "block")]
+        assert [(i.heuristic, i.severity) for i in incidents] == [("identical_failure", "warn"), ("identical_failure", "block")]
     else:
-        assert incidents == []
+        assert s.halted is None
+        assert [(i.heuristic, i.severity) for i in incidents] == [("identical_failure", "warn")] * len(warned)
     # the call's own failures (a missing table) are no outage: the shared breaker counted none
     st = engine.store.breaker_state(engine.breaker_key(TOOL))
     assert (st.consecutive_failures, st.state) == (0, S.CLOSED)

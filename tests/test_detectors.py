@@ -5,15 +5,19 @@ from __future__ import annotations
 from conftest import call, result, run, say, user
 
 
-def test_identical_failure_blocks_the_fourth_identical_failing_call(engine, clock):
+def test_identical_failure_warns_the_fourth_identical_failing_call_and_cuts_the_fifth(engine, clock):
     args = {"query": "SELECT COUNT(*) FROM orders"}
     for _ in range(3):
         assert run(engine, clock, "search_db", args, False, None).allowed
+    warned = run(engine, clock, "search_db", args, False, None)
+    assert (warned.allowed, warned.heuristic, warned.severity, warned.advisory) == (True, "identical_failure", "warn", True)
+    assert warned.counters == {"failures": 3, "max_failures": 3}
+    assert warned.observation["warning"] == "IDENTICAL_FAILURE" and "error" not in warned.observation
     v = engine.check_tool_call(call("search_db", args))
-    assert not v.allowed
+    assert not v.allowed and not v.advisory
     assert v.heuristic == "identical_failure"
     assert v.scope == "session"
-    assert v.counters == {"failures": 3, "max_failures": 3}
+    assert v.counters == {"failures": 4, "max_failures": 3}
     assert v.observation["error"] == "IDENTICAL_FAILURE"
     assert v.observation["tool"] == "search_db"
 
@@ -36,15 +40,30 @@ def test_transient_errors_get_more_retries_than_permanent_ones(engine, clock):
     assert run(engine, clock, "fetch_url", args, True, {"item": "widget"}).allowed
 
 
-def test_transient_errors_still_stop_after_their_own_limit(engine, clock):
+def test_transient_errors_are_warned_after_their_own_limit_and_then_cut(make_engine, clock):
+    # the tool's breaker counts the same dependency failures and opens at five: off here, so
+    # the verdicts are identical_failure's own
+    engine = make_engine({"modes": {"circuit_open": "off"}})
     args = {"url": "https://api.example.com/items/14"}
     for _ in range(5):
         clock.advance(2)
         v = engine.check_tool_call(call("fetch_url", args))
-        assert v.allowed
+        assert v.allowed and v.heuristic is None
         engine.record_tool_result(result("fetch_url", False, None, call_id=v.call_id, error="request timed out"))
+    warned = run(engine, clock, "fetch_url", args, False, None, error="request timed out")
+    assert (warned.allowed, warned.heuristic, warned.advisory) == (True, "identical_failure", True)
+    assert warned.counters == {"failures": 5, "max_failures": 5}
     v = engine.check_tool_call(call("fetch_url", args))
     assert v.heuristic == "identical_failure" and not v.allowed
+
+
+def test_the_tools_breaker_refuses_a_dead_dependency_after_the_transient_allowance(engine, clock):
+    # identical_failure only warns the sixth call; the breaker, open after five outages, refuses it
+    args = {"url": "https://api.example.com/items/14"}
+    for _ in range(5):
+        assert run(engine, clock, "fetch_url", args, False, None, error="request timed out").allowed
+    v = engine.check_tool_call(call("fetch_url", args))
+    assert (v.allowed, v.heuristic) == (False, "circuit_open")
 
 
 def test_semantic_failure_counts_even_when_transport_said_ok(engine, clock):
@@ -54,13 +73,16 @@ def test_semantic_failure_counts_even_when_transport_said_ok(engine, clock):
     assert engine.check_tool_call(call("get_lead", args)).heuristic == "identical_failure"
 
 
-def test_identical_call_with_the_same_result_is_blocked_after_four_runs(engine, clock):
+def test_identical_call_with_the_same_result_is_warned_after_four_runs_and_cut_after_five(engine, clock):
     args = {"id": 7487}
     for _ in range(4):
-        assert run(engine, clock, "read_record", args, True, {"name": "Dana"}).allowed
+        assert run(engine, clock, "read_record", args, True, {"name": "Dana"}).heuristic is None
+    warned = run(engine, clock, "read_record", args, True, {"name": "Dana"})
+    assert (warned.allowed, warned.heuristic, warned.advisory) == (True, "identical_call", True)
+    assert warned.counters["repeats"] == 4
     v = engine.check_tool_call(call("read_record", args))
     assert (v.allowed, v.heuristic) == (False, "identical_call")
-    assert v.counters["repeats"] == 4
+    assert v.counters["repeats"] == 5
 
 
 def test_identical_call_whose_result_changes_is_work(engine, clock):
@@ -81,10 +103,15 @@ def test_canonical_args_ignore_key_order_whitespace_and_volatile_fields(engine, 
 
 
 def test_repeating_a_call_between_steps_that_make_progress_is_not_a_loop(engine, clock):
-    # an edit-and-test loop: the test run reports the same failure, but every edit changes the code
+    # an edit-and-test loop: the test run reports the same failure, but every edit changes the
+    # code. Each edit carries its patch (content: a write), so the same "saved" answer to each
+    # is progress; an edit whose only change is a short argument answered alike is no news
     for i in range(6):
-        assert run(engine, clock, "edit_file", {"path": "a.py", "patch": f"fix attempt {i}"}, True, {"saved": True}).allowed
-        assert run(engine, clock, "run_tests", {"path": "tests"}, True, {"failed": 1, "passed": 40}).allowed
+        patch = f"--- a/a.py\n+++ b/a.py\n@@ -10,1 +10,1 @@\n-    return parse(text)\n+    return parse(text, attempt={i})\n"
+        edit = run(engine, clock, "edit_file", {"path": "a.py", "patch": patch}, True, {"saved": True})
+        assert edit.allowed and edit.heuristic is None
+        test = run(engine, clock, "run_tests", {"path": "tests"}, True, {"failed": 1, "passed": 40})
+        assert test.allowed and test.heuristic is None
 
 
 def test_identical_call_streak_ends_when_its_window_passes(make_engine, clock):
@@ -96,10 +123,14 @@ def test_identical_call_streak_ends_when_its_window_passes(make_engine, clock):
     assert engine.check_tool_call(call("read_record", args)).allowed
 
 
-def test_stuck_polling_blocks_the_poll_after_the_budget(engine, clock):
+def test_stuck_polling_warns_the_poll_after_the_budget_and_cuts_the_next(engine, clock):
     args = {"job_id": "job-1"}
     for _ in range(15):
-        assert run(engine, clock, "check_job_status", args, True, {"state": "running", "progress": 0.42}, step_s=10).allowed
+        v = run(engine, clock, "check_job_status", args, True, {"state": "running", "progress": 0.42}, step_s=10)
+        assert v.allowed and v.heuristic is None
+    warned = run(engine, clock, "check_job_status", args, True, {"state": "running", "progress": 0.42}, step_s=10)
+    assert (warned.allowed, warned.heuristic, warned.advisory) == (True, "stuck_polling", True)
+    assert warned.counters == {"polls": 15, "max_polls": 15, "window_s": 600.0}
     clock.advance(10)
     v = engine.check_tool_call(call("check_job_status", args))
     assert (v.allowed, v.heuristic) == (False, "stuck_polling")
@@ -125,7 +156,10 @@ def test_slow_polling_stays_under_the_budget(engine, clock):
         assert run(engine, clock, "check_job_status", args, True, {"state": "queued"}, step_s=60).allowed
 
 
-def test_near_duplicate_retries_of_a_failing_query_are_blocked(engine, clock):
+def test_near_duplicate_retries_of_a_failing_query_are_warned_then_cut(make_engine, clock):
+    # identical_failure is off: the same error under arguments that read alike is its pattern
+    # too (it comes first); this test is about near_duplicate's own chain
+    engine = make_engine({"modes": {"identical_failure": "off"}})
     queries = [
         "SELECT name, email FROM customers WHERE region = 'EMEA';",
         "select  name, email FROM customers WHERE region = 'EMEA'",
@@ -133,18 +167,53 @@ def test_near_duplicate_retries_of_a_failing_query_are_blocked(engine, clock):
     ]
     for q in queries:
         assert run(engine, clock, "run_sql", {"query": q, "db": "crm"}, False, None).allowed
-    v = engine.check_tool_call(call("run_sql", {"db": "crm", "query": "SELECT name,email FROM customers WHERE region='EMEA'"}))
+    warned = run(
+        engine, clock, "run_sql", {"db": "crm", "query": "SELECT name,email FROM customers WHERE region='EMEA'"}, False, None
+    )
+    assert (warned.allowed, warned.heuristic, warned.advisory) == (True, "near_duplicate", True)
+    v = engine.check_tool_call(call("run_sql", {"db": "crm", "query": "SELECT name, email FROM customers WHERE region='EMEA'"}))
     assert (v.allowed, v.heuristic) == (False, "near_duplicate")
 
 
-def test_guessing_ids_that_keep_failing_the_same_way_is_blocked(engine, clock):
-    for lead in ("L-3530", "L-3635", "L-3692"):
-        thought = f"Maybe the id is {lead}. Let me try that."
-        assert run(
-            engine, clock, "get_lead", {"lead_id": lead}, True, {"status": "error", "message": "Invalid Lead ID"}, thought=thought
-        ).allowed
-    v = engine.check_tool_call(call("get_lead", {"lead_id": "L-3668"}, thought="Maybe the id is L-3668. Let me try that."))
-    assert v.heuristic == "near_duplicate"
+def test_reworded_retries_of_a_failing_query_are_the_same_error_to_identical_failure(engine, clock):
+    queries = [
+        "SELECT name, email FROM customers WHERE region = 'EMEA';",
+        "select  name, email FROM customers WHERE region = 'EMEA'",
+        "SELECT name, email FROM customers WHERE region = 'EMEA' ",
+        "SELECT name,email FROM customers WHERE region='EMEA'",
+    ]
+    vs = [run(engine, clock, "run_sql", {"query": q, "db": "crm"}, False, None) for q in queries]
+    assert [v.heuristic for v in vs] == [None, None, None, "identical_failure"] and vs[-1].advisory
+    assert vs[-1].counters == {"failures": 3, "max_failures": 3, "same_error": 1}
+    v = engine.check_tool_call(call("run_sql", {"db": "crm", "query": "SELECT name, email FROM customers WHERE region='EMEA'"}))
+    assert (v.allowed, v.heuristic) == (False, "identical_failure")
+
+
+def test_guessing_ids_that_keep_failing_the_same_way_is_warned_then_cut(engine, clock):
+    # ids that read alike and fail with the same error: identical_failure's same-error streak
+    # (near_duplicate's chain would see it on the same call; identical_failure comes first)
+    invalid = {"status": "error", "message": "Invalid Lead ID"}
+    vs = []
+    for lead in ("L-3530", "L-3635", "L-3692", "L-3668"):
+        vs.append(
+            run(engine, clock, "get_lead", {"lead_id": lead}, True, invalid, thought=f"Maybe the id is {lead}. Let me try that.")
+        )
+    assert [v.heuristic for v in vs] == [None, None, None, "identical_failure"] and vs[-1].allowed and vs[-1].advisory
+    v = engine.check_tool_call(call("get_lead", {"lead_id": "L-3701"}, thought="Maybe the id is L-3701. Let me try that."))
+    assert (v.allowed, v.heuristic) == (False, "identical_failure")
+
+
+def test_near_duplicate_alone_also_warns_then_cuts_guessed_ids_that_fail_alike(make_engine, clock):
+    engine = make_engine({"modes": {"identical_failure": "off"}})  # near_duplicate's chain alone
+    invalid = {"status": "error", "message": "Invalid Lead ID"}
+    vs = []
+    for lead in ("L-3530", "L-3635", "L-3692", "L-3668"):
+        vs.append(
+            run(engine, clock, "get_lead", {"lead_id": lead}, True, invalid, thought=f"Maybe the id is {lead}. Let me try that.")
+        )
+    assert [v.heuristic for v in vs] == [None, None, None, "near_duplicate"] and vs[-1].advisory
+    v = engine.check_tool_call(call("get_lead", {"lead_id": "L-3701"}, thought="Maybe the id is L-3701. Let me try that."))
+    assert (v.allowed, v.heuristic) == (False, "near_duplicate")
 
 
 def test_similar_calls_that_each_return_something_new_are_work(engine, clock):
@@ -181,11 +250,14 @@ def test_progress_from_a_blank_success_of_the_tool_ends_its_near_duplicate_chain
     assert engine.check_tool_call(call("run_sql", {"query": variants[1]})).allowed
 
 
-def test_ping_pong_between_two_calls_with_the_same_results_is_an_oscillation(engine, clock):
+def test_ping_pong_between_two_calls_with_the_same_results_is_an_oscillation_warned_then_cut(engine, clock):
     assert run(engine, clock, "read_record", {"id": 1}, True, {"name": "Dana"}).allowed
     assert run(engine, clock, "list_orders", {"customer": "C-1"}, True, {"orders": []}).allowed
     assert run(engine, clock, "read_record", {"id": 1}, True, {"name": "Dana"}).allowed
-    v = engine.check_tool_call(call("list_orders", {"customer": "C-1"}))
+    warned = run(engine, clock, "list_orders", {"customer": "C-1"}, True, {"orders": []})
+    assert (warned.allowed, warned.heuristic, warned.advisory) == (True, "oscillation", True)
+    assert warned.counters == {"period": 2, "cycles": 2}
+    v = engine.check_tool_call(call("read_record", {"id": 1}))
     assert (v.allowed, v.heuristic) == (False, "oscillation")
     assert v.counters == {"period": 2, "cycles": 2}
 
@@ -204,15 +276,19 @@ def test_alternating_calls_whose_results_change_are_not_an_oscillation(engine, c
         assert run(engine, clock, "list_txns", {"account": "A"}, True, {"count": i}).allowed
 
 
-def test_semantic_echo_trips_on_the_third_paraphrase_without_tool_progress(engine, clock):
+def test_semantic_echo_warns_on_the_third_paraphrase_without_tool_progress_and_cuts_the_fourth(engine, clock):
     turns = [
         "To proceed with the refund, I first need to confirm which account you mean.",
         "I need to confirm which account you mean before I can proceed with the refund.",
         "Before I can proceed with the refund I need to confirm which account you mean.",
+        "I can proceed with the refund once I confirm which account you mean.",
     ]
-    assert engine.record_assistant(say(turns[0])).allowed
-    assert engine.record_assistant(say(turns[1])).allowed
-    v = engine.record_assistant(say(turns[2]))
+    assert engine.record_assistant(say(turns[0])).heuristic is None
+    assert engine.record_assistant(say(turns[1])).heuristic is None
+    warned = engine.record_assistant(say(turns[2]))
+    assert (warned.allowed, warned.heuristic, warned.scope, warned.advisory) == (True, "semantic_echo", "session", True)
+    assert warned.observation["warning"] == "SEMANTIC_ECHO"
+    v = engine.record_assistant(say(turns[3]))
     assert (v.allowed, v.heuristic, v.scope) == (False, "semantic_echo", "session")
 
 
@@ -233,11 +309,13 @@ def test_agents_trading_the_same_status_messages_are_a_deadlock(engine, clock):
         ("researcher", "Waiting for the planner to send the plan before I can research."),
         ("planner", "Still waiting for the researcher to send the data before I can plan."),
         ("researcher", "Still waiting for the planner to send the plan before I can research."),
+        ("planner", "Still waiting for the researcher to send the data before I can plan, again."),
     ]
     verdicts = [engine.record_assistant(say(text, agent=agent)) for agent, text in messages]
     assert [v.heuristic for v in verdicts[:2]] == [None, None]
     tripped = [v for v in verdicts if v.heuristic]
-    assert tripped and tripped[0].heuristic == "agent_deadlock"
+    assert tripped and tripped[0].heuristic == "agent_deadlock" and tripped[0].allowed and tripped[0].advisory  # warned
+    assert (tripped[1].allowed, tripped[1].heuristic) == (False, "agent_deadlock")
 
 
 def test_agents_exchanging_new_information_are_not_deadlocked(engine, clock):
@@ -253,17 +331,21 @@ def test_agents_exchanging_new_information_are_not_deadlocked(engine, clock):
 
 def test_a_user_turn_is_new_information_and_restarts_loop_streaks(engine, clock):
     args = {"query": "SELECT 1"}
-    for _ in range(3):
+    for _ in range(4):  # the fourth is warned
         run(engine, clock, "run_sql", args, False, None)
     assert not engine.check_tool_call(call("run_sql", args)).allowed
     engine.record_user(user("The table was renamed, try again now."))
-    assert engine.check_tool_call(call("run_sql", args)).allowed
+    v = engine.check_tool_call(call("run_sql", args))
+    assert v.allowed and v.heuristic is None
 
 
 def test_a_loop_halt_blocks_every_later_call_of_the_session(engine, clock):
     for _ in range(3):
         run(engine, clock, "run_sql", {"q": 1}, False, None)
-    assert engine.check_tool_call(call("run_sql", {"q": 1})).heuristic == "identical_failure"
+    warned = run(engine, clock, "run_sql", {"q": 1}, False, None)
+    assert warned.heuristic == "identical_failure" and warned.allowed  # a warning halts nothing
+    cut = engine.check_tool_call(call("run_sql", {"q": 1}))
+    assert cut.heuristic == "identical_failure" and not cut.allowed
     v = engine.check_tool_call(call("search_docs", {"q": "something else"}))
     assert not v.allowed and v.heuristic == "identical_failure"
     assert v.reason.startswith("session halted earlier")
@@ -278,10 +360,13 @@ def test_similar_writes_that_each_succeed_are_work_even_with_equal_results(engin
         assert run(engine, clock, "send_email", args, True, {"status": "sent"}).allowed
 
 
-def test_lexical_variants_of_a_call_with_the_same_result_are_a_near_duplicate(engine, clock):
+def test_lexical_variants_of_a_call_with_the_same_result_are_a_near_duplicate_warned_then_cut(engine, clock):
     for q in ("SELECT * FROM t", "select * from t;", "Select *  From t"):
         assert run(engine, clock, "run_sql", {"query": q}, True, {"rows": []}).allowed
-    assert engine.check_tool_call(call("run_sql", {"query": "SELECT * FROM T"})).heuristic == "near_duplicate"
+    warned = run(engine, clock, "run_sql", {"query": "SELECT * FROM T"}, True, {"rows": []})
+    assert (warned.allowed, warned.heuristic, warned.advisory) == (True, "near_duplicate", True)
+    v = engine.check_tool_call(call("run_sql", {"query": "select * FROM t"}))
+    assert (v.allowed, v.heuristic) == (False, "near_duplicate")
 
 
 def test_a_stuck_job_whose_status_only_counts_elapsed_time_is_still_stuck(engine, clock):

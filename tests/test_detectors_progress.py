@@ -33,10 +33,23 @@ def test_a_not_found_in_the_payload_is_the_calls_own_and_stops_at_three(engine, 
 
 
 def test_a_dead_dependency_still_stops_after_the_transient_allowance(engine, clock):
+    # identical_failure only warns the sixth call: the tool's breaker, open after five outages, refuses it
     args = {"q": "orders"}
     for _ in range(5):
         assert run(engine, clock, "crm_search", args, False, {"error": {"status": 503}}).allowed
-    assert engine.check_tool_call(call("crm_search", args)).heuristic == "identical_failure"
+    v = engine.check_tool_call(call("crm_search", args))
+    assert (v.allowed, v.heuristic) == (False, "circuit_open")
+
+
+def test_without_the_breaker_a_dead_dependency_is_warned_after_the_transient_allowance_then_cut(make_engine, clock):
+    engine = make_engine({"modes": {"circuit_open": "off"}})
+    args = {"q": "orders"}
+    for _ in range(5):
+        assert run(engine, clock, "crm_search", args, False, {"error": {"status": 503}}).heuristic is None
+    warned = run(engine, clock, "crm_search", args, False, {"error": {"status": 503}})
+    assert (warned.allowed, warned.heuristic, warned.advisory) == (True, "identical_failure", True)
+    v = engine.check_tool_call(call("crm_search", args))
+    assert (v.allowed, v.heuristic) == (False, "identical_failure")
 
 
 def test_an_agents_failing_commands_never_open_the_tools_breaker(make_engine, clock):
@@ -114,8 +127,11 @@ def send(engine, clock, args, *, tool="send_email", ok=True, **kw):
     return run(engine, clock, tool, args, ok, {"message_id": uuid.uuid4().hex, "status": "sent"} if ok else None, **kw)
 
 
-def test_the_same_email_sent_again_after_it_succeeded_is_refused(engine, clock):
+def test_the_same_email_sent_again_after_it_succeeded_is_warned_then_refused(engine, clock):
     assert send(engine, clock, EMAIL).allowed
+    warned = send(engine, clock, EMAIL)
+    assert (warned.allowed, warned.heuristic, warned.scope, warned.advisory) == (True, "duplicate_mutation", "call", True)
+    assert warned.observation["warning"] == "DUPLICATE_MUTATION"
     v = send(engine, clock, EMAIL)
     assert (v.allowed, v.heuristic, v.scope) == (False, "duplicate_mutation", "call")
     assert v.observation["error"] == "DUPLICATE_MUTATION"
@@ -126,7 +142,7 @@ def test_the_same_email_sent_again_after_it_succeeded_is_refused(engine, clock):
 def test_a_tool_named_after_an_action_is_mutating_unless_its_name_says_it_only_looks(engine, clock):
     msg = {"channel": "#ops", "text": "deploy done"}
     assert send(engine, clock, msg, tool="post_message").allowed
-    assert send(engine, clock, msg, tool="post_message").heuristic == "duplicate_mutation"
+    assert send(engine, clock, msg, tool="post_message").heuristic == "duplicate_mutation"  # warned
     for _ in range(2):  # a reader repeats freely (identical_call judges it, from the 4th)
         assert run(engine, clock, "get_update_status", {"id": 7}, True, {"state": "applied"}).allowed
 
@@ -150,8 +166,19 @@ def test_distinct_idempotency_keys_are_distinct_actions_and_the_same_key_is_a_re
 def test_a_confirmation_asked_for_after_a_refused_duplicate_allows_the_repeat(engine, clock):
     engine.record_user(user("Yes, go ahead"))
     assert send(engine, clock, EMAIL).allowed
-    assert send(engine, clock, EMAIL).heuristic == "duplicate_mutation"
+    assert send(engine, clock, EMAIL).advisory  # warned: it ran
+    assert not send(engine, clock, EMAIL).allowed
     engine.record_user(user("yes"))  # the guard told the agent to ask: this "yes" answers it
+    assert send(engine, clock, EMAIL).allowed
+
+
+def test_a_confirmation_asked_for_after_a_duplicate_s_warning_allows_the_repeat(engine, clock):
+    # the warning tells the agent to ask the user to confirm, as a refusal does
+    engine.record_user(user("Yes, go ahead"))
+    assert send(engine, clock, EMAIL).allowed
+    warned = send(engine, clock, EMAIL)
+    assert warned.advisory and "ask the user to confirm" in warned.observation["actionable_instruction"]
+    engine.record_user(user("yes"))  # this "yes" answers it
     assert send(engine, clock, EMAIL).allowed
 
 
@@ -223,10 +250,19 @@ def test_result_churn_patterns_are_configurable(make_engine, clock):
 # ----------------------------------------------------------------------------- same_answer
 
 
-def test_reworded_searches_that_all_come_back_empty_are_cut(engine, clock):
-    queries = ["refund policy", "refund rules", "how do refunds work", "refund terms", "returns and refunds", "refund faq"]
+def test_reworded_searches_that_all_come_back_empty_are_warned_then_cut(engine, clock):
+    queries = [
+        "refund policy",
+        "refund rules",
+        "how do refunds work",
+        "refund terms",
+        "returns and refunds",
+        "refund faq",
+        "refunds",
+    ]
     verdicts = [run(engine, clock, "kb_search", {"q": q}, True, {"results": [], "total": 0}) for q in queries]
-    assert [v.heuristic for v in verdicts] == [None] * 5 + ["same_answer"]
+    assert [v.heuristic for v in verdicts] == [None] * 5 + ["same_answer"] * 2
+    assert (verdicts[-2].allowed, verdicts[-2].advisory, verdicts[-2].scope) == (True, True, "session")
     assert (verdicts[-1].allowed, verdicts[-1].scope) == (False, "session")
 
 
@@ -293,10 +329,12 @@ def test_slow_polls_of_a_job_that_never_moves_are_cut_by_wall_time(engine, clock
         verdicts.append(run(engine, clock, "get_job", {"job": "J-1"}, True, {"state": "running"}, step_s=120.0))
         if not verdicts[-1].allowed:
             break
-    v = verdicts[-1]
+    warned, v = verdicts[-2:]
+    assert (warned.allowed, warned.heuristic, warned.advisory) == (True, "stuck_polling", True)
+    assert warned.counters["max_wait_s"] == 1800.0 and warned.counters["waited_s"] >= 1800.0
     assert (v.allowed, v.heuristic) == (False, "stuck_polling")
-    assert v.counters["max_wait_s"] == 3600.0 and v.counters["waited_s"] >= 3600.0
-    assert 29 <= len(verdicts) <= 32  # an hour of unchanged polls, not fifteen within ten minutes
+    # half an hour of unchanged polls (warned), then the next; not fifteen within ten minutes
+    assert 16 <= len(verdicts) <= 18
 
 
 def test_polls_a_quarter_of_an_hour_apart_are_slow_polls_too(engine, clock):

@@ -40,8 +40,12 @@ def queue(request, tmp_path):
 
 
 def runaway(engine, clock, session: str = "s1"):
+    """A failing call repeated until it is cut: three failures, a fourth that is only warned of
+    (and runs, failing again), and the fifth, refused."""
     for _ in range(3):
         run(engine, clock, "run_sql", {"q": SECRET}, False, None, error=CALL_ERROR, session=session, input_tokens=100)
+    warned = run(engine, clock, "run_sql", {"q": SECRET}, False, None, error=CALL_ERROR, session=session, input_tokens=100)
+    assert (warned.allowed, warned.heuristic, warned.advisory, warned.route) == (True, "identical_failure", True, None)
     return engine.check_tool_call(call("run_sql", {"q": SECRET}, session=session))
 
 
@@ -53,7 +57,8 @@ def test_a_loop_halt_escalates_and_freezes_until_a_human_resumes(make_engine, cl
     assert v.route == {"tier": "escalate", "escalation_id": escalation_id}
     [record] = queue.list()
     assert (record.id, record.session, record.heuristic, record.status) == (escalation_id, "s1", "identical_failure", "open")
-    assert record.counters["failures"] == 3 and record.spend.tokens == 300
+    # four failures: the warned fourth call ran (and was not escalated: one record only)
+    assert record.counters["failures"] == 4 and record.spend.tokens == 400
     # the engine's keyed hash of the call, to match against the logs (16 hex digits, no payload)
     assert len(record.counters["call_hash"]) == 16 and int(record.counters["call_hash"], 16) >= 0
     assert [(t.tool, t.outcome) for t in record.tools] == [("run_sql", "blocked")]
@@ -129,9 +134,9 @@ def test_excerpts_only_for_a_tenant_that_opted_in(make_engine, clock, queue):
     config = {"overrides": [{"tenant": "acme", "settings": {"escalations": {"excerpts": True, "max_excerpt_chars": 40}}}]}
     engine = make_engine(config, escalations=queue)
     for tenant in ("acme", "globex"):
-        for _ in range(3):
+        for _ in range(4):  # three failures and a fourth, warned of
             run(engine, clock, "run_sql", {"q": SECRET}, False, None, error=CALL_ERROR, session="s", tenant=tenant)
-        engine.check_tool_call(call("run_sql", {"q": SECRET}, session="s", tenant=tenant))
+        assert not engine.check_tool_call(call("run_sql", {"q": SECRET}, session="s", tenant=tenant)).allowed
     records = {r.tenant: r for r in queue.list()}
     assert records["acme"].excerpts == ('{"q": "SECRET-PAYLOAD-77e1"}',)
     assert records["globex"].excerpts is None and SECRET not in repr(records["globex"].to_dict())
@@ -147,7 +152,7 @@ def test_replay_hands_no_one_a_case(tmp_path, monkeypatch):
     monkeypatch.setenv("AGENT_BREAKER_ESCALATIONS_DB", str(db))
     trace = [
         json.dumps(e)
-        for i in range(4)
+        for i in range(5)  # warned at the fourth call, cut at the fifth
         for e in (
             {"type": "tool_call", "ts": 10.0 * i, "session": "r", "call_id": f"c{i}", "tool": "run_sql", "args": {"q": 1}},
             {"type": "tool_result", "ts": 10.0 * i + 1, "session": "r", "call_id": f"c{i}", "tool": "run_sql", "ok": False},

@@ -80,6 +80,8 @@ def test_only_a_tool_that_is_down_is_routed(make_engine, clock, tmp_path):
     engine = make_engine({"tools": {"enrich": {"fallback": FALLBACK}}}, escalations=SqliteEscalations(tmp_path / "e.db"))
     for _ in range(3):  # a loop of the call's own failures: identical_failure, not an outage
         run(engine, clock, "enrich", {"q": 1}, False, None, error="invalid query")
+    warned = run(engine, clock, "enrich", {"q": 1}, False, None, error="invalid query")
+    assert (warned.allowed, warned.heuristic, warned.advisory, warned.route) == (True, "identical_failure", True, None)
     v = engine.check_tool_call(call("enrich", {"q": 1}))
     # the loop halt goes to a human (the escalation queue), not down the tool's tiers
     assert (v.heuristic, v.route["tier"]) == ("identical_failure", "escalate")

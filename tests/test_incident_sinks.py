@@ -30,11 +30,37 @@ def counted(telemetry: Metrics, sink: str, outcome: str) -> float:
     return 0.0
 
 
-def runaway(engine: Engine, clock, session: str = "s1") -> None:
-    """Three identical failing calls with distinctive payload text, then the refused fourth."""
+def runaway(engine: Engine, clock, session: str = "s1", **tenant: str) -> None:
+    """Identical failing calls with distinctive payload text until one is refused: the fourth is
+    warned of (an incident of its own, severity warn) and runs, the fifth is refused. Two
+    incidents per runaway: the warning, then the block."""
     for _ in range(3):
-        run(engine, clock, "run_sql", {"q": SECRET}, False, {"error": SECRET}, error=CALL_ERROR, thought=SECRET, session=session)
-    assert not engine.check_tool_call(call("run_sql", {"q": SECRET}, session=session, thought=SECRET)).allowed
+        run(
+            engine,
+            clock,
+            "run_sql",
+            {"q": SECRET},
+            False,
+            {"error": SECRET},
+            error=CALL_ERROR,
+            thought=SECRET,
+            session=session,
+            **tenant,
+        )
+    warned = run(
+        engine,
+        clock,
+        "run_sql",
+        {"q": SECRET},
+        False,
+        {"error": SECRET},
+        error=CALL_ERROR,
+        thought=SECRET,
+        session=session,
+        **tenant,
+    )
+    assert (warned.allowed, warned.heuristic, warned.advisory) == (True, "identical_failure", True)
+    assert not engine.check_tool_call(call("run_sql", {"q": SECRET}, session=session, thought=SECRET, **tenant)).allowed
 
 
 def test_the_webhook_gets_each_incident_as_json_with_slack_text_and_no_payload(make_engine, clock):
@@ -44,18 +70,27 @@ def test_the_webhook_gets_each_incident_as_json_with_slack_text_and_no_payload(m
         engine = make_engine(telemetry=telemetry, listeners=[sink])
         runaway(engine, clock)
         assert sink.flush(20)
-        [body] = receiver.json_bodies("/hook")
-    assert (body["kind"], body["heuristic"], body["severity"], body["session"], body["tool"]) == (
+        [warning, body] = receiver.json_bodies("/hook")
+    assert (warning["kind"], warning["heuristic"], warning["severity"], warning["advisory"]) == (
+        "trip",
+        "identical_failure",
+        "warn",
+        True,
+    )
+    assert warning["counters"]["failures"] == 3
+    assert warning["text"].startswith(":warning: agent-breaker warn identical_failure on run_sql (session s1)")
+    assert (body["kind"], body["heuristic"], body["severity"], body["advisory"], body["session"], body["tool"]) == (
         "trip",
         "identical_failure",
         "block",
+        False,
         "s1",
         "run_sql",
     )
-    assert body["counters"]["failures"] == 3
+    assert body["counters"]["failures"] == 4
     assert body["text"].startswith(":no_entry: agent-breaker block identical_failure on run_sql (session s1)")
-    assert SECRET not in json.dumps(body)
-    assert counted(telemetry, "webhook", "delivered") == 1
+    assert SECRET not in json.dumps([warning, body])
+    assert counted(telemetry, "webhook", "delivered") == 2
 
 
 def test_a_breaker_opening_and_closing_reach_the_webhook(make_engine, clock):
@@ -84,9 +119,10 @@ def test_a_failing_receiver_is_retried_with_exponential_backoff(make_engine, clo
         sink = QueuedSink("webhook", webhook(receiver.url, 5.0), retries=3, backoff_s=0.5, sleep=waits.append, metrics=telemetry)
         runaway(make_engine(listeners=[sink]), clock)
         assert sink.flush(20)
-        assert len(receiver.requests) == 3  # two refusals, then delivered once
+        # the warning: two refusals, then delivered; the block: delivered at its first try
+        assert len(receiver.requests) == 4
     assert waits == [0.5, 1.0]
-    assert (counted(telemetry, "webhook", "delivered"), counted(telemetry, "webhook", "failed")) == (1, 0)
+    assert (counted(telemetry, "webhook", "delivered"), counted(telemetry, "webhook", "failed")) == (2, 0)
 
 
 def test_a_receiver_that_keeps_failing_is_given_up_on_counted_and_logged(make_engine, clock, caplog):
@@ -104,10 +140,11 @@ def test_a_receiver_that_keeps_failing_is_given_up_on_counted_and_logged(make_en
         )
         runaway(make_engine(listeners=[sink]), clock)
         assert sink.flush(20)
-        assert len(receiver.requests) == 5
-    assert waits == [1.0, 2.0, 3.0, 3.0]  # doubled, then capped
-    assert counted(telemetry, "webhook", "failed") == 1
-    assert "incident sink webhook failed 5 times" in caplog.text and "(1 undelivered so far)" in caplog.text
+        assert len(receiver.requests) == 10  # five tries of the warning, five of the block
+    assert waits == [1.0, 2.0, 3.0, 3.0] * 2  # doubled, then capped; each incident anew
+    assert counted(telemetry, "webhook", "failed") == 2
+    assert "incident sink webhook failed 5 times" in caplog.text
+    assert "(1 undelivered so far)" in caplog.text and "(2 undelivered so far)" in caplog.text
 
 
 def test_a_request_the_receiver_refuses_is_not_retried(make_engine, clock):
@@ -116,8 +153,8 @@ def test_a_request_the_receiver_refuses_is_not_retried(make_engine, clock):
         sink = QueuedSink("webhook", webhook(receiver.url, 5.0), sleep=lambda s: None, metrics=telemetry)
         runaway(make_engine(listeners=[sink]), clock)
         assert sink.flush(20)
-        assert len(receiver.requests) == 1
-    assert counted(telemetry, "webhook", "failed") == 1
+        assert len(receiver.requests) == 2  # the warning, refused once and not tried again; the block
+    assert (counted(telemetry, "webhook", "failed"), counted(telemetry, "webhook", "delivered")) == (1, 1)
 
 
 def test_a_hung_receiver_never_holds_a_decision_and_a_full_queue_drops_and_counts(make_engine, clock):
@@ -130,8 +167,10 @@ def test_a_hung_receiver_never_holds_a_decision_and_a_full_queue_drops_and_count
         runaway(engine, clock, "s0")
         assert receiver.arrived.wait(20)  # the sink's thread is now stuck in the receiver
         # every later trip is decided while the receiver holds the first one: nothing waits on it
+        # (each runaway under a tenant of its own: more sessions of one tenant failing alike are
+        # session_churn, cut at their first or second call)
         for n in range(1, 6):
-            runaway(engine, clock, f"s{n}")
+            runaway(engine, clock, f"s{n}", tenant=f"t{n}")
         assert not receiver.requests  # still held: the decisions above finished without it
         gate.set()
         assert sink.flush(20)
@@ -150,7 +189,7 @@ def test_a_receiver_that_is_down_costs_decisions_nothing_and_is_counted(make_eng
     sink = QueuedSink("webhook", webhook(url, 2.0), retries=1, sleep=lambda s: None, metrics=telemetry)
     runaway(make_engine(listeners=[sink], telemetry=telemetry), clock)
     assert sink.flush(20)
-    assert counted(telemetry, "webhook", "failed") == 1
+    assert counted(telemetry, "webhook", "failed") == 2  # the warning and the block
 
 
 def test_the_file_sink_appends_one_json_line_per_incident(make_engine, clock, tmp_path):
@@ -161,7 +200,12 @@ def test_the_file_sink_appends_one_json_line_per_incident(make_engine, clock, tm
     runaway(engine, clock, "b")
     assert sink.flush(20)
     lines = [json.loads(line) for line in path.read_text().splitlines()]
-    assert [(d["session"], d["heuristic"]) for d in lines] == [("a", "identical_failure"), ("b", "identical_failure")]
+    assert [(d["session"], d["heuristic"], d["severity"]) for d in lines] == [
+        ("a", "identical_failure", "warn"),
+        ("a", "identical_failure", "block"),
+        ("b", "identical_failure", "warn"),
+        ("b", "identical_failure", "block"),
+    ]
     assert SECRET not in path.read_text()
 
 
@@ -204,7 +248,7 @@ def test_replay_and_report_never_page_on_call(monkeypatch, tmp_path):
 
     trace = [
         json.dumps(e)
-        for i in range(4)
+        for i in range(5)  # warned at the fourth call, cut at the fifth
         for e in (
             {"type": "tool_call", "ts": 10.0 * i, "session": "r", "call_id": f"c{i}", "tool": "run_sql", "args": {"q": 1}},
             {
@@ -266,20 +310,23 @@ def test_the_server_posts_a_runaway_and_a_breaker_opening_to_the_webhook_within_
         srv = start({INCIDENT_WEBHOOK_ENV: receiver.url + "/incidents"}, args=("--config", str(config_path("agent_breaker"))))
         try:
             s = f"w-{uuid.uuid4().hex[:8]}"
-            for i in range(3):
+            for i in range(4):  # the fourth call is warned of and runs
                 srv.verdicts(s, scall(i, args={"q": SECRET}), sresult(i, error=CALL_ERROR, payload={"e": SECRET}))
-            assert not srv.verdicts(s, scall(3, args={"q": SECRET}))[0]["allowed"]
+            assert not srv.verdicts(s, scall(4, args={"q": SECRET}))[0]["allowed"]
             tool = f"flaky_{uuid.uuid4().hex[:6]}"
             for i in range(5):
                 srv.verdicts(f"o{i}-{s}", scall(i, tool, {"n": i}), sresult(i, tool, error=OUTAGE))
-            assert receiver.wait_for(lambda: len(receiver.json_bodies("/incidents")) >= 3)
+            assert receiver.wait_for(lambda: len(receiver.json_bodies("/incidents")) >= 4)
             bodies = receiver.json_bodies("/incidents")
         finally:
             srv.stop()
     trips = [b for b in bodies if b["kind"] == "trip"]
     opened = [b for b in bodies if b["kind"] == "breaker"]
     escalated = [b for b in bodies if b["kind"] == "escalation"]
-    assert [(b["heuristic"], b["session"]) for b in trips] == [("identical_failure", s)]
+    assert [(b["heuristic"], b["severity"], b["session"]) for b in trips] == [
+        ("identical_failure", "warn", s),
+        ("identical_failure", "block", s),
+    ]
     # the runaway went to a human: the server's relay delivered the escalation from the outbox
     assert [(b["heuristic"], b["session_id"], b["status"]) for b in escalated] == [("identical_failure", s, "open")]
     assert [(b["event"], b["tool"]) for b in opened] == [("breaker_opened", tool)]

@@ -22,12 +22,12 @@ engine = Engine(receipt_keys=ReceiptKeys.ephemeral(), listeners=[], escalations=
 def run_sql(q):
     raise ValueError("syntax error")
 tool = guarded(run_sql, engine=engine, session="s1")
-for _ in range(3):
+for _ in range(4):  # the fourth runs under a warning
     try:
         tool("SELEC 1")
     except ValueError:
         pass
-out = tool("SELEC 1")
+out = tool("SELEC 1")  # the fifth is refused
 print(out["error"], [e.heuristic for e in queue.list()], "redis" in sys.modules and sys.modules["redis"] is not None)
 from agent_breaker.store import store_from_uri
 try:

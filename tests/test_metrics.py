@@ -27,19 +27,20 @@ def decisions(found: dict, event: str, heuristic: str, verdict: str) -> float:
     return found.get(key, 0.0)
 
 
-def test_a_runaway_shows_as_blocked_decisions_by_heuristic(make_engine, clock):
+def test_a_runaway_shows_as_warned_then_blocked_decisions_by_heuristic(make_engine, clock):
     telemetry = Metrics()
     engine = make_engine(telemetry=telemetry)
-    for _ in range(3):
+    for _ in range(4):  # the fourth runs under a warning
         run(engine, clock, "run_sql", {"q": 1}, False, None, error=CALL_ERROR, input_tokens=1000, tenant="acme")
     for _ in range(2):
         assert not engine.check_tool_call(call("run_sql", {"q": 1}, tenant="acme")).allowed
     found = samples(generate_latest(telemetry.registry).decode())
     assert decisions(found, "tool_call", "none", "allowed") == 3
+    assert decisions(found, "tool_call", "identical_failure", "warned") == 1
     assert decisions(found, "tool_call", "identical_failure", "blocked") == 2
-    assert decisions(found, "tool_result", "none", "allowed") == 3
-    assert found[("agent_breaker_decision_seconds_count", (("event", "tool_call"),))] == 5
-    assert found[("agent_breaker_spend_tokens_total", (("feature", "none"), ("tenant", "acme")))] == 3000
+    assert decisions(found, "tool_result", "none", "allowed") == 4
+    assert found[("agent_breaker_decision_seconds_count", (("event", "tool_call"),))] == 6
+    assert found[("agent_breaker_spend_tokens_total", (("feature", "none"), ("tenant", "acme")))] == 4000
 
 
 def test_an_invalid_event_counts_as_blocked_and_still_raises(make_engine):

@@ -71,19 +71,30 @@ def rails() -> LLMRails:
         mp.undo()
 
 
-def test_a_runaway_tool_loop_gets_a_blocking_tool_call_verdict(rails, caplog):
+def test_a_runaway_tool_loop_gets_a_warning_then_a_blocking_tool_call_verdict(rails, caplog):
     s = Session(rails)
     for i in range(3):
         assert s.verdict(tool_call(i))["allowed"] is True
         assert s.verdict(tool_result(i, error=CALL_ERROR))["accepted"] is True
     with caplog.at_level(logging.WARNING, logger="agent_breaker.incidents"):
-        v = s.verdict(tool_call(3))
-    assert v["type"] == "ToolCallVerdict" and v["call_id"] == "c3"
+        warned = s.verdict(tool_call(3))
+        assert s.verdict(tool_result(3, error=CALL_ERROR))["accepted"] is True  # the warned call ran
+        v = s.verdict(tool_call(4))
+    # the first trip of a loop heuristic is a warning: the call may run, the agent is told
+    assert warned["type"] == "ToolCallVerdict" and warned["call_id"] == "c3"
+    assert (warned["allowed"], warned["heuristic"], warned["severity"]) == (True, "identical_failure", "warn")
+    assert warned["observation"]["warning"] == "IDENTICAL_FAILURE" and "error" not in warned["observation"]
+    assert warned["advisory"] is True, warned
+    # the next trip, with no progress in between, cuts
+    assert v["type"] == "ToolCallVerdict" and v["call_id"] == "c4"
     assert (v["allowed"], v["heuristic"], v["severity"]) == (False, "identical_failure", "block")
-    assert v["observation"]["error"] == "IDENTICAL_FAILURE"
-    # the flow called the incident action: one JSON line for the trip
-    [line] = [r.getMessage() for r in caplog.records if r.name == "agent_breaker.incidents"]
-    assert json.loads(line)["heuristic"] == "identical_failure"
+    assert v["observation"]["error"] == "IDENTICAL_FAILURE" and v["advisory"] is False
+    # the flow called the incident action: one JSON line for the warning, one for the trip
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "agent_breaker.incidents"]
+    assert [(x["heuristic"], x["severity"], x["advisory"]) for x in lines] == [
+        ("identical_failure", "warn", True),
+        ("identical_failure", "block", False),
+    ]
 
 
 def test_a_mutating_success_gets_a_receipt_and_backs_the_final_answer():
@@ -97,17 +108,19 @@ def test_a_mutating_success_gets_a_receipt_and_backs_the_final_answer():
     assert (bad["accepted"], bad["heuristic"]) == (False, "unverified_claim")
 
 
-def test_assistant_turns_that_echo_get_a_blocking_turn_verdict():
+def test_assistant_turns_that_echo_get_a_warning_then_a_blocking_turn_verdict():
     s = Session(make_rails())
     texts = [
         "To proceed with the refund, I first need to confirm which account you mean.",
         "I need to confirm which account you mean before I can proceed with the refund.",
         "Before I can proceed with the refund I need to confirm which account you mean.",
+        "I need to confirm which account you mean so that I can proceed with the refund.",
     ]
     verdicts = [s.verdict({"type": "AssistantTurn", "session_id": "s1", "text": t}) for t in texts]
-    assert [v["type"] for v in verdicts] == ["TurnVerdict"] * 3
-    assert [v["heuristic"] for v in verdicts] == [None, None, "semantic_echo"]
-    assert verdicts[2]["allowed"] is False
+    assert [v["type"] for v in verdicts] == ["TurnVerdict"] * 4
+    assert [v["heuristic"] for v in verdicts] == [None, None, "semantic_echo", "semantic_echo"]
+    assert [v["allowed"] for v in verdicts] == [True, True, True, False]
+    assert verdicts[2]["severity"] == "warn" and verdicts[3]["severity"] == "block"
 
 
 def test_a_user_turn_restarts_loop_streaks():
@@ -231,6 +244,10 @@ def test_the_chat_line_flow_answers_allowed_or_blocked():
     for _ in range(2):
         say('tool run_sql {"q": 1}')
         say("result run_sql error relation orders does not exist")
+    # the fourth try is warned (it may run), the fifth is cut
+    [warned] = say('tool run_sql {"q": 1}')
+    assert warned.startswith("ALLOWED identical_failure")
+    assert say("result run_sql error relation orders does not exist") == ["ALLOWED"]
     [line] = say('tool run_sql {"q": 1}')
     assert line.startswith("BLOCKED identical_failure:")
     [bad] = say("launch the rockets")
@@ -291,11 +308,12 @@ def tool_message(i: int, content: str) -> dict:
 
 def test_colang_1_tool_rails_block_a_looping_native_tool_call():
     rails = make_rails("agent_breaker_v1")
-    for i in range(3):
+    # three failures, then the warned fourth call (a warning lets the call go through), then the cut
+    for i in range(4):
         reply = asyncio.run(rails.generate_async(messages=native_turn(i)))
         assert reply["content"] == ""  # allowed: the tool call goes through
         asyncio.run(rails.generate_async(messages=native_turn(i) + [tool_message(i, f"Error: {CALL_ERROR}")]))
-    reply = asyncio.run(rails.generate_async(messages=native_turn(3)))
+    reply = asyncio.run(rails.generate_async(messages=native_turn(4)))
     assert reply["content"].startswith("BLOCKED identical_failure:")
 
 
@@ -317,11 +335,12 @@ def test_the_redis_config_shares_guard_state_between_two_rails(monkeypatch):
     session = f"fleet-{id(store)}"
     try:
         a, b = Session(worker_a), Session(worker_b)
-        for i in range(3):  # the run's calls land on alternating workers
+        for i in range(4):  # the run's calls land on alternating workers; the fourth is warned
             w = a if i % 2 else b
             assert w.verdict({**tool_call(i), "session_id": session})["allowed"] is True
             w.verdict({**tool_result(i, error=CALL_ERROR), "session_id": session})
-        v = a.verdict({**tool_call(3), "session_id": session})
+        # the warning a gave is spent: b cuts the next repeat
+        v = b.verdict({**tool_call(4), "session_id": session})
         assert (v["allowed"], v["heuristic"]) == (False, "identical_failure")
     finally:
         # the shipped config's own key prefix: this test's session, breaker and agent view

@@ -44,6 +44,20 @@ def run(server: Server, session: str, i: int, config_id: str, *, tool="run_sql",
     server.verdicts(session, result(i, tool, error=error), config_id=config_id)
 
 
+def warned(server: Server, session: str, i: int, config_id: str, *, tool="run_sql") -> httpx.Response:
+    """The repeat that trips identical_failure first: a warning (it warns before it cuts), so
+    the gateway answers 200 and the call runs; its (failing) result goes through the events
+    endpoint."""
+    r = check(server, session, call(i, tool), config_id)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert (body["allowed"], body["heuristic"], body["severity"]) == (True, "identical_failure", "warn"), body
+    assert body["observation"]["warning"] == "IDENTICAL_FAILURE" and "error" not in body["observation"]
+    assert "x-agent-breaker-heuristic" not in r.headers  # the 429 headers are for refusals
+    server.verdicts(session, result(i, tool), config_id=config_id)
+    return r
+
+
 @pytest.mark.parametrize("config_id", CONFIGS)
 def test_legitimate_calls_get_200_and_the_verdict(server, config_id):
     s = sid()
@@ -60,10 +74,11 @@ def test_a_runaway_gets_429_with_the_heuristic_and_the_reason(server, config_id)
     s = sid()
     for i in range(3):
         run(server, s, i, config_id)
-    r = check(server, s, call(3), config_id)
+    warned(server, s, 3, config_id)
+    r = check(server, s, call(4), config_id)
     assert r.status_code == 429, r.text
     assert r.headers["x-agent-breaker-heuristic"] == "identical_failure"
-    assert r.headers["x-agent-breaker-reason"].startswith("run_sql failed 3 times")
+    assert r.headers["x-agent-breaker-reason"].startswith("run_sql failed 4 times")
     assert "retry-after" not in r.headers  # a loop halt has no time to wait for
     body = r.json()
     assert (body["allowed"], body["heuristic"], body["observation"]["error"]) == (False, "identical_failure", "IDENTICAL_FAILURE")
@@ -86,7 +101,8 @@ def test_a_reason_with_text_beyond_ascii_makes_a_valid_header(server):
     tool = "zähler_ß"
     for i in range(3):
         run(server, s, i, "agent_breaker", tool=tool)
-    r = check(server, s, call(3, tool), "agent_breaker")
+    warned(server, s, 3, "agent_breaker", tool=tool)
+    r = check(server, s, call(4, tool), "agent_breaker")
     assert r.status_code == 429
     assert r.headers["x-agent-breaker-reason"].isascii() and "\n" not in r.headers["x-agent-breaker-reason"]
 
@@ -107,7 +123,7 @@ def test_the_check_needs_a_token_and_keeps_a_tenant_to_its_own(server):
     assert r.status_code == 403
 
 
-def blocked_by(server: Server, heuristic: str) -> float:
+def decided(server: Server, heuristic: str, verdict: str = "blocked") -> float:
     r = httpx.get(server.base + "/metrics", headers=server.headers, timeout=30)
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain"), r.text
     return sum(
@@ -115,19 +131,21 @@ def blocked_by(server: Server, heuristic: str) -> float:
         for family in text_string_to_metric_families(r.text)
         for s in family.samples
         if s.name == "agent_breaker_decisions_total"
-        and (s.labels["event"], s.labels["heuristic"], s.labels["verdict"]) == ("tool_call", heuristic, "blocked")
+        and (s.labels["event"], s.labels["heuristic"], s.labels["verdict"]) == ("tool_call", heuristic, verdict)
     )
 
 
 @pytest.mark.parametrize("config_id", CONFIGS)
 def test_metrics_show_the_blocked_decisions_of_a_runaway(server, config_id):
-    before = blocked_by(server, "identical_failure")
+    before = decided(server, "identical_failure"), decided(server, "identical_failure", "warned")
     s = sid()
     for i in range(3):
         run(server, s, i, config_id)
-    for i in range(3, 5):
+    warned(server, s, 3, config_id)
+    for i in range(4, 6):
         assert check(server, s, call(i), config_id).status_code == 429
-    assert blocked_by(server, "identical_failure") - before == 2
+    assert decided(server, "identical_failure") - before[0] == 2
+    assert decided(server, "identical_failure", "warned") - before[1] == 1
 
 
 def test_metrics_need_the_token(server):

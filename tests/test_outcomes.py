@@ -14,7 +14,15 @@ from agent_breaker._canonical import Canonicalizer
 from agent_breaker._churn import ChurnMask
 from agent_breaker.config import DEFAULT_AUTO_REPLY_PATTERNS, parse_config
 from agent_breaker.events import parse_event
-from agent_breaker.outcomes import carries_content, classify, failure_kind, is_blank, names_dependency_failure
+from agent_breaker.outcomes import (
+    carries_content,
+    classify,
+    failure_kind,
+    in_progress,
+    is_blank,
+    is_semantic_failure,
+    names_dependency_failure,
+)
 from agent_breaker.policy import auto_reply_matcher
 
 CFG = AgentBreakerConfig()
@@ -112,7 +120,7 @@ def test_an_unknown_error_kind_is_refused():
         ("", True),
         ("  \n", True),
         ({}, True),
-        ([], True),
+        ([], False),  # an answer, bare as under a name: nothing matched
         ({"output": ""}, True),
         ({"output": "", "meta": {"stderr": None}}, True),
         ({"output": "OK."}, False),
@@ -124,6 +132,32 @@ def test_an_unknown_error_kind_is_refused():
 )
 def test_a_blank_result_says_nothing(result, blank):
     assert is_blank(result) is blank
+
+
+@pytest.mark.parametrize(
+    ("payload", "failure"),
+    [
+        ({"exit_code": 1, "stderr": "ModuleNotFoundError"}, True),
+        ({"returncode": 2, "stdout": ""}, True),
+        ({"exitCode": -9}, True),
+        ({"exit_code": 0, "stdout": "42 passed"}, False),
+    ],
+)
+def test_a_process_that_exited_non_zero_is_a_failure_even_when_transport_said_ok(payload, failure):
+    assert is_semantic_failure(payload) is failure
+
+
+@pytest.mark.parametrize(
+    ("payload", "polling"),
+    [
+        ({"state": "running"}, True),
+        ({"job": {"state": "running", "pct": 30}}, True),
+        ({"data": {"job": {"status": "in-progress"}}}, True),
+        ({"job": {"state": "done"}}, False),
+    ],
+)
+def test_a_status_at_the_top_or_in_a_held_object_makes_a_poll(payload, polling):
+    assert in_progress(payload, frozenset(CFG.stuck_polling.in_progress_values)) is polling
 
 
 CANON = Canonicalizer((), max_bytes=1 << 20)

@@ -38,7 +38,8 @@ def prefix() -> str:
 
 def test_a_config_on_a_cluster_url_guards_a_fleet(redis_cluster: Cluster):
     """Two engines (two workers) built from a config naming the cluster: a loop alternating
-    between them is cut at the fourth call, a tool failing on both opens one breaker, a spend
+    between them is warned at the fourth call by one and cut at the fifth by the other, a tool
+    failing on both opens one breaker, a spend
     ceiling holds across both; the keys land on every master, and no decision fell back to
     in-process state."""
     keys = prefix()
@@ -52,17 +53,20 @@ def test_a_config_on_a_cluster_url_guards_a_fleet(redis_cluster: Cluster):
     assert all(isinstance(s, RedisStore) and isinstance(s.redis, LazyCluster) for s in stores)
     try:
         # a loop: call i on one engine, its failure on the other
-        cut = None
-        for i in range(1, 6):
+        cut, warned = None, []
+        for i in range(1, 7):
             first, other = engines[i % 2], engines[(i + 1) % 2]
             v = first.check_tool_call({"session": "loop", "tool": "run_sql", "args": {"q": "SELECT 1"}})
             if not v.allowed:
                 cut = (i, v.heuristic)
                 break
+            if v.advisory:
+                warned.append((i, v.heuristic))
             other.record_tool_result(
                 {"session": "loop", "tool": "run_sql", "ok": False, "error": CALL_ERROR, "call_id": v.call_id}
             )
-        assert cut == (4, "identical_failure")
+        # the warning one engine gave is spent for the other: the cut comes at the next call
+        assert (warned, cut) == ([(4, "identical_failure")], (5, "identical_failure"))
         # a breaker: failures from both engines, separate sessions and args
         refused = None
         for i in range(1, 10):
@@ -92,7 +96,8 @@ def test_a_config_on_a_cluster_url_guards_a_fleet(redis_cluster: Cluster):
 
 def test_two_served_workers_on_the_shipped_redis_config_guard_one_run_on_the_cluster(redis_cluster: Cluster):
     """`agent-breaker serve --workers 2` with the shipped Redis config and $REDIS_URL naming the
-    cluster: the loop is cut at the 4th call, whichever worker takes each request."""
+    cluster: the loop is warned at the 4th call and cut at the 5th, whichever worker takes each
+    request."""
     pytest.importorskip("nemoguardrails")
     from _server import call, result, start
 
@@ -101,14 +106,17 @@ def test_two_served_workers_on_the_shipped_redis_config_guard_one_run_on_the_clu
     client = redis_cluster.client()
     session = f"serve-{uuid.uuid4().hex[:8]}"
     try:
-        cut = None
-        for i in range(1, 6):
+        cut, warned = None, []
+        for i in range(1, 7):
             verdict = server.events(session, call(i), config_id="agent_breaker_redis").json()["events"][0]
             if not verdict["allowed"]:
                 cut = (i, verdict["heuristic"])
                 break
+            if verdict["heuristic"] is not None:  # allowed with a heuristic: the warning, its observation says so
+                assert (verdict["severity"], verdict["observation"]["warning"]) == ("warn", "IDENTICAL_FAILURE")
+                warned.append((i, verdict["heuristic"]))
             server.events(session, result(i, error=CALL_ERROR), config_id="agent_breaker_redis")
-        assert cut == (4, "identical_failure")
+        assert (warned, cut) == ([(4, "identical_failure")], (5, "identical_failure"))
         assert sum(redis_cluster.keys_per_node("ab:*")) > 0
     finally:
         server.stop()

@@ -142,13 +142,16 @@ def engine_on(url: str, policy: str, clock: FakeClock) -> Engine:
 
 
 def calls(engine: Engine, clock: FakeClock, n: int, session: str, start: int = 0) -> list:
+    """Legitimate work: searches for new things, each answered with hits of its own (an answer
+    that only gave back the query's value, {"n": i} for {"q": i}, would be the same answer each
+    time: same_answer)."""
     out = []
     for i in range(start, start + n):
         clock.advance(5)
         v = engine.check_tool_call({"session": session, "tool": "search", "args": {"q": i}})
         if v.allowed:
             engine.record_tool_result(
-                {"session": session, "tool": "search", "ok": True, "result": {"n": i}, "call_id": v.call_id}
+                {"session": session, "tool": "search", "ok": True, "result": {"hits": [f"doc-{i}"]}, "call_id": v.call_id}
             )
         out.append(v)
     return out
@@ -175,7 +178,7 @@ def test_local_policy_keeps_guarding_while_redis_is_down_and_resumes_when_it_is_
 
     def loop():
         verdicts = []
-        for _ in range(4):
+        for _ in range(5):
             clock.advance(2)
             v = engine.check_tool_call({"session": "s3", "tool": "t", "args": {}})
             if v.allowed:
@@ -184,7 +187,12 @@ def test_local_policy_keeps_guarding_while_redis_is_down_and_resumes_when_it_is_
         return verdicts
 
     looped = within(30, loop)
-    assert [v.heuristic for v in looped] == [None, None, None, "identical_failure"]
+    # warned at the fourth call (it runs), cut at the fifth
+    assert [(v.allowed, v.heuristic) for v in looped] == [(True, None)] * 3 + [
+        (True, "identical_failure"),
+        (False, "identical_failure"),
+    ]
+    assert looped[3].advisory
     assert engine.store.failures > 0
     own_redis.start()
     back = within(30, lambda: calls(engine, clock, 3, "s4", 200))

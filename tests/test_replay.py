@@ -72,6 +72,9 @@ def test_one_line_per_session_in_order_of_first_appearance(tmp_path, capsys):
         "blocked_calls",
         "cost_allowed_usd",
         "cost_blocked_usd",
+        "warnings",
+        "warn_event",
+        "warned_by",
     }
     assert rows[1] == {
         "session": "a",
@@ -82,6 +85,9 @@ def test_one_line_per_session_in_order_of_first_appearance(tmp_path, capsys):
         "blocked_calls": 0,
         "cost_allowed_usd": 0.0,
         "cost_blocked_usd": 0.0,
+        "warnings": 0,
+        "warn_event": None,
+        "warned_by": {},
     }
 
 
@@ -89,21 +95,31 @@ def test_a_trip_reports_its_event_heuristic_and_the_split_of_calls_and_cost(tmp_
     code, [row], _ = replay(tmp_path, failing_loop("s"), capsys=capsys)
     assert code == 0
     assert row["tripped"] and row["heuristic"] == "identical_failure"
-    assert row["trip_event"] == 7  # 4th call: events 1..6 are three call/result pairs
-    assert (row["allowed_calls"], row["blocked_calls"]) == (3, 3)
-    assert row["cost_allowed_usd"] == pytest.approx(0.3) and row["cost_blocked_usd"] == pytest.approx(0.3)
+    assert row["trip_event"] == 9  # 5th call: events 1..8 are four call/result pairs
+    assert (row["allowed_calls"], row["blocked_calls"]) == (4, 2)
+    assert row["cost_allowed_usd"] == pytest.approx(0.4) and row["cost_blocked_usd"] == pytest.approx(0.2)
+
+
+def test_a_warning_reports_its_event_and_heuristic_apart_from_the_trip(tmp_path, capsys):
+    _, [row], _ = replay(tmp_path, failing_loop("s"), capsys=capsys)
+    assert row["warn_event"] == 7  # 4th call: it ran under the warning
+    assert (row["warnings"], row["warned_by"]) == (1, {"identical_failure": 1})
+    _, [row], _ = replay(tmp_path, failing_loop("s", n=4), capsys=capsys)
+    assert (row["tripped"], row["trip_event"], row["heuristic"]) == (False, None, None)  # a warning is no trip
+    assert (row["warnings"], row["warn_event"], row["allowed_calls"], row["blocked_calls"]) == (1, 7, 4, 0)
 
 
 def test_results_of_blocked_calls_are_skipped_also_without_call_ids(tmp_path, capsys):
     events = [{k: v for k, v in e.items() if k != "call_id"} for e in failing_loop("s")]
     events.append({"session": "s", "ts": 200, "type": "tool_call", "tool": "other", "args": {}})
     _, [row], _ = replay(tmp_path, events, capsys=capsys)
-    assert (row["allowed_calls"], row["blocked_calls"], row["trip_event"]) == (3, 4, 7)
+    assert (row["allowed_calls"], row["blocked_calls"], row["trip_event"]) == (4, 3, 9)
 
 
 def test_observe_mode_blocks_nothing_and_reports_the_same_trip(tmp_path, capsys):
     _, [row], _ = replay(tmp_path, failing_loop("s"), "--observe", capsys=capsys)
-    assert row["tripped"] and row["trip_event"] == 7 and row["heuristic"] == "identical_failure"
+    assert row["tripped"] and row["trip_event"] == 9 and row["heuristic"] == "identical_failure"
+    assert row["warn_event"] == 7 and row["warned_by"].get("identical_failure") == 1
     assert (row["allowed_calls"], row["blocked_calls"]) == (6, 0)
 
 

@@ -283,16 +283,18 @@ def reference_cut(events: list[tuple[str, dict[str, Any]]]) -> list[tuple[bool, 
 
 def test_a_loop_alternating_between_workers_is_cut_at_the_same_call(fleet: Fleet):
     """The same failing call again and again, each call on one worker and its result on the
-    other: the session is one (in Redis), and the fourth call is cut as in one process."""
+    other: the session is one (in Redis), the fourth call is warned (the warning given by one
+    worker is spent for the other) and the fifth is cut, as in one process."""
     a, b = fleet.workers
     session = f"loop-{uuid.uuid4().hex[:8]}"
     plan = []
-    for i in range(1, 5):
+    for i in range(1, 6):
         plan.append((session, call(i)))
         plan.append((session, result(i)))
     expected = reference_cut(plan)
     cut = next(n for n, (ok, _) in enumerate(expected) if not ok)
-    assert plan[cut][1] == call(4) and expected[cut][1] == "identical_failure"
+    assert plan[cut][1] == call(5) and expected[cut][1] == "identical_failure"
+    assert expected[plan.index((session, call(4)))] == (True, "identical_failure")  # the warning
 
     served = []
     for n, (s, e) in enumerate(plan[:cut]):
@@ -303,7 +305,7 @@ def test_a_loop_alternating_between_workers_is_cut_at_the_same_call(fleet: Fleet
     assert served == expected[:cut]
     # the cutting call, through the gateway's check, on each worker: 429 on both
     for worker in (a, b):
-        r = fleet.on(worker, CHECK, {"config_id": CONFIG_ID, "session_id": session, "event": call(4)})
+        r = fleet.on(worker, CHECK, {"config_id": CONFIG_ID, "session_id": session, "event": call(5)})
         assert r.status_code == 429, r.text
         assert r.headers["x-agent-breaker-heuristic"] == "identical_failure"
     assert set(fleet.answered) == {a, b}

@@ -39,15 +39,24 @@ def test_the_server_lists_the_shipped_configs(server):
     assert {"agent_breaker", "agent_breaker_observe"} <= ids
 
 
-def test_the_events_endpoint_cuts_a_runaway_session(server):
+def assert_warned(verdict):
+    """A graduated heuristic's first trip: the call runs, the agent is told."""
+    assert (verdict["allowed"], verdict["heuristic"], verdict["severity"]) == (True, "identical_failure", "warn"), verdict
+    assert verdict["advisory"] is True, verdict
+    assert verdict["observation"]["warning"] == "IDENTICAL_FAILURE" and "error" not in verdict["observation"]
+
+
+def test_the_events_endpoint_warns_then_cuts_a_runaway_session(server):
     verdicts = []
-    for i in range(4):
+    for i in range(5):
         verdicts += events(server, "runaway-1", call(i))
         if verdicts[-1]["allowed"]:
             verdicts += events(server, "runaway-1", result(i))
     calls = [v for v in verdicts if v["type"] == "ToolCallVerdict"]
-    assert [v["allowed"] for v in calls] == [True, True, True, False]
-    assert calls[-1]["heuristic"] == "identical_failure" and calls[-1]["call_id"] == "c3"
+    assert [v["allowed"] for v in calls] == [True, True, True, True, False]
+    assert_warned(calls[3])
+    assert calls[-1]["heuristic"] == "identical_failure" and calls[-1]["call_id"] == "c4"
+    assert calls[-1]["advisory"] is False and calls[-1]["observation"]["error"] == "IDENTICAL_FAILURE"
 
 
 def test_the_events_endpoint_leaves_a_legitimate_session_alone(server):
@@ -84,22 +93,27 @@ def test_stock_chat_completions_checks_tool_calls_passed_as_context(server):
 
     sid = {"session_id": "cc-runaway"}
     out = []
-    for i in range(4):
+    for i in range(5):
         # a tool of its own: the events-endpoint tests' failures are on run_sql's breaker,
         # which the chat-completions path shares (one engine per config, whatever the model)
         out += check(i, [{**call(i, "cc_sql"), **sid}, {**result(i, "cc_sql"), **sid}])
     calls = [v for v in out if v["type"] == "ToolCallVerdict"]
     # each request gets a fresh Colang state; the engine's session state persists
-    assert [v["allowed"] for v in calls] == [True, True, True, False]
-    assert calls[-1]["heuristic"] == "identical_failure"
+    assert [v["allowed"] for v in calls] == [True, True, True, True, False]
+    assert_warned(calls[3])
+    assert calls[-1]["heuristic"] == "identical_failure" and calls[-1]["advisory"] is False
 
 
 def test_nemoguardrails_chat_shows_blocked_for_a_runaway_typed_by_hand():
     chat = ChatCLI(str(config_path()), child_env())
     try:
         assert chat.read_until(b"> ", 90), chat.tail(1000)
-        for line in ['tool run_sql {"q": 1}', "result run_sql error relation orders does not exist"] * 3:
+        failing = ['tool run_sql {"q": 1}', "result run_sql error relation orders does not exist"]
+        for line in failing * 3:
             chat.say(line, b"ALLOWED")
+        # the fourth try is warned (it runs), the fifth is cut
+        chat.say(failing[0], b"ALLOWED identical_failure")
+        chat.say(failing[1], b"ALLOWED")
         chat.say('tool run_sql {"q": 1}', b"BLOCKED")
         assert b"identical_failure" in chat.screen[chat.screen.rindex(b"BLOCKED") :]
     finally:

@@ -30,24 +30,34 @@ def spans():
 def test_each_decision_is_a_span_with_its_verdict_and_counters(make_engine, clock, spans):
     tracer, exporter = spans
     engine = make_engine(tracer=tracer)
-    for _ in range(3):
+    for _ in range(4):  # the fourth call is warned of, and runs
         run(engine, clock, "run_sql", {"q": SECRET}, False, {"e": SECRET}, error=CALL_ERROR, thought=SECRET)
     assert not engine.check_tool_call(call("run_sql", {"q": SECRET}, thought=SECRET)).allowed
     finished = exporter.get_finished_spans()
-    assert [s.name for s in finished] == ["agent_breaker.tool_call", "agent_breaker.tool_result"] * 3 + [
+    assert [s.name for s in finished] == ["agent_breaker.tool_call", "agent_breaker.tool_result"] * 4 + [
         "agent_breaker.tool_call"
     ]
+    warned = finished[6]
+    assert warned.attributes["agent_breaker.verdict"] == "warned"
+    assert warned.attributes["agent_breaker.heuristic"] == "identical_failure"
+    [warning] = warned.events
+    assert (
+        warning.name,
+        warning.attributes["agent_breaker.severity"],
+        warning.attributes["agent_breaker.advisory"],
+    ) == ("agent_breaker.trip", "warn", True)
     last = finished[-1]
     assert last.attributes["agent_breaker.event"] == "tool_call"
     assert last.attributes["agent_breaker.verdict"] == "blocked"
     assert last.attributes["agent_breaker.heuristic"] == "identical_failure"
-    assert last.attributes["agent_breaker.counters.failures"] == 3
+    assert last.attributes["agent_breaker.counters.failures"] == 4
     [event] = last.events
     assert event.name == "agent_breaker.trip"
-    assert (event.attributes["agent_breaker.heuristic"], event.attributes["agent_breaker.severity"]) == (
-        "identical_failure",
-        "block",
-    )
+    assert (
+        event.attributes["agent_breaker.heuristic"],
+        event.attributes["agent_breaker.severity"],
+        event.attributes["agent_breaker.advisory"],
+    ) == ("identical_failure", "block", False)
     assert (
         finished[0].attributes["agent_breaker.verdict"] == "allowed" and "agent_breaker.heuristic" not in finished[0].attributes
     )
@@ -106,9 +116,9 @@ def test_the_server_exports_spans_over_otlp_to_the_standard_endpoint():
         srv = start(env)
         try:
             s = f"t-{uuid.uuid4().hex[:8]}"
-            for i in range(3):
+            for i in range(4):  # the fourth call is warned of, and runs
                 srv.verdicts(s, scall(i, args={"q": SECRET}), sresult(i, error=CALL_ERROR, payload={"e": SECRET}))
-            assert not srv.verdicts(s, scall(3, args={"q": SECRET}))[0]["allowed"]
+            assert not srv.verdicts(s, scall(4, args={"q": SECRET}))[0]["allowed"]
 
             def names() -> list[str]:
                 out = []
@@ -118,7 +128,7 @@ def test_the_server_exports_spans_over_otlp_to_the_standard_endpoint():
                     out += [span.name for rs in req.resource_spans for ss in rs.scope_spans for span in ss.spans]
                 return out
 
-            assert receiver.wait_for(lambda: names().count("agent_breaker.tool_call") >= 4)
+            assert receiver.wait_for(lambda: names().count("agent_breaker.tool_call") >= 5)
         finally:
             srv.stop()
     assert b"guard-under-test" in receiver.raw()

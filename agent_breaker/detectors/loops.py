@@ -151,7 +151,7 @@ def chain_similarity(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig, now
     if chain is None or chain.epoch != s.loops.epoch or now - chain.last_ts > cfg.near_duplicate.window_s:
         return NOT_SIMILAR
     if f.fp_text is None or f.fp_shape is None:
-        return NOT_SIMILAR  # not fingerprinted: near_duplicate is off
+        return NOT_SIMILAR  # not fingerprinted: near_duplicate and identical_failure are off
     c = cfg.near_duplicate
     thought = None
     if chain.fp_thought is not None and f.fp_thought is not None:
@@ -429,10 +429,11 @@ def record_result(
     # when this call is not in it, so that progress ends it as it ends every other chain)
     chain = s.loops.chains.get(f.tool)
     if f.fp_text is None or f.fp_shape is None:
-        chain = None  # not fingerprinted (near_duplicate is off where it was made): a call it does not see
-    elif not failed and chain is not None and (blank or unchanged):
+        chain = None  # not fingerprinted (its readers are off where it was made): a call it does not see
+    elif not failed and chain is not None and (blank or (unchanged and not chain.variant)):
         # a blank success, or the same call again with the same result, neither extends nor
-        # ends a chain: re-running a call is identical_call's to judge, not "other words"
+        # ends a chain: re-running a call is identical_call's to judge, not "other words" (once
+        # the chain holds other wordings, a rerun of one of them is one more of them)
         chain = None
     elif (
         chain is not None
@@ -444,8 +445,10 @@ def record_result(
         chain.fp_text, chain.fp_shape, chain.fp_thought = f.fp_text, f.fp_shape, f.fp_thought
         chain.transient = failed and transient
         chain.last_ts = now
+        chain.variant = chain.variant or f.key != chain.last_key
+        chain.last_key = f.key
     else:
-        chain = Chain(f.fp_text, f.fp_shape, f.fp_thought, 1, outcome, failed, failed and transient, s.loops.epoch, now)
+        chain = Chain(f.fp_text, f.fp_shape, f.fp_thought, 1, outcome, failed, failed and transient, s.loops.epoch, now, f.key)
         put_bounded(s.loops.chains, f.tool, chain, MAX_CHAINS)
 
     # same_answer: the tool's calls with other arguments and this one answer, while nothing

@@ -16,8 +16,12 @@ from agent_breaker.store import codec
 
 
 def loop_until_blocked(engine, clock, session="s1", tool="run_sql", args=None, n=3, **kw):
+    """n identical failures, the warned repeat (identical_failure warns first: the call runs and
+    fails once more), then the verdict on the next repeat: the cut."""
     for _ in range(n):
         run(engine, clock, tool, args or {"q": "SELECT 1"}, False, None, session=session, **kw)
+    warned = run(engine, clock, tool, args or {"q": "SELECT 1"}, False, None, session=session, **kw)
+    assert warned.allowed and warned.advisory and warned.heuristic == "identical_failure", warned
     return engine.check_tool_call(call(tool, args or {"q": "SELECT 1"}, session=session, **kw))
 
 
@@ -150,9 +154,12 @@ def test_a_random_salt_field_does_not_make_a_call_new(make_engine, clock):
         session = f"salt-{uuid.uuid4().hex[:6]}"
         query = f"pricing {n}"  # one query per session: the same call in new sessions is session_churn's
         verdicts = [
-            run(engine, clock, "search", {"q": query, "salt": salt()}, True, {"hits": 0}, session=session) for _ in range(5)
+            run(engine, clock, "search", {"q": query, "salt": salt()}, True, {"hits": 0}, session=session) for _ in range(6)
         ]
-        assert verdicts[-1].heuristic == "identical_call", [v.heuristic for v in verdicts]
+        # the fifth call is warned (identical_call warns first), the sixth cut
+        assert [(v.allowed, v.heuristic) for v in verdicts[-2:]] == [(True, "identical_call"), (False, "identical_call")], [
+            v.heuristic for v in verdicts
+        ]
 
 
 def test_readable_ids_are_not_taken_for_random_values(make_engine, clock):
@@ -163,9 +170,12 @@ def test_readable_ids_are_not_taken_for_random_values(make_engine, clock):
 
 def test_invisible_characters_and_case_do_not_make_a_call_new(make_engine, clock):
     engine = make_engine()
-    for q in ("SELECT 1", "SEL\u200bECT 1", "select\u00a01", "ＳＥＬＥＣＴ 1"):
-        v = run(engine, clock, "run_sql", {"q": q}, False, None)
-    assert v.heuristic == "identical_failure", v
+    vs = [run(engine, clock, "run_sql", {"q": q}, False, None) for q in ("SELECT 1", "SEL\u200bECT 1", "select\u00a01")]
+    warned = run(engine, clock, "run_sql", {"q": "ＳＥＬＥＣＴ 1"}, False, None)
+    assert all(v.heuristic is None for v in vs)
+    assert warned.allowed and warned.advisory and warned.heuristic == "identical_failure", warned
+    v = run(engine, clock, "run_sql", {"q": "Select\u2060 1"}, False, None)
+    assert not v.allowed and v.heuristic == "identical_failure", v
 
 
 @pytest.mark.parametrize("spelling", ["run_ѕql", "ｒｕｎ＿ｓｑｌ", "Run_SQL", "run\u200b_sql", "rսn_sql"])
@@ -173,11 +183,14 @@ def test_look_alike_tool_names_are_the_same_tool(make_engine, clock, spelling):
     engine = make_engine()
     for _ in range(3):
         run(engine, clock, "run_sql", {"q": 1}, False, None)
+    # the look-alike continues the pattern: it is warned (the first trip), then cut
+    warned = run(engine, clock, spelling, {"q": 1}, False, None)
+    assert warned.allowed and warned.advisory and warned.heuristic == "identical_failure", warned
     v = engine.check_tool_call(call(spelling, {"q": 1}))
     assert not v.allowed and v.heuristic == "identical_failure"
 
 
-def test_loops_over_fresh_session_ids_are_caught_by_the_agent_view(make_engine, clock):
+def test_loops_over_fresh_session_ids_are_caught_by_the_tool_view(make_engine, clock):
     engine = make_engine()
     verdicts = []
     for i in range(12):
@@ -196,13 +209,47 @@ def test_loops_over_fresh_session_ids_are_caught_by_the_agent_view(make_engine, 
         )
     heuristics = [v.heuristic for v in verdicts]
     assert "session_churn" in heuristics and heuristics.index("session_churn") == 10, heuristics
-    # another agent of the tenant, and the same agent with another call, are not held back
-    assert run(
+    # the view is the tenant's tool, not an agent: another agent id of the tenant making the same
+    # call in a new session continues the chain (split identity is no escape)
+    other_agent = run(
         engine, clock, "check_inbox", {"folder": "inbox"}, True, {"messages": 0}, session="x", tenant="acme", agent="other"
-    ).allowed
+    )
+    assert not other_agent.allowed and other_agent.heuristic == "session_churn", other_agent
+    # a call that does not hold what the chain's calls kept, and another tool, are not held back
     assert run(
         engine, clock, "check_inbox", {"folder": "sent"}, True, {"messages": 2}, session="y", tenant="acme", agent="mailer"
     ).allowed
+    assert run(
+        engine, clock, "check_calendar", {"folder": "inbox"}, True, {"events": 0}, session="z", tenant="acme", agent="other"
+    ).allowed
+
+
+def test_a_failing_call_over_fresh_sessions_and_agent_ids_is_cut_at_the_failure_limit(make_engine, clock):
+    """The same failure needs no more new sessions than a session needs tries (identical_failure's
+    limit), whichever agent id each of them takes."""
+    engine = make_engine()
+    verdicts = [
+        run(
+            engine,
+            clock,
+            "fetch_report",
+            {"report": "Q3"},
+            False,
+            None,
+            error="report Q3 not found",
+            session=f"retry-{i}",
+            tenant="acme",
+            agent=f"agent-{i}",
+        )
+        for i in range(4)
+    ]
+    assert [v.allowed for v in verdicts] == [True, True, True, False], verdicts
+    assert verdicts[3].heuristic == "session_churn" and not verdicts[3].advisory
+    # another tool of the tenant, and a call that does not hold the chain's value, are not held back
+    assert run(
+        engine, clock, "fetch_invoice", {"report": "Q3"}, False, None, error="no invoice", session="n1", tenant="acme"
+    ).allowed
+    assert run(engine, clock, "fetch_report", {"report": "Q2"}, True, {"rows": 4}, session="n2", tenant="acme").allowed
 
 
 def test_parallel_runs_that_go_on_to_other_calls_are_no_churn(make_engine, clock):

@@ -93,8 +93,10 @@ def step(
 
 
 def halt_by_looping(engine: Engine, clock: FakeClock, session: str) -> None:
-    verdicts = [step(engine, clock, session, "t", {}, ok=False) for _ in range(4)]
-    assert [v.heuristic for v in verdicts] == [None, None, None, "identical_failure"]
+    """Three identical failures, the warned repeat (it runs and fails once more), then the cut."""
+    verdicts = [step(engine, clock, session, "t", {}, ok=False) for _ in range(5)]
+    assert [v.heuristic for v in verdicts] == [None, None, None, "identical_failure", "identical_failure"]
+    assert [v.allowed for v in verdicts] == [True, True, True, True, False] and verdicts[3].advisory
 
 
 def open_breaker(engine: Engine, clock: FakeClock, tool: str) -> None:
@@ -171,13 +173,13 @@ def test_steps_tokens_and_a_halt_taken_during_the_outage_reach_redis_and_other_w
         assert step(a, fleet.clock, "run", args={"q": i}, tokens=100).allowed
     halt_by_looping(a, fleet.clock, "run")
     local = a.store.peek_session("run")
-    assert (local.spend.steps, local.spend.tokens, local.halted[0]) == (8, 400, "identical_failure")
+    assert (local.spend.steps, local.spend.tokens, local.halted[0]) == (9, 400, "identical_failure")
 
     fleet.server.start()  # a new, empty server: Redis lost everything
     assert a.store.resync()
     b = fleet.worker(BUDGET)
     seen = b.store.peek_session("run")
-    assert (seen.spend.steps, seen.spend.tokens, seen.halted[0]) == (8, 400, "identical_failure")
+    assert (seen.spend.steps, seen.spend.tokens, seen.halted[0]) == (9, 400, "identical_failure")
     assert refused(step(b, fleet.clock, "run", "other_tool"), "identical_failure")
     # the spend window died with the old server; what was spent during the outage is in the new one
     assert b.store.add_spend(":", 0, 0.0, 3600, fleet.clock.now())[0] == 200
@@ -189,16 +191,16 @@ def test_a_session_another_worker_moved_on_gets_this_workers_outage_spend_and_ha
     assert step(a, fleet.clock, "run", args={"q": 0}, tokens=100).allowed
     fleet.cut_off()
     assert step(a, fleet.clock, "run", args={"q": 1}, tokens=100).allowed
-    halt_by_looping(a, fleet.clock, "run")  # 4 more steps, no tokens
-    assert a.store.peek_session("run").spend.steps == 6
+    halt_by_looping(a, fleet.clock, "run")  # 5 more steps, no tokens
+    assert a.store.peek_session("run").spend.steps == 7
     assert step(b, fleet.clock, "run", args={"q": 2}, tokens=1_000).allowed  # b goes on with the session
     assert b.store.peek_session("run").halted is None
 
     fleet.reconnect()
     assert a.store.resync()
     seen = b.store.peek_session("run")
-    # 1 before, 1 by b, 5 by a during the outage; tokens 100 + 1000 + 100
-    assert (seen.spend.steps, seen.spend.tokens, seen.halted[0]) == (7, 1_200, "identical_failure")
+    # 1 before, 1 by b, 6 by a during the outage; tokens 100 + 1000 + 100
+    assert (seen.spend.steps, seen.spend.tokens, seen.halted[0]) == (8, 1_200, "identical_failure")
     assert seen.spend.tool_tokens == {"search": 1_200}
     assert refused(step(b, fleet.clock, "run", "other_tool"), "identical_failure")
     assert b.store.add_spend(":", 0, 0.0, 3600, fleet.clock.now())[0] == 1_200
@@ -217,6 +219,8 @@ def test_a_session_nobody_else_wrote_is_written_back_whole(fleet):
     assert a.store.resync()
     # the loop goes on counting, and the call let through during the outage still awaits its result
     assert step(a, fleet.clock, "run", "t", {}, ok=False).allowed
+    warned = step(a, fleet.clock, "run", "t", {}, ok=False)  # the first trip warns: the call runs
+    assert warned.allowed and warned.advisory and warned.heuristic == "identical_failure"
     assert refused(step(a, fleet.clock, "run", "t", {}, ok=False), "identical_failure")
     fleet.clock.advance(1)
     done = a.record_tool_result(

@@ -113,10 +113,13 @@ def test_an_event_stamped_far_in_the_future_frees_no_halted_session(server, conf
     victim, attacker = sid(), sid()
     for i in range(3):
         server.verdicts(victim, call(i), result(i), config_id=config_id)
-    [blocked] = server.verdicts(victim, call(3), config_id=config_id)
+    # identical_failure warns first: the warned repeat runs (and fails), the next one is cut
+    [warned, _] = server.verdicts(victim, call(3), result(3), config_id=config_id)
+    assert warned["allowed"] is True and warned["severity"] == "warn" and warned["heuristic"] == "identical_failure"
+    [blocked] = server.verdicts(victim, call(4), config_id=config_id)
     assert blocked["allowed"] is False and blocked["heuristic"] == "identical_failure"
     server.verdicts(attacker, {**call(1, "search"), "ts": 1e12}, config_id=config_id)
-    [still] = server.verdicts(victim, call(4), config_id=config_id)
+    [still] = server.verdicts(victim, call(5), config_id=config_id)
     assert still["allowed"] is False, still
 
 

@@ -200,8 +200,12 @@ def _checked(d: Any, line_no: int) -> dict[str, Any]:
         if f is None:
             raise ReportError(f"line {line_no}: counter {k!r} must be a finite number")
         numeric[k] = f
+    advisory = d.get("advisory", False)
+    if not isinstance(advisory, bool):
+        raise ReportError(f"line {line_no}: 'advisory' must be true or false, but was {_shown(advisory)}")
     return {
         "kind": "trip",
+        "advisory": advisory,
         "ts": _number(d, "ts", line_no),
         "session": _text(d, "session", line_no, required=True),
         "tenant": _text(d, "tenant", line_no),
@@ -229,7 +233,7 @@ def _read_incidents(lines: Iterable[tuple[int, bytes]], obs: Observed) -> None:
         if s is None:
             s = obs.sessions[key] = _Session(d["tenant"], d["feature"])
         known = [max(s.spent[0], d["tokens_so_far"]), max(s.spent[1], d["cost_usd_so_far"]), 0.0]
-        if s.stop is None and d["heuristic"] in H.SESSION_TERMINAL:
+        if s.stop is None and d["heuristic"] in H.SESSION_TERMINAL and not d["advisory"]:
             s.stop, s.stopped_by = list(known), d["heuristic"]
         # spend as the incidents reveal it: each session's largest so far; with the guard, capped at its stop
         cap = s.stop or known
@@ -291,7 +295,7 @@ class _Recorder(Replayer):
                 continue
             self.obs.trips.append(checked)
             self.trip_at.append((ts, self.line_no))
-            if s.stop is None and checked["heuristic"] in H.SESSION_TERMINAL:
+            if s.stop is None and checked["heuristic"] in H.SESSION_TERMINAL and not checked["advisory"]:
                 # the step that tripped was spent already: what comes after it is what the guard saves
                 s.stop, s.stopped_by = list(s.spent), checked["heuristic"]
         del self.heard[:]
@@ -385,16 +389,20 @@ def build(obs: Observed, *, source: str, legit: set[str] | None = None, legit_so
     tripped: dict[str, set[tuple[str | None, str]]] = defaultdict(set)
     by_sev: Counter[tuple[str, str]] = Counter()
     values: dict[tuple[str, str], list[float]] = defaultdict(list)
+    seen: set[str] = set()
     for d in obs.trips:
         h = d["heuristic"]
-        tripped[h].add((d["tenant"], d["session"]))
-        by_sev[(h, d["severity"])] += 1
+        seen.add(h)
+        # a graduated heuristic's warning is counted apart: the call ran in enforce mode too
+        if not d["advisory"]:
+            tripped[h].add((d["tenant"], d["session"]))
+        by_sev[(h, "warned" if d["advisory"] else d["severity"])] += 1
         for k, v in d["counters"].items():
             values[(h, k)].append(v)
     tripped_sessions = set().union(*tripped.values()) if tripped else set()
 
     heuristics = []
-    for h in sorted(tripped, key=lambda h: (-len(tripped[h]), h)):
+    for h in sorted(seen, key=lambda h: (-len(tripped[h]), h)):
         ended = [s for s in obs.sessions.values() if s.stopped_by == h]
         heuristics.append(
             {
@@ -403,6 +411,7 @@ def build(obs: Observed, *, source: str, legit: set[str] | None = None, legit_so
                 "trips": by_sev[(h, "warn")] + by_sev[(h, "block")],
                 "block": by_sev[(h, "block")],
                 "warn": by_sev[(h, "warn")],
+                "warned": by_sev[(h, "warned")],
                 "sessions_ended": len(ended),
                 "stopped": _spend(_sum(s.stopped() for s in ended), trace),
             }
@@ -411,7 +420,7 @@ def build(obs: Observed, *, source: str, legit: set[str] | None = None, legit_so
     groups: dict[tuple[str | None, str | None], list[tuple[tuple[str | None, str], _Session]]] = defaultdict(list)
     for key, s in obs.sessions.items():
         groups[(s.tenant, s.feature)].append((key, s))
-    trips_of = Counter((d["tenant"], d["session"]) for d in obs.trips)
+    trips_of = Counter((d["tenant"], d["session"]) for d in obs.trips if not d["advisory"])
     group_rows = [
         {
             "tenant": tenant,
@@ -445,7 +454,8 @@ def build(obs: Observed, *, source: str, legit: set[str] | None = None, legit_so
     report = {
         "source": source,
         "input": obs.kind,
-        "observe": "a trace is replayed in observe mode: every trip is reported (severity warn) and nothing is blocked"
+        "observe": "a trace is replayed in observe mode: every trip is reported (severity warn) and nothing is blocked; "
+        "a graduated heuristic's warnings are counted apart (warned)"
         if trace
         else "incidents as the engine reported them: block was enforced, warn was only reported (observe mode)",
         "spend_basis": "from the trace: its tool calls and assistant turns, priced as the replay prices them"
@@ -456,7 +466,8 @@ def build(obs: Observed, *, source: str, legit: set[str] | None = None, legit_so
         "guards, token_budget, cost_budget, step_limit), as if that guard enforced",
         "sessions": len(obs.sessions) if trace else None,
         "sessions_tripped": len(tripped_sessions),
-        "trips": len(obs.trips),
+        "trips": sum(not d["advisory"] for d in obs.trips),
+        "warnings": sum(d["advisory"] for d in obs.trips),
         "spent": _spend(_sum(s.spent for s in obs.sessions.values()), trace),
         "stopped": _spend(stopped, trace),
         "heuristics": heuristics,
@@ -616,16 +627,20 @@ def _sections(r: dict[str, Any]) -> list[Section]:
     out: list[Section] = [
         (
             "Per heuristic",
-            ["heuristic", "sessions", "trips", "block", "warn", "ended", *stopped],
+            ["heuristic", "sessions", "trips", "block", "warn", "warned", "ended", *stopped],
             [
                 [
                     _plain(h["heuristic"]),
-                    *(_num(h[k]) for k in ("sessions", "trips", "block", "warn", "sessions_ended")),
+                    *(_num(h[k]) for k in ("sessions", "trips", "block", "warn", "warned", "sessions_ended")),
                     *spent(h["stopped"]),
                 ]
                 for h in r["heuristics"]
             ],
-            ["ended: sessions whose first session-ending trip was this heuristic; the spend after it is theirs"],
+            [
+                "ended: sessions whose first session-ending trip was this heuristic; the spend after it is theirs",
+                "warned: a graduated heuristic's warnings (warn_first): the call ran in enforce mode too; the trip "
+                "that would cut after them is counted in trips",
+            ],
         ),
         (
             "Per tenant / feature",

@@ -47,7 +47,7 @@ from .governor import budget
 from .incidents import sinks_for
 from .metrics import Metrics
 from .metrics import shared as shared_metrics
-from .outcomes import FailurePredicate, Outcome, carries_content, classify, is_blank, says_nothing
+from .outcomes import FailurePredicate, Outcome, carries_content, classify, is_acknowledgement, is_blank, says_nothing
 from .policy import CONFIRMATION, CheckContext, Policies, Policy, judge, run_checks
 from .receipts import ReceiptKeys, empty_mutation_trip, is_empty_result, mint, verify
 from .session import (
@@ -842,7 +842,8 @@ class Engine:
                     lambda v: churn.record_outcome(v, member, f.values, outcome, out.failed, now, cfg),
                 )
             echoed = _echo_masked(fp, p, timed, ev.result, f)
-            heard = loops.Heard(repeat_hash, timed_hash if echoed == timed else fp.hash64(echoed), tool_key, failure)
+            answer = timed_hash if echoed == timed else fp.hash64(echoed)
+            heard = loops.Heard(repeat_hash, answer, tool_key, failure, is_acknowledgement(ev.result))
             if loops.record_result(s, pending, heard, out, blank, polling, now, cfg):
                 # new information: assistant turns start a new stretch, and so do this
                 # session's own breaker streaks

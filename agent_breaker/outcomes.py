@@ -209,6 +209,51 @@ def is_blank(result: Any, depth: int = 0) -> bool:
     return all(is_blank(v, depth + 1) for v in values)
 
 
+#: what an acknowledgement says ("OK.", "Field updated", {"status": "done"}) ...
+_ACK_WORDS = frozenset(
+    {
+        "ok",
+        "okay",
+        "done",
+        "success",
+        "successful",
+        "successfully",
+        "succeeded",
+        "saved",
+        "created",
+        "updated",
+        "set",
+        "stored",
+        "recorded",
+        "accepted",
+        "applied",
+        "completed",
+        "sent",
+        "deleted",
+        "removed",
+        "added",
+        "true",
+    }
+)
+#: ... and what it never says
+_NOT_ACK_WORDS = frozenset({"not", "no", "none", "error", "failed", "failure", "invalid", "denied", "unknown", "empty"})
+_ACK_WORD = re.compile(r"[a-z]+")
+MAX_ACK_WORDS = 6
+
+
+def is_acknowledgement(result: Any) -> bool:
+    """A result that only says the call went through: a few words that say so and none that say
+    otherwise ("OK.", "Field updated"), or an object of such texts and trues ({"ok": true},
+    {"status": "saved"}). The same acknowledgement to calls with other arguments is no answer
+    repeated (a form filled field by field), and no loop by itself."""
+    if isinstance(result, str):
+        words = set(_ACK_WORD.findall(result[: MAX_ACK_WORDS * 16].lower()))
+        return 0 < len(words) <= MAX_ACK_WORDS and not _ACK_WORDS.isdisjoint(words) and _NOT_ACK_WORDS.isdisjoint(words)
+    if isinstance(result, dict) and result:
+        return all(v is True or v is None or (isinstance(v, str) and is_acknowledgement(v)) for v in result.values())
+    return False
+
+
 def says_nothing(value: Any, depth: int = 0) -> bool:
     """A value that carries no answer: null, blank text, zero, false, or containers of only
     such values (an empty page, a count of none)."""

@@ -19,6 +19,7 @@ from agent_breaker.outcomes import (
     classify,
     failure_kind,
     in_progress,
+    is_acknowledgement,
     is_blank,
     is_semantic_failure,
     names_dependency_failure,
@@ -415,3 +416,27 @@ def test_auto_replies_are_found_as_by_the_old_patterns(text: str):
 def test_auto_replies_at_word_boundaries_and_in_any_case(text: str):
     matcher = auto_reply_matcher(DEFAULT_AUTO_REPLY_PATTERNS)
     assert matcher is not None and matcher(text) == (_OLD_AUTO_REPLY.search(text) is not None)
+
+
+@pytest.mark.parametrize(
+    ("result", "ack"),
+    [
+        ("OK.", True),
+        ("Saved successfully", True),
+        ("Field updated", True),
+        ({"ok": True}, True),
+        ({"status": "done", "message": "Record created"}, True),
+        ({"success": True, "warning": None}, True),
+        ("No results found", False),
+        ("Invalid action!", False),
+        ("Record not saved", False),
+        ("Updated the customer's address, the phone number and two of their open orders", False),
+        ({"ok": True, "count": 3}, False),
+        ({"status": "ok", "results": []}, False),
+        ({}, False),
+        ([], False),
+        (None, False),
+    ],
+)
+def test_an_acknowledgement_only_says_the_call_went_through(result, ack):
+    assert is_acknowledgement(result) is ack

@@ -428,6 +428,19 @@ def test_reworded_searches_that_stay_empty_are_cut(engine, clock, shape):
     assert cut_at(vs) == 7, verdicts_of(vs)
 
 
+@pytest.mark.parametrize("ack", [{"status": "ok"}, {"ok": True}, "Saved.", "OK.", {"success": True, "message": "Field updated"}])
+def test_a_form_filled_field_by_field_with_the_same_acknowledgement_is_work(engine, clock, ack):
+    fields = [("name", "Ada Lovelace"), ("email", "ada@example.com"), ("phone", "555-0100"), ("city", "London")]
+    fields += [(f"line_{i}", f"value {i}") for i in range(8)]
+    vs = [run(engine, clock, "fill_field", {"field": f, "value": v}, True, ack) for f, v in fields]
+    assert all(v.allowed and v.heuristic is None for v in vs), verdicts_of(vs)
+
+
+def test_lookups_of_records_that_read_alike_beside_their_echoed_ids_are_work(engine, clock):
+    vs = [run(engine, clock, "get_order", {"order_id": i}, True, {"order_id": i, "status": "shipped"}) for i in range(12)]
+    assert all(v.allowed and v.heuristic is None for v in vs), verdicts_of(vs)
+
+
 def test_paging_past_the_last_page_that_echoes_the_page_is_cut(engine, clock):
     vs = []
     for page in range(1, 14):

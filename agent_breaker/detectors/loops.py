@@ -341,6 +341,7 @@ class Heard(NamedTuple):
     answer: int
     tool: int
     failure: int | None = None
+    ack: bool = False  # only says the call went through
 
 
 def record_result(
@@ -452,10 +453,10 @@ def record_result(
         put_bounded(s.loops.chains, f.tool, chain, MAX_CHAINS)
 
     # same_answer: the tool's calls with other arguments and this one answer, while nothing
-    # else was learned; a blank answer (a command that prints nothing), a failure, or the
-    # acknowledgement of a write ("File created successfully") does not count
+    # else was learned; a blank answer (a command that prints nothing), a failure, or an
+    # acknowledgement ("OK.", "File created successfully" to a write) does not count
     answer = None
-    if not (failed or blank or polling or out.in_progress or f.mutating or f.writes):
+    if not (failed or blank or polling or out.in_progress or f.mutating or f.writes or heard.ack):
         answer = s.loops.answers.get(f.tool)
         if answer is None or answer.result != heard.answer or answer.epoch != s.loops.epoch:
             answer = Answer(heard.answer, [], 0)

@@ -150,3 +150,26 @@ def test_metrics_show_the_blocked_decisions_of_a_runaway(server, config_id):
 
 def test_metrics_need_the_token(server):
     assert httpx.get(server.base + "/metrics", timeout=30).status_code == 401
+
+
+@pytest.mark.parametrize("config_id", CONFIGS)
+def test_parallel_duplicate_transfers_through_the_gateway_run_once(server, config_id):
+    s = sid()
+    transfer = {"to": "ACC-2291", "amount": 500}
+    answers = [check(server, s, call(i, "wire_transfer", transfer), config_id) for i in range(3)]
+    assert [r.status_code for r in answers] == [200, 429, 429], [r.text for r in answers]
+    assert {r.headers["x-agent-breaker-heuristic"] for r in answers[1:]} == {"duplicate_mutation"}
+    # a reused call id while its call is in flight is refused too (an event the gateway cannot
+    # take: 422), not taken over
+    again = check(server, s, call(0, "delete_account", {"id": 1}), config_id)
+    assert again.status_code == 422 and "still in flight" in again.text, again.text
+    server.verdicts(s, result(0, "wire_transfer", ok=True, payload={"tx": "TX-1"}), config_id=config_id)
+    # after the first answered, a repeat is warned (no model step was named) and runs
+    later = check(server, s, call(3, "wire_transfer", transfer), config_id)
+    assert later.status_code == 200 and later.json()["advisory"] is True, later.text
+    # a model step's calls, checked one after another once each answered: the repeat is refused
+    rent = {"to": "ACC-7", "amount": 900}
+    assert check(server, s, call(5, "wire_transfer", rent, turn="step-9"), config_id).status_code == 200
+    server.verdicts(s, result(5, "wire_transfer", ok=True, payload={"tx": "TX-5"}), config_id=config_id)
+    repeat = check(server, s, call(6, "wire_transfer", rent, turn="step-9"), config_id)
+    assert repeat.status_code == 429 and repeat.headers["x-agent-breaker-heuristic"] == "duplicate_mutation"

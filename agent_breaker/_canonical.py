@@ -347,6 +347,18 @@ class Fingerprinter:
             found = self._labeled[i] = self.hash64(label, text)
         return found
 
+    def labeled_many(self, label: str, items: Iterable[bytes]) -> set[int]:
+        """`{hash64(label, item) for item in items}` for ASCII byte strings, the label absorbed
+        once (many short items: a page's digit runs)."""
+        base = self._hash64.copy()
+        base.update(label.encode() + b"\x00")
+        out = set()
+        for item in items:
+            h = base.copy()
+            h.update(item + b"\x00")
+            out.add(int.from_bytes(h.digest(), "big"))
+        return out
+
     def tokens(self, text: str) -> tuple[int, ...]:
         """One keyed 32-bit hash per word of a text (lower-cased; ASCII punctuation and "_"
         separate words; at most MAX_FINGERPRINT_TOKENS words)."""

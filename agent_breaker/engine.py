@@ -19,6 +19,7 @@ import hmac
 import json
 import logging
 import os
+import re
 import threading
 import time
 from collections import Counter, OrderedDict
@@ -297,7 +298,7 @@ class Engine:
             mutating=mutating,
             effect=effect,
             writes=carries_content(ev.args),
-            echoes=tuple(sorted(p.claims.references_in("\n".join(leaves))))[:MAX_ECHOES],
+            echoes=_echoes(p, leaves),
             values=tuple(fp.labeled(ECHO, v) for v in leaves[:MAX_ECHOES]),
             sizes=frozenset(map(len, leaves[:MAX_ECHOES])),
             turn=None if effect is None or ev.turn is None else fp.hash64(TURN, ev.turn),
@@ -1286,6 +1287,18 @@ def _view_key_of(tenant: str | None, tool_key: int) -> str:
     """The key of a tool view (session_churn). It starts with a control character, which no
     session id may hold, so it never names a real session."""
     return f"\x1eview{TENANT_SEPARATOR}{tenant or ''}{TENANT_SEPARATOR}{tool_key:016x}"
+
+
+def _echoes(p: Policy, leaves: list[str]) -> tuple[int, ...]:
+    """The references a call's argument values hold (every reference has a digit: most calls
+    hold none, and are not read)."""
+    text = "\n".join(leaves)
+    if not _DIGIT.search(text):
+        return ()
+    return tuple(sorted(p.claims.references_in(text)))[:MAX_ECHOES]
+
+
+_DIGIT = re.compile(r"[0-9]")
 
 
 def _json_text(value: Any) -> str:

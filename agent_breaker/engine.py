@@ -2,10 +2,10 @@
 
 `Engine` is the single code path behind `agent-breaker replay`, the NeMo actions and direct
 Python use. A decision reads what it needs first (the event reduced to hashes and numbers, the
-policy in force, the shared breaker's permission, the global spend window, the agent view),
+policy in force, the shared breaker's permission, the global spend window, the tool views),
 then decides purely on the session's state in one store update (which a shared store may run
 again on a compare-and-set conflict, so it touches nothing else), then applies what the
-decision asked for outside the session (a breaker outcome, a released probe, the agent view)
+decision asked for outside the session (a breaker outcome, a released probe, the tool views)
 and tells the listeners. Policy resolution lives in `policy.py`, result classification in
 `outcomes.py`, the storage-failure policy in `failure_policy.py`.
 """
@@ -50,11 +50,11 @@ from .metrics import Metrics
 from .metrics import shared as shared_metrics
 from .outcomes import FailurePredicate, Outcome, carries_content, classify, is_acknowledgement, is_blank, says_nothing
 from .policy import CONFIRMATION, CheckContext, Policies, Policy, judge, run_checks
-from .receipts import ReceiptKeys, empty_mutation_trip, is_empty_result, mint, verify
+from .receipts import ReceiptKeys, Refs, empty_mutation_trip, is_empty_result, mint, verify
 from .session import (
-    MAX_ECHOES,
     MAX_PENDING,
     MAX_SAID,
+    MAX_VALUES,
     MIXED,
     CallFacts,
     ChurnView,
@@ -82,9 +82,11 @@ FAILURE = "failure"
 ECHO = "echo"
 MEMBER = "member"
 TURN = "turn"
+EFFECT = "effect"
+_NUMBER = re.compile(r"[0-9]+")
 #: joins tenant and session id in a session key: ids cannot hold control characters
 TENANT_SEPARATOR = "\x1f"
-#: sessions this engine knows have made more than one distinct call (no agent view to read)
+#: sessions this engine knows have made more than one distinct call (no tool view to read)
 MAX_MIXED_SESSIONS = 100_000
 #: (tenant, tool) pairs whose latest result's schema conformity is remembered (schema_drift)
 MAX_SHAPES = 10_000
@@ -119,7 +121,7 @@ class _Decided:
     verdict: Any
     trips: list[tuple[Trip, str]] = field(default_factory=list)
     breaker: tuple[str, int | None, Outcome] | None = None  # a shared breaker outcome to record: key, probe
-    view: tuple[str, Callable[[ChurnView], bool | None]] | None = None  # an agent view change
+    view: tuple[str, Callable[[ChurnView], bool | None]] | None = None  # a tool view change
     mixed: bool = False  # the session has now made more than one distinct call
     transitions: list[Transition] = field(default_factory=list)  # of the session's own breakers
     frozen: str | None = None  # refused for this escalation: is it still open?
@@ -285,7 +287,7 @@ class Engine:
             idempotency_key = p.idempotency_key(ev.args)
             effect = key if idempotency_key is None else fp.hash64(ev.tool, canonical, idempotency_key)
         fingerprinted = p.fingerprint_calls
-        leaves = _leaves(ev.args)
+        values, sizes = _values(fp, _leaves(ev.args))
         return CallFacts(
             tool=ev.tool,
             key=key,
@@ -298,9 +300,8 @@ class Engine:
             mutating=mutating,
             effect=effect,
             writes=carries_content(ev.args),
-            echoes=_echoes(p, leaves),
-            values=tuple(fp.labeled(ECHO, v) for v in leaves[:MAX_ECHOES]),
-            sizes=frozenset(map(len, leaves[:MAX_ECHOES])),
+            values=values,
+            sizes=frozenset(sizes),
             turn=None if effect is None or ev.turn is None else fp.hash64(TURN, ev.turn),
         )
 
@@ -389,6 +390,8 @@ class Engine:
         """Turn the checks' outcome into a verdict; a session-terminal block halts the session,
         and one that goes to a human freezes it in the same update (the record follows it)."""
         if block is not None:
+            if warn is not None and warn.advisory:
+                decided.trips.append((warn, "warn"))  # spent beside the refusal: counted and reported
             if block.heuristic in H.SESSION_TERMINAL:
                 s.halted = (block.heuristic, block.reason)
             if block.heuristic in H.ESCALATING and s.escalation is None and self._escalations is not False:
@@ -735,7 +738,7 @@ class Engine:
         except StorageError as exc:  # the slot frees itself after probe_timeout_s
             log.warning("agent-breaker: probe slot of %s not released: %s", bkey, exc)
 
-    # ----------------------------------------------------------------- the agent view
+    # ----------------------------------------------------------------- the tool views
     def _read_view(self, tenant: str | None, tool_key: int) -> ChurnView | None:
         try:
             state = self.store.peek_session(_view_key_of(tenant, tool_key))
@@ -754,7 +757,7 @@ class Engine:
                 self._mixed.popitem(last=False)
 
     def _update_view(self, vkey: str, now: float, change: Callable[[ChurnView], bool | None]) -> None:
-        """Change an agent view (session_churn); a storage failure only costs that view."""
+        """Change a tool view (session_churn); a storage failure only costs that view."""
 
         def update(state: object | None) -> tuple[SessionState | None, None]:
             if isinstance(state, SessionState) and state.churn is not None:
@@ -767,7 +770,7 @@ class Engine:
         try:
             self.store.update_session(vkey, now, update)
         except StorageError as exc:
-            log.warning("agent-breaker: agent view not updated: %s", exc)
+            log.warning("agent-breaker: tool view not updated: %s", exc)
 
     # ----------------------------------------------------------------- tool results
     @_measured("tool_result")
@@ -793,7 +796,11 @@ class Engine:
         timed_hash = result_hash if timed == canonical else fp.hash64(timed)
         masked = p.churn.identity(timed)
         repeat_hash = timed_hash if masked == timed else fp.hash64(masked)
-        failure = fp.hash64(FAILURE, masked, p.churn(_json_text(ev.error))) if out.failed else None
+        failure, failure_shape = None, None
+        if out.failed:
+            error = p.churn(_json_text(ev.error))
+            failure = fp.hash64(FAILURE, masked, error)
+            failure_shape = tuple(sorted(fp.shapes(f"{error} {masked}"[:MAX_ERROR_CHARS])))
         tool_key = fp.labeled(TOOL, ev.tool)
         blank = is_blank(ev.result)
         polling = p.polling(ev.tool)
@@ -817,10 +824,10 @@ class Engine:
                 decided.trips.append((trip, "block" if trip.heuristic == H.SCHEMA_VIOLATION and out.failed else "warn"))
                 heuristic, reason = trip.heuristic, trip.reason
             f = pending.facts
-            mutating = f.mutating or bool(ev.mutating)
-            if references:
-                # a reader's result that gives back the call's own references only echoes them
-                s.ledger.observe(references if mutating or not f.echoes else references.difference(f.echoes))
+            if ev.mutating and not f.mutating:
+                f.mutating = True  # the result says so (the facts were taken out of the state: a copy)
+            if references is not None:
+                s.ledger.observe(references)
             if self.share_breakers:
                 decided.breaker = (pending.breaker_key, pending.probe, out)
             else:
@@ -842,15 +849,22 @@ class Engine:
                     _view_key_of(ev.tenant, tool_key),
                     lambda v: churn.record_outcome(v, member, f.values, outcome, out.failed, now, cfg),
                 )
+            # the answer (to compare with the tool's answers to other calls) and the news (whether
+            # the tool said it before), an echo of the call's own argument masked in both
             echoed = _echo_masked(fp, p, timed, ev.result, f)
             answer = timed_hash if echoed == timed else fp.hash64(echoed)
-            heard = loops.Heard(repeat_hash, answer, tool_key, failure, is_acknowledgement(ev.result))
+            echoed_masked = masked if echoed == timed else _echo_masked(fp, p, masked, ev.result, f)
+            news = repeat_hash if echoed_masked == masked else fp.hash64(echoed_masked)
+            # what a repeated action did: its result with ids, timings and numbers aside
+            effect = fp.hash64(EFFECT, _NUMBER.sub("0", masked)) if f.effect is not None and not out.failed else None
+            ack = is_acknowledgement(ev.result)
+            heard = loops.Heard(repeat_hash, answer, tool_key, failure, failure_shape, ack, effect, news)
             if loops.record_result(s, pending, heard, out, blank, polling, now, cfg):
                 # new information: assistant turns start a new stretch, and so do this
                 # session's own breaker streaks
                 s.turns.clear()
                 s.restart_breaker_streaks()
-            if out.failed or not mutating:
+            if out.failed or not f.mutating:
                 return s, decided
             s.ledger.attempt(f.tool)
             self._receipt(s, decided, cfg, ev, pending, result_hash, now, references)
@@ -903,7 +917,7 @@ class Engine:
         pending: Pending,
         result_hash: int,
         now: float,
-        references: set[int] | None,
+        references: Refs | None,
     ) -> None:
         """A mutating tool's success: a receipt, unless its empty payload is refused; the
         references of a receipted result may be cited as confirmations."""
@@ -928,7 +942,7 @@ class Engine:
                 ts=now,
             )
             s.ledger.add(receipt, f.tool)
-            if references:
+            if references is not None:
                 s.ledger.confirm(references)
         if anomaly is not None and anomaly.heuristic is not None:  # observed: reported, not withheld
             decided.verdict = replace(decided.verdict, heuristic=anomaly.heuristic, reason=anomaly.reason, receipt=receipt)
@@ -991,8 +1005,7 @@ class Engine:
         said_hash = None if said is None else self._said(said)
 
         def decide(s: SessionState) -> tuple[SessionState, _Decided]:
-            if references:
-                s.ledger.observe(references)  # the user's own references may be quoted back
+            s.ledger.observe(references)  # the user's own references may be quoted back
             # a nudge or an auto-reply (None), or what the user already said, restarts nothing
             decided = _Decided(ALLOW)
             if said_hash is not None and said_hash not in s.loops.said:
@@ -1289,18 +1302,6 @@ def _view_key_of(tenant: str | None, tool_key: int) -> str:
     return f"\x1eview{TENANT_SEPARATOR}{tenant or ''}{TENANT_SEPARATOR}{tool_key:016x}"
 
 
-def _echoes(p: Policy, leaves: list[str]) -> tuple[int, ...]:
-    """The references a call's argument values hold (every reference has a digit: most calls
-    hold none, and are not read)."""
-    text = "\n".join(leaves)
-    if not _DIGIT.search(text):
-        return ()
-    return tuple(sorted(p.claims.references_in(text)))[:MAX_ECHOES]
-
-
-_DIGIT = re.compile(r"[0-9]")
-
-
 def _json_text(value: Any) -> str:
     return "" if value is None else orjson.dumps(value).decode() if type(value) is str else str(value)
 
@@ -1324,28 +1325,76 @@ def _leaves(args: Any) -> list[str]:
     return out
 
 
+def _value_hash(fp: Fingerprinter, normalized: str) -> int:
+    """An argument's or a result's value as they are compared (an echo, what stays while salts
+    churn): a keyed 32-bit hash of its normalized text (`_normalized`: case and spacing aside)."""
+    return fp.labeled(ECHO, normalized) & 0xFFFF_FFFF
+
+
+def _normalized(value: str) -> str:
+    return normalize_text(collapse_whitespace(value))
+
+
+def _values(fp: Fingerprinter, leaves: list[str]) -> tuple[tuple[int, ...], set[int]]:
+    """A call's argument values as kept: the hashes of at most MAX_VALUES of them, the smallest
+    (keyed: no caller can choose which are kept by adding values), and their normalized lengths."""
+    normalized = map(_normalized, leaves[:MAX_LEAVES])
+    hashed = sorted((_value_hash(fp, v), len(v)) for v in normalized)[:MAX_VALUES]
+    return tuple(h for h, _ in hashed), {n for _, n in hashed}
+
+
 def _echo_masked(fp: Fingerprinter, p: Policy, timed: str, result: Any, f: CallFacts) -> str:
-    """A result's canonical text with the top-level fields that only give back one of the call's
-    argument values masked, when the rest of it says nothing (empty lists, zeros, timings): the
-    answer of a search for "x" that says {"query": "x", "hits": []} is the answer for "y" too.
-    Beside a record ({"order_id": 7, "status": "shipped"}) the echo names what the answer is
-    about, and stays. Only a value as long as an argument's is hashed."""
-    if not f.values or type(result) is not dict:
+    """A result's canonical text with the fields that only give back one of the call's argument
+    values masked (at the top, or one level down: {"meta": {"query": "x"}}), when the rest of it
+    says nothing (an empty list, zeros, timings): the answer of a search for "x" that says
+    {"query": "x", "hits": []} is the answer for "y" too. Beside a record ({"order_id": 7,
+    "status": "shipped"}, {"sku": 4, "in_stock": 0}) the echo names what the answer is about, and
+    stays. Only a value as long as an argument's is hashed; at most MAX_ECHOED fields are looked at."""
+    if not f.values or type(result) is not dict or len(result) > MAX_ECHOED:
         return timed
-    echoed = []
+    echoed: dict[str, Any] = {}
+    rest: list[Any] = []
     for k, v in result.items():
-        t = type(v)
-        if type(k) is str and (t is str or t is int) and len(text := str(v)) in f.sizes and fp.labeled(ECHO, text) in f.values:
-            echoed.append((k, v))
-    if not echoed:
+        if type(k) is not str:
+            return timed
+        if type(v) is dict and len(v) > MAX_ECHOED:
+            rest.append(v)
+        elif type(v) is dict:
+            inner = [(ik, iv) for ik, iv in v.items() if _echoes(fp, iv, f)]
+            echoed.update(inner)
+            rest.extend(iv for ik, iv in v.items() if (ik, iv) not in inner and not (type(ik) is str and p.quiet_key(ik)))
+        elif _echoes(fp, v, f):
+            echoed[k] = v
+        elif not p.quiet_key(k):
+            rest.append(v)
+    if not echoed or len(result) > MAX_ECHOED or not rest or not all(map(says_nothing, rest)):
         return timed
-    said = [v for k, v in result.items() if (k, v) not in echoed and not (type(k) is str and p.quiet_key(k))]
-    if not all(map(says_nothing, said)):
-        return timed
-    for k, v in echoed:
+    if not any(type(v) in (list, dict) and not v for v in rest):
+        return timed  # only zeros and blanks: a record's fields, not an empty answer
+    for k, v in echoed.items():
         field = orjson.dumps({k: collapse_whitespace(v) if type(v) is str else v}).decode()[1:-1]
         timed = timed.replace(field, field[: field.index('":') + 2] + '"~"')
     return timed
+
+
+def _echoes(fp: Fingerprinter, value: Any, f: CallFacts) -> bool:
+    """Does a result's value give back one of the call's argument values (case and spacing aside)."""
+    t = type(value)
+    if t is int:
+        text = str(value)
+    elif t is str and len(value) <= MAX_ECHO_CHARS:
+        text = _normalized(value)
+    else:
+        return False
+    return len(text) in f.sizes and _value_hash(fp, text) in f.values
+
+
+#: a call's argument values hashed, and a result's fields looked at for echoes (bounds per event)
+MAX_LEAVES = 256
+MAX_ECHOED = 32
+MAX_ECHO_CHARS = 1024  # a longer result value is content, not an echo
+#: how much of a failure's error and payload its shape is read from
+MAX_ERROR_CHARS = 4096
 
 
 def _pop_pending(s: SessionState, ev: ToolResult) -> Pending | None:

@@ -189,8 +189,7 @@ class _Guard:
         if not verdict.allowed:
             alternative, alt_args = self._refused(verdict)
             return verdict.observation if alternative is None else alternative(**alt_args)
-        if verdict.advisory and verdict.observation is not None:
-            self.advise(verdict.observation)
+        self._advise(verdict)
         try:
             output = self.fn(*args, **kwargs)
         except Exception as exc:
@@ -216,8 +215,7 @@ class _Guard:
                 return verdict.observation
             out = alternative(**alt_args)
             return await out if inspect.isawaitable(out) else out
-        if verdict.advisory and verdict.observation is not None:
-            self.advise(verdict.observation)
+        self._advise(verdict)
         try:
             output = await self.fn(*args, **kwargs)
         except asyncio.CancelledError:
@@ -230,6 +228,15 @@ class _Guard:
             raise
         await self._decide(self._record, self.engine.record_tool_result, self._result(call, ok=True, result=_plain(output)))
         return output
+
+    def _advise(self, verdict: Verdict) -> None:
+        """Hand a warning to the caller's hook; a failing hook never keeps the call from running
+        (it is allowed, and awaits its result)."""
+        if verdict.advisory and verdict.observation is not None:
+            try:
+                self.advise(verdict.observation)
+            except Exception:
+                log.exception("agent-breaker: the advise hook of %s failed", self.tool)
 
     async def _decide(self, method: Callable[..., Any], *args: Any) -> Any:
         return await without_blocking(self.engine, method, *args)

@@ -4,7 +4,7 @@ from it once (canonicalizers, the claim checker, the ordered tables of enabled c
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -116,35 +116,31 @@ def _warning(warn: Trip | None, trip: Trip) -> Trip:
     return trip if warn is None or (warn.advisory and not trip.advisory) else warn
 
 
-def run_checks(checks: tuple[EnabledCheck, ...], ctx: CheckContext) -> tuple[Trip | None, Trip | None]:
-    """Run (name, mode, check) in order; return (first blocking trip, the warning to show)."""
+def _decide(
+    cfg: AgentBreakerConfig, s: SessionState | None, found: Iterable[tuple[Mode, Trip | None]]
+) -> tuple[Trip | None, Trip | None]:
+    """(the first blocking trip, the warning to show) of trips found in order, each with its
+    heuristic's mode; graded against session `s`. Stops at the first block."""
     warn = None
-    for _name, mode, check in checks:
-        trip = check(ctx)
-        if trip is None:
-            continue
-        advisory = graded(ctx.cfg, ctx.s, trip)
-        if advisory is None and mode == "enforce":
-            return trip, warn
-        warn = _warning(warn, advisory or trip)
-    return None, warn
-
-
-def judge(cfg: AgentBreakerConfig, trips: list[Trip | None], s: SessionState | None = None) -> tuple[Trip | None, Trip | None]:
-    """The same for trips found outside the check tables, by their heuristics' modes (graded
-    against session `s`, when given)."""
-    warn = None
-    for trip in trips:
-        if trip is None:
-            continue
-        mode = cfg.mode_of(trip.heuristic)
-        if mode == "off":
+    for mode, trip in found:
+        if trip is None or mode == "off":
             continue
         advisory = graded(cfg, s, trip)
         if advisory is None and mode == "enforce":
             return trip, warn
         warn = _warning(warn, advisory or trip)
     return None, warn
+
+
+def run_checks(checks: tuple[EnabledCheck, ...], ctx: CheckContext) -> tuple[Trip | None, Trip | None]:
+    """Run (name, mode, check) in order, lazily: (first blocking trip, the warning to show)."""
+    return _decide(ctx.cfg, ctx.s, ((mode, check(ctx)) for _name, mode, check in checks))
+
+
+def judge(cfg: AgentBreakerConfig, trips: list[Trip | None], s: SessionState | None = None) -> tuple[Trip | None, Trip | None]:
+    """The same for trips found outside the check tables, by their heuristics' modes (graded
+    against session `s`, when given)."""
+    return _decide(cfg, s, ((cfg.mode_of(t.heuristic), t) if t is not None else ("off", None) for t in trips))
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import hashlib
 import hmac
+import itertools
 import json
 import logging
 import os
@@ -23,7 +25,7 @@ import struct
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ._canonical import Fingerprinter
 from ._text import fold_text, normalize_text
@@ -42,8 +44,8 @@ MAX_MUTATING_TOOLS = 256
 #: with fewer it cannot be told from prose ("top-100")
 MIN_CASELESS_REFERENCE_DIGITS = 5
 MAX_SCANNED_CHARS = 1 << 20  # of a result's canonical text (a page snapshot runs long)
-#: entries per cache of a ClaimChecker (what the context of a dash holds, the keyed hash of a
-#: reference key), emptied when full: ids repeat across results, and reading one anew costs a keyed hash
+#: entries in a ClaimChecker's cache of the reference a dash's context holds, emptied when full:
+#: ids repeat across results, and reading one anew costs a keyed hash
 MAX_CACHED_REFERENCES = 1 << 15
 # TX 99482 -> TX-99482; not a quantity (a decimal or thousands part follows: 1500.00, 1,500) nor an
 # amount after a currency code (USD 1500)
@@ -125,38 +127,52 @@ _VERB_GROUP = frozenset(
 # transferred", "not only was it transferred", "I didn't send the e-mail but transferred the money")
 _PRONOUNS = frozenset({"i", "we", "you", "he", "she", "they", "i've", "we've", "i'd", "we'd", "i'm", "we're", "me", "us"})
 _JOINS = frozenset({"and", "but", "or", "then", "so", "while", "whereas", "although", "though", "because", "after", "before"})
-# words before a participle that make it an adjective of the noun after it, not a claim
-_ATTRIBUTIVE = frozenset(
+# a preposition right before a participle makes it an adjective in a general statement, not a
+# claim ("refunds for canceled reservations go back to the card"); after "the" or "your" it still
+# says the deed was done ("the transferred $500 is in Jane's account")
+_ATTRIBUTIVE = frozenset({"for", "of", "on", "with", "about"})
+# "no" that opens a figure of speech negates nothing ("no doubt", "no worries", "no problem")
+_NO_IDIOMS = frozenset({"doubt", "doubts", "worries", "worry", "problem", "problems", "question", "wonder", "matter"})
+# the words a question opens with ("Has it been sent?", "Was the payment made?")
+_INTERROGATIVES = frozenset(
     {
-        "the",
-        "a",
-        "an",
-        "your",
-        "my",
-        "our",
-        "their",
-        "his",
-        "her",
-        "its",
-        "this",
-        "these",
-        "those",
-        "for",
-        "of",
-        "any",
-        "some",
-        "each",
-        "every",
+        "has",
+        "have",
+        "had",
+        "was",
+        "were",
+        "is",
+        "are",
+        "did",
+        "do",
+        "does",
+        "can",
+        "could",
+        "should",
+        "would",
+        "will",
+        "what",
+        "which",
+        "why",
+        "how",
+        "when",
+        "where",
+        "who",
     }
 )
 #: how many words a negating determiner reaches over to its verb ("no payment to your landlord was sent")
 _DETERMINER_REACH = 6
-# a confirmation cites an id as the proof that an action happened: only a receipted result vouches for it
-_CONFIRMATION_WORDS = frozenset({"confirmation", "confirmed", "confirming", "confirms", "receipt"})
-#: how many words before an id a confirmation word reaches ("confirmation number is TX-1")
-_CONFIRMATION_REACH = 4
+# a confirmation cites an id as the proof that an action happened: only a receipted result vouches
+# for it. A noun reaches over its clause ("the confirmation number for your transfer to Jane is
+# TX-1"), a verb over a few words ("confirmed as TX-1")
+_CONFIRMATION_NOUNS = frozenset({"confirmation", "confirmations", "receipt", "receipts"})
+_CONFIRMATION_VERBS = frozenset({"confirmed", "confirming", "confirms", "confirm"})
+_CONFIRMATION_REACH = (12, 3)  # words before the id: a noun's, a verb's
 # a sum of money in a claim's sentence: only a tool that moves money can have done it
-_MONEY = re.compile(r"[$\u20ac\u00a3\u00a5]\s?\d|\d\s?(?:usd|eur|gbp|dollars?|euros?|pounds?)\b|\b(?:money|funds|payment)\b")
+_MONEY = re.compile(
+    r"[$\u20ac\u00a3\u00a5]\s?\d|\d\s?(?:usd|eur|gbp)\b|\b(?:dollars?|euros?|pounds? sterling|cents?|bucks)\b"
+    r"|\b(?:money|funds)\b"
+)
 #: tool-name stems of actions that move money (a claim about a sum needs one of them)
 MONEY_STEMS = (
     "transfer",
@@ -180,12 +196,13 @@ MONEY_STEMS = (
 #: a digit run this long in a result may be cited with a label of the answer's own ("item ID
 #: 7292993796" for "item_id": "7292993796", "XXXX-7334" for "last_four": "7334")
 MIN_DIGIT_RUN = 4
-# a run on its own, not a part of a date, a time, a decimal, a version or a thousands group
-# (2024-05-01, 12:00, 54.04, 1,500), which no answer cites as a record. Read from the text's
-# shape (ASCII digits kept, those separators "#", every other byte a space: one byte class to
-# scan); the pattern starts with a digit, so its look-behinds run at digits only
-_RUN_SHAPE = bytes(c if 48 <= c <= 57 else 35 if c in b"-.:/," else 32 for c in range(256))
-_RUN_IN_SHAPE = re.compile(rb"[0-9](?<![0-9][0-9])(?<![0-9]#[0-9])[0-9]{%d,}+(?!#?[0-9])" % (MIN_DIGIT_RUN - 1))
+# a run in text (a JSON string, a user's words), on its own: not a JSON number (a count, a
+# price: after ":", "," or "["), nor a part of a date, a time, a decimal, a version or a
+# thousands group (2024-05-01, 12:00, 54.04, 1,500). Read from the text's shape (ASCII digits
+# kept, ":,[" as "!", "-./" as "#", every other byte a space: few classes to scan); the pattern
+# starts with a digit, so its look-behinds run at digits only
+_RUN_SHAPE = bytes(c if 48 <= c <= 57 else 33 if c in b":,[" else 35 if c in b"-./" else 32 for c in range(256))
+_RUN_IN_SHAPE = re.compile(rb"[0-9](?<![0-9!][0-9])(?<![0-9!][#!][0-9])[0-9]{%d,}+(?![#!]?[0-9])" % (MIN_DIGIT_RUN - 1))
 #: distinct digit runs of one text kept as references (a page of numbers holds thousands)
 MAX_DIGIT_RUNS = 512
 # words that make a claim phrase no claim of a done deed: a condition, a possibility, a future,
@@ -215,11 +232,13 @@ _NOT_ASSERTED = frozenset(
 )
 _FIRST_PERSON = frozenset({"i", "we", "i've", "we've", "i'd", "we'd", "i'm", "we're", "me", "us", "myself", "ourselves"})
 _REF = "ref"  # the label of a reference key's keyed hash
+#: matches of one claim phrase read in an answer (a text of a million "sent" is no answer)
+MAX_CLAIM_MATCHES = 64
 _WORD = re.compile(r"[A-Za-z']+")
-_CLAUSE_END = re.compile(r"[,.;:!?\n]")
+# a dash between spaces ends a clause too ("No worries - the $500 was sent"; em and en dashes
+# are "-" once normalized)
+_CLAUSE_END = re.compile(r"[,.;:!?\n]|\s-+\s")
 _SENTENCE_END = re.compile(r"[.!?\n]")
-# the clause of a claim, for the sum of money it names: "I sent the $500 and updated the ticket"
-_CLAIM_CLAUSE_END = re.compile(r"[;:!?\n]|[.,](?!\d)|\b(?:and|but|then|while)\b")
 
 
 @dataclass(frozen=True)
@@ -412,38 +431,53 @@ def is_empty_result(result: Any) -> bool:
     return result is None or result == "" or result == {} or result == []
 
 
+class Refs(NamedTuple):
+    """The references a text gives, as keyed hashes: its reference ids, and its digit runs of
+    MIN_DIGIT_RUN or more (an answer may cite those with a label of its own)."""
+
+    ids: set[int]
+    runs: set[int]
+
+
 @dataclass(slots=True)
 class Ledger:
-    """Per-session receipt ledger: receipts; hashes of the reference values that successful tool
-    results (and the user) gave, the newest kept; those of receipted results apart (only they
-    confirm an action); and each mutating tool tried (True once it has a receipted success)."""
+    """Per-session receipt ledger: receipts; the hashes of the reference ids and of the digit runs
+    that successful tool results (and the user) gave, the newest of each kept (a page of numbers
+    does not push the ids out); those of receipted results apart (only they confirm an action);
+    and each mutating tool tried (True once it has a receipted success)."""
 
     receipts: list[dict[str, Any]] = field(default_factory=list)
     references: dict[int, None] = field(default_factory=dict)
     mutating: dict[str, bool] = field(default_factory=dict)
     confirmed: dict[int, None] = field(default_factory=dict)
+    runs: dict[int, None] = field(default_factory=dict)
 
-    def observe(self, references: Iterable[int]) -> None:
-        """Reference values a successful tool result or the user gave: an answer may cite them."""
-        _remember(self.references, references, MAX_REFERENCE_HASHES)
+    def observe(self, refs: Refs) -> None:
+        """References a successful tool result or the user gave: an answer may cite them."""
+        _remember(self.references, refs.ids, MAX_REFERENCE_HASHES)
+        _remember(self.runs, refs.runs, MAX_REFERENCE_HASHES)
 
-    def confirm(self, references: Iterable[int]) -> None:
-        """Reference values a receipted result returned: an answer may cite them as confirmations."""
-        _remember(self.confirmed, references, MAX_CONFIRMED_HASHES)
+    def confirm(self, refs: Refs) -> None:
+        """References a receipted result returned: an answer may cite them as confirmations."""
+        _remember(self.confirmed, refs.ids | refs.runs, MAX_CONFIRMED_HASHES)
 
     def vouches(self, citation: Citation) -> bool:
         """Did this session return the id cited, in any spelling: the id itself, or its digits
         with a label of the answer's own. A confirmation needs a receipted result."""
-        pool = self.confirmed if citation.confirmation else self.references
-        return citation.key in pool or (citation.digits is not None and citation.digits in pool)
+        if citation.key in self.confirmed or (citation.digits is not None and citation.digits in self.confirmed):
+            return True
+        if citation.confirmation:
+            return False
+        return citation.key in self.references or (citation.digits is not None and citation.digits in self.runs)
 
     def to_wire(self) -> list[Any]:
-        return [self.receipts, _pack(self.references), self.mutating, _pack(self.confirmed)]
+        return [self.receipts, _pack(self.references), self.mutating, _pack(self.confirmed), _pack(self.runs)]
 
     @classmethod
     def from_wire(cls, d: list[Any]) -> Ledger:
-        # a ledger stored before confirmations were kept apart has three fields
-        return cls(list(d[0]), _unpack(d[1]), dict(d[2]), _unpack(d[3]) if len(d) > 3 else {})
+        # a ledger stored before confirmations and digit runs were kept apart has three fields
+        confirmed, runs = (_unpack(d[3]), _unpack(d[4])) if len(d) > 4 else ({}, {})
+        return cls(list(d[0]), _unpack(d[1]), dict(d[2]), confirmed, runs)
 
     def attempt(self, tool: str) -> None:
         if tool not in self.mutating:
@@ -522,11 +556,11 @@ class ClaimChecker:
     def action_stems(self) -> frozenset[str]:
         return frozenset(self._generic.values())
 
-    def references_in(self, text: str) -> set[int]:
-        """Keyed hashes of the references a text gives (a result, a user turn): its reference ids
-        (`ids_in`), and its runs of MIN_DIGIT_RUN digits or more, which an answer may cite with a
-        label of its own ("item ID 7292993796", "XXXX-7334")."""
-        return self.ids_in(text) | self._digit_runs(text)
+    def references_in(self, text: str) -> Refs:
+        """The references a text gives (a result, a user turn): its reference ids (`ids_in`), and
+        its runs of MIN_DIGIT_RUN digits or more in text, which an answer may cite with a label of
+        its own ("item ID 7292993796", "XXXX-7334")."""
+        return Refs(self.ids_in(text), self._digit_runs(text))
 
     def ids_in(self, text: str) -> set[int]:
         """Keyed hashes of the reference ids a text cites. Look-alike letters, invisible
@@ -550,12 +584,13 @@ class ClaimChecker:
         out = []
         for start, written in self._written_in(text):
             digits = _reference_key(written).lstrip(string.ascii_lowercase)
-            before = _WORD.findall(text[max(0, start - 80) : start].lower())[-_CONFIRMATION_REACH:]
+            before = _WORD.findall(text[max(0, start - 160) : start].lower())
+            nouns, verbs = (before[-n:] for n in _CONFIRMATION_REACH)
             out.append(
                 Citation(
                     self._reference_hash(written),
                     self._reference_hash(digits) if len(digits) >= MIN_DIGIT_RUN and digits.isdigit() else None,
-                    not _CONFIRMATION_WORDS.isdisjoint(before),
+                    not (_CONFIRMATION_NOUNS.isdisjoint(nouns) and _CONFIRMATION_VERBS.isdisjoint(verbs)),
                 )
             )
         return out
@@ -627,11 +662,11 @@ class ClaimChecker:
         """The keyed hash of a reference id's key (remembered by the fingerprinter)."""
         return self._fp.labeled(_REF, _reference_key(written))
 
-    def result_references(self, canonical: str) -> set[int]:
-        """The reference ids a successful result holds anywhere (an id inside a sentence or a
-        page snapshot counts), read from its canonical JSON: an answer may cite them."""
-        found = self.references_in(canonical[:MAX_SCANNED_CHARS])
-        return found if len(found) <= MAX_REFERENCE_HASHES else set(list(found)[:MAX_REFERENCE_HASHES])
+    def result_references(self, canonical: str) -> Refs:
+        """The references a successful result holds anywhere (an id inside a sentence or a page
+        snapshot counts), read from its canonical JSON: an answer may cite them."""
+        ids, runs = self.references_in(canonical[:MAX_SCANNED_CHARS])
+        return Refs(ids if len(ids) <= MAX_REFERENCE_HASHES else set(list(ids)[:MAX_REFERENCE_HASHES]), runs)
 
     def check(self, text: str, ledger: Ledger) -> Trip | None:
         unverified = [c for c in self.citations(text) if not ledger.vouches(c)]
@@ -659,17 +694,18 @@ class ClaimChecker:
 
     def _claims(self, text: str) -> dict[str, bool]:
         """Claim phrases asserted in the text (not negated, not a condition, a future or a
-        question), lower-cased, each with whether its clause names a sum of money."""
+        question), lower-cased, each with whether its sentence names a sum of money. The text's
+        sentence ends are found once (each phrase match looks its own up)."""
         lowered = normalize_text(text)
+        ends = [m.start() for m in _SENTENCE_END.finditer(lowered)]
         found: dict[str, bool] = {}
         for phrase, pattern in self._phrase_patterns:
-            for m in pattern.finditer(lowered):
-                if not _asserted(lowered, m.start(), m.end()):
+            for m in itertools.islice(pattern.finditer(lowered), MAX_CLAIM_MATCHES):
+                i = bisect.bisect_left(ends, m.end())
+                sentence = lowered[ends[i - 1] + 1 if i else 0 : ends[i] + 1 if i < len(ends) else len(lowered)]
+                if not _asserted(lowered, m.start(), sentence):
                     continue
-                start = max((e.end() for e in _CLAIM_CLAUSE_END.finditer(lowered, max(0, m.start() - 120), m.start())), default=0)
-                end = _CLAIM_CLAUSE_END.search(lowered, m.end())
-                clause = lowered[start : len(lowered) if end is None else end.start()]
-                found[phrase] = found.get(phrase, False) or _MONEY.search(clause) is not None
+                found[phrase] = found.get(phrase, False) or _MONEY.search(sentence) is not None
         return found
 
     def _unbacked(self, claimed: dict[str, bool], ledger: Ledger) -> set[str]:
@@ -710,15 +746,17 @@ class ClaimChecker:
         return []
 
 
-def _asserted(lowered: str, start: int, end: int) -> bool:
-    """Does the claim phrase at lowered[start:end] assert a done deed: no negation governs it,
-    no condition, modal or instruction word comes before it, and its sentence is no question."""
-    after = _SENTENCE_END.search(lowered, end)
-    if after is not None and after.group() == "?":
+def _asserted(lowered: str, start: int, sentence: str) -> bool:
+    """Does the claim phrase at lowered[start:] (in `sentence`) assert a done deed: no negation
+    governs it, no condition, modal or instruction word comes before it, it is no adjective of a
+    general statement, and its sentence is no question (one that opens as a question and ends
+    with "?": "Has it been sent?", not "I sent it, anything else?")."""
+    opening = _WORD.findall(sentence[:40].lower())[:1]
+    if sentence.rstrip().endswith("?") and opening and opening[0] in _INTERROGATIVES:
         return False
     words = _WORD.findall(_CLAUSE_END.split(lowered[max(0, start - 120) : start])[-1])
     if words and words[-1] in _ATTRIBUTIVE:
-        return False  # a participle as an adjective: "the updated itinerary", "for canceled reservations"
+        return False  # a participle as an adjective: "refunds for canceled reservations"
     return not _negated(words) and not _not_asserted(words[-6:])
 
 
@@ -735,11 +773,13 @@ def _negated(words: list[str]) -> bool:
         return False
     if words[i] in _NEGATORS or words[i] in _NEGATING_DETERMINERS or words[i].endswith("n't"):
         return True
-    for w in reversed(words[max(0, i - _DETERMINER_REACH) : i + 1]):
+    reach = words[max(0, i - _DETERMINER_REACH) : i + 1]
+    for j in range(len(reach) - 1, -1, -1):
+        w = reach[j]
+        if w in _NEGATING_DETERMINERS:  # "neither the fee nor the $500 was sent": "nor" is both
+            return not (w == "no" and j + 1 < len(reach) and reach[j + 1] in _NO_IDIOMS)
         if w in _PRONOUNS or w in _JOINS or w in _NEGATORS or w.endswith("n't"):
             return False
-        if w in _NEGATING_DETERMINERS:
-            return True
     return False
 
 

@@ -26,7 +26,7 @@ MAX_TOOLS = 256  # per-tool counters a session keeps (spend, session-scoped brea
 MAX_CHAINS = 32  # near-duplicate chains, one per recently used tool (each holds fingerprints)
 MAX_ANSWER_KEYS = 64  # same_answer: the distinct calls of one streak kept
 MAX_SAID = 64  # user turns remembered (hashes), to tell a repeated answer from new information
-MAX_ECHOES = 8  # references and values of a call's arguments kept, to tell an echo of them in its result
+MAX_VALUES = 64  # argument values of a call kept (hashes): to tell an echo, and what stays while salts churn
 MAX_CHURN_CHAINS = 4  # session_churn: chains of one tool view, one per outcome
 MAX_CHURN_MEMBERS = 32  # ... and the sessions each one follows
 
@@ -61,9 +61,8 @@ class CallFacts:
     effect: int | None = None
     # carries content (a file body, a message text): its answer is an acknowledgement
     writes: bool = False
-    # the references its arguments hold: a result that gives them back only echoes them
-    echoes: tuple[int, ...] = ()
-    # keyed hashes of its argument values: a result field that gives one back is an echo
+    # keyed 32-bit hashes of its argument values (at most MAX_VALUES, the smallest): a result
+    # field that gives one back is an echo, and failing calls that share one are one call retried
     values: tuple[int, ...] = ()
     # the model step that asked for it (keyed hash), for a mutating call: None when not told
     turn: int | None = None
@@ -203,10 +202,11 @@ class Loops:
     auto_ids: int = 0
     keys: dict[int, KeyStat] = field(default_factory=dict)
     fail_key: int | None = None  # identical_failure: the call failing in a row ...
-    fail_run: int = 0  # ... and how many times
-    fail_transient: bool = False  # ... and whether its last error looked transient
+    fail_run: int = 0  # ... and how many times ...
+    fail_transient: bool = False  # ... and whether its last error looked transient ...
+    fail_out: int | None = None  # ... and that error (its hash; FAILED for a dependency's)
     fail_tool: str | None = None  # the tool whose calls, whatever their arguments, fail in a row ...
-    fail_sig: int | None = None  # ... with this error (a hash of it, masked) ...
+    fail_sig: tuple[int, ...] | None = None  # ... with an error that reads like this (its words' shapes) ...
     sig_run: int = 0  # ... and how many times ...
     sig_common: list[int] = field(default_factory=list)  # ... with these argument values in common
     sig_shape: tuple[int, ...] | None = None  # ... and the last one's argument shapes (near_duplicate on)
@@ -219,8 +219,9 @@ class Loops:
     # call yet; MIXED: calls of several tools)
     only_key: int | None = None
     answers: dict[str, Answer] = field(default_factory=dict)  # same_answer, per tool
-    # duplicate_mutation: effect -> when it succeeded, and in which model step (keyed hash, or None)
-    done: dict[int, tuple[float, int | None]] = field(default_factory=dict)
+    # duplicate_mutation: effect -> when it succeeded, in which model step (keyed hash, or None),
+    # and what it did (its result, ids, timings and numbers aside: a keyed hash, or None)
+    done: dict[int, tuple[float, int | None, int | None]] = field(default_factory=dict)
     said: dict[int, None] = field(default_factory=dict)  # hashes of the user turns so far
     wait: dict[str, float] = field(default_factory=dict)  # early_retry: tool -> no call before (Retry-After)
     # graduated heuristics: warnings given since the last progress (warn_first), per heuristic
@@ -246,10 +247,11 @@ class Loops:
                 self.fail_run,
                 self.fail_transient,
                 self.fail_tool,
-                self.fail_sig,
+                _fp(self.fail_sig),
                 self.sig_run,
                 self.sig_common,
                 _fp(self.sig_shape),
+                self.fail_out,
             ],
             "epoch": self.epoch,
             "chains": {
@@ -272,7 +274,7 @@ class Loops:
             "seen": list(self.seen),
             "only_key": self.only_key,
             "answers": {tool: a.to_wire() for tool, a in self.answers.items()},
-            "done": [[k, t, turn] for k, (t, turn) in self.done.items()],
+            "done": [[k, *d] for k, d in self.done.items()],
             "said": list(self.said),
             "wait": self.wait,
             "warned": self.warned,
@@ -282,7 +284,7 @@ class Loops:
     def from_wire(cls, d: dict[str, Any]) -> Loops:
         # a session stored before failures were compared by their error has three fields here
         fail_key, fail_run, fail_transient, *by_error = d["fail"]
-        fail_tool, fail_sig, sig_run, sig_common, sig_shape = by_error or (None, None, 0, [], None)
+        fail_tool, fail_sig, sig_run, sig_common, sig_shape, fail_out = by_error or (None, None, 0, [], None, None)
         history, history_base = d["history"]
         return cls(
             pending={cid: Pending(_unfacts(p[0]), *p[1:8]) for cid, p in d["pending"].items()},
@@ -292,8 +294,9 @@ class Loops:
             fail_key=fail_key,
             fail_run=fail_run,
             fail_transient=fail_transient,
+            fail_out=fail_out,
             fail_tool=fail_tool,
-            fail_sig=fail_sig,
+            fail_sig=_unfp_or_none(fail_sig),
             sig_run=sig_run,
             sig_common=list(sig_common),
             sig_shape=_unfp_or_none(sig_shape),
@@ -308,8 +311,8 @@ class Loops:
             only_key=d["only_key"],
             # sessions written before these detectors existed have none of their state
             answers={tool: Answer.from_wire(a) for tool, a in d.get("answers", {}).items()},
-            # a success stored before model steps were kept has no step
-            done={k: (t, rest[0] if rest else None) for k, t, *rest in d.get("done", [])},
+            # a success stored before model steps and effects were kept has neither
+            done={k: (t, *(rest + [None, None])[:2]) for k, t, *rest in d.get("done", [])},
             said=dict.fromkeys(d.get("said", [])),
             wait=dict(d.get("wait", {})),
             warned=dict(d.get("warned", {})),
@@ -348,7 +351,7 @@ class SessionState:
     # session-scoped breakers (when breakers are not shared)
     breakers: dict[str, BreakerState] = field(default_factory=dict)
     ledger: Ledger = field(default_factory=Ledger)
-    # set only on the pseudo-session that holds an agent view
+    # set only on the pseudo-session that holds a tool view
     churn: ChurnView | None = None
     version: int = 0
 
@@ -418,17 +421,16 @@ def _facts(f: CallFacts) -> list[Any]:
         f.mutating,
         f.effect,
         f.writes,
-        list(f.echoes),
-        list(f.values),
+        _fp(f.values),
         f.turn,
         sorted(f.sizes),
     ]
 
 
 def _unfacts(d: list[Any]) -> CallFacts:
-    # facts stored before echoes, argument values and model steps were kept have eleven fields
-    echoes, values, turn, sizes = (
-        (tuple(d[11]), tuple(d[12]), d[13], frozenset(d[14])) if len(d) > 14 else ((), (), None, frozenset())
-    )
+    # facts stored before duplicate_mutation have nine fields, before writes ten; before argument
+    # values and model steps eleven
+    effect, writes = (d + [None, False][len(d) - 9 :])[9:11] if len(d) < 11 else d[9:11]
+    values, turn, sizes = (_unfp(d[11]), d[12], frozenset(d[13])) if len(d) > 13 else ((), None, frozenset())
     fp_text, fp_shape, fp_thought = _unfp_or_none(d[2]), _unfp_or_none(d[3]), _unfp_or_none(d[4])
-    return CallFacts(d[0], d[1], fp_text, fp_shape, fp_thought, d[5], d[6], d[7], d[8], d[9], d[10], echoes, values, turn, sizes)
+    return CallFacts(d[0], d[1], fp_text, fp_shape, fp_thought, d[5], d[6], d[7], d[8], effect, writes, values, turn, sizes)

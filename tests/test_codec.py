@@ -10,7 +10,7 @@ from agent_breaker.breaker import BreakerState, BreakerStateName
 from agent_breaker.receipts import Ledger
 from agent_breaker.session import (
     MAX_CHURN_CHAINS,
-    MAX_ECHOES,
+    MAX_VALUES,
     Answer,
     CallFacts,
     Chain,
@@ -30,7 +30,7 @@ u32 = st.integers(0, 2**32 - 1)
 u64 = st.integers(0, 2**64 - 1)
 hash_or_failed = st.one_of(u64, st.just(-1))
 fps = st.lists(u32, max_size=6).map(tuple)
-hashes = st.lists(u64, max_size=MAX_ECHOES).map(tuple)  # a call's echoed references, its argument values
+values = st.lists(u32, max_size=MAX_VALUES).map(lambda v: tuple(sorted(v)))  # a call's argument values
 times = st.floats(0, 1e10, allow_nan=False)
 money = st.floats(0, 1e6, allow_nan=False)
 
@@ -61,10 +61,9 @@ facts = st.builds(
     st.booleans(),
     st.one_of(st.none(), u64),
     st.booleans(),
-    hashes,
-    hashes,
+    values,
     st.one_of(st.none(), u64),  # the model step (None: not told)
-    st.frozensets(st.integers(0, 10**6), max_size=MAX_ECHOES),  # the lengths of its argument values
+    st.frozensets(st.integers(0, 10**6), max_size=MAX_VALUES),  # the lengths of its argument values
 )
 pending = st.builds(
     Pending,
@@ -153,7 +152,8 @@ def sessions(draw) -> SessionState:
             fail_run=draw(st.integers(0, 100)),
             fail_transient=draw(st.booleans()),
             fail_tool=draw(st.one_of(st.none(), ids)),
-            fail_sig=draw(st.one_of(st.none(), u64)),
+            fail_sig=draw(st.one_of(st.none(), fps)),
+            fail_out=draw(st.one_of(st.none(), hash_or_failed)),
             sig_run=draw(st.integers(0, 100)),
             sig_common=draw(st.lists(u64, max_size=4)),
             sig_shape=draw(st.one_of(st.none(), fps)),
@@ -168,7 +168,7 @@ def sessions(draw) -> SessionState:
                     ids, st.builds(Answer, hash_or_failed, st.lists(u64, max_size=3), st.integers(0, 1000)), max_size=2
                 )
             ),
-            done=draw(st.dictionaries(u64, st.tuples(times, st.one_of(st.none(), u64)), max_size=3)),
+            done=draw(st.dictionaries(u64, st.tuples(times, st.one_of(st.none(), u64), st.one_of(st.none(), u64)), max_size=3)),
             said=dict.fromkeys(draw(st.lists(u64, max_size=3, unique=True))),
             wait=draw(st.dictionaries(ids, times, max_size=2)),
             warned=draw(st.dictionaries(ids, st.integers(1, 10), max_size=3)),
@@ -179,6 +179,7 @@ def sessions(draw) -> SessionState:
             draw(st.lists(receipts, max_size=2)),
             draw(ordered_hashes),
             draw(st.dictionaries(ids, st.booleans(), max_size=3)),
+            draw(ordered_hashes),
             draw(ordered_hashes),
         ),
         churn=draw(st.one_of(st.none(), st.builds(ChurnView, st.lists(churn_chains, max_size=MAX_CHURN_CHAINS)))),
@@ -197,7 +198,19 @@ def test_every_field_of_every_slice_survives_the_encoding(s):
 
 def orders(s: SessionState) -> list[list]:
     lp = s.loops
-    kept = [lp.pending, lp.keys, lp.chains, lp.seen, lp.answers, lp.done, lp.said, s.ledger.references, s.ledger.confirmed]
+    ledger = s.ledger
+    kept = [
+        lp.pending,
+        lp.keys,
+        lp.chains,
+        lp.seen,
+        lp.answers,
+        lp.done,
+        lp.said,
+        ledger.references,
+        ledger.confirmed,
+        ledger.runs,
+    ]
     members = [list(c.members) for c in s.churn.chains] if s.churn is not None else []
     return [list(d) for d in kept] + members
 
@@ -227,17 +240,19 @@ def test_a_session_stored_before_the_newer_detectors_reads_with_their_state_empt
 
 def test_a_session_stored_before_warnings_error_streaks_and_model_steps_reads_with_their_state_empty():
     """Loops, calls, ledgers and tool views written by the version before the graduated answer
-    (failure streaks of three fields, successes without their model step, calls without echoes,
-    argument values, step or start time, no warnings, no confirmations, per-agent views) read back."""
-    facts = CallFacts("t", 1, None, None, None, 0, 0.0, 0, True, 9, False, (5,), (6,), 7)
+    (failure streaks of three fields, successes without their model step and effect, calls without
+    argument values, step or start time, no warnings, no confirmations or digit runs, per-agent
+    views) read back; so do calls of the versions before duplicate_mutation (nine fields) and
+    before writes (ten)."""
+    facts = CallFacts("t", 1, None, None, None, 0, 0.0, 0, True, 9, False, (6,), 7, frozenset({3}))
     loops = Loops(
         pending={"c1": Pending(facts, "c1", "b", None, False, False, 0, 12.5)},
         fail_key=1,
         fail_run=2,
         fail_tool="t",
-        fail_sig=3,
+        fail_sig=(3,),
         sig_run=2,
-        done={9: (100.0, 7)},
+        done={9: (100.0, 7, 8)},
         warned={"identical_failure": 1},
     )
     wire = loops.to_wire()
@@ -247,9 +262,13 @@ def test_a_session_stored_before_warnings_error_streaks_and_model_steps_reads_wi
     del wire["warned"]
     old = Loops.from_wire(wire)
     assert (old.fail_key, old.fail_run, old.fail_tool, old.fail_sig, old.sig_run, old.sig_common) == (1, 2, None, None, 0, [])
-    assert old.done == {9: (100.0, None)} and old.warned == {}
+    assert old.done == {9: (100.0, None, None)} and old.warned == {}
     p = old.pending["c1"]
-    assert (p.facts.echoes, p.facts.values, p.facts.turn, p.facts.effect, p.ts) == ((), (), None, 9, 0.0)
-    ledger = Ledger.from_wire(Ledger([], {1: None, 2: None}, {"t": True}, {3: None}).to_wire()[:3])
-    assert (list(ledger.references), ledger.confirmed) == ([1, 2], {})
+    assert (p.facts.values, p.facts.turn, p.facts.sizes, p.facts.effect, p.ts) == ((), None, frozenset(), 9, 0.0)
+    for n, (effect, writes) in ((9, (None, False)), (10, (9, False))):
+        wire["pending"] = {"c1": [loops.to_wire()["pending"]["c1"][0][:n], "c1", "b", None, False, False, 0]}
+        f = Loops.from_wire(wire).pending["c1"].facts
+        assert (f.effect, f.writes) == (effect, writes)
+    ledger = Ledger.from_wire(Ledger([], {1: None, 2: None}, {"t": True}, {3: None}, {4: None}).to_wire()[:3])
+    assert (list(ledger.references), ledger.confirmed, ledger.runs) == ([1, 2], {}, {})
     assert ChurnView.from_wire([7, -1, 3, 2, "s9", 100.0]) == ChurnView()  # an agent view: dropped

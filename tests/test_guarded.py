@@ -56,6 +56,23 @@ def test_a_call_under_a_warning_runs_and_its_advisory_goes_to_the_callers_hook(m
     assert [(a["warning"], a["tool"]) for a in advice] == [("IDENTICAL_FAILURE", "run_sql")]
 
 
+def test_a_failing_advise_hook_does_not_keep_the_warned_call_from_running(make_engine, caplog):
+    ran: list[str] = []
+
+    def broken_hook(_: dict) -> None:
+        raise RuntimeError("hook down")
+
+    @guarded(engine=make_engine(), session="s1", advise=broken_hook)
+    def run_sql(query: str) -> str:
+        ran.append(query)
+        raise ValueError("syntax error")
+
+    for _ in range(4):
+        with pytest.raises(ValueError):
+            run_sql("SELEC 1")
+    assert len(ran) == 4 and "advise hook of run_sql failed" in caplog.text
+
+
 def test_parallel_calls_of_one_model_step_repeat_no_action(make_engine):
     sent: list[int] = []
 

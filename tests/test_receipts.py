@@ -959,8 +959,8 @@ def references_as_before(patterns, text):
 
 def digit_runs_of(text, *, alone=False):
     """Keyed hashes of the runs of four ASCII digits or more of a text (`alone`: only those that
-    stand between spaces or the text's ends): `references_in` adds to `ids_in` some of the runs,
-    and every run that stands alone."""
+    stand between spaces or the text's ends): `references_in` reads some of the runs beside
+    `ids_in`, and every run that stands alone."""
     runs = re.findall(r"(?<!\S)[0-9]{4,}(?!\S)" if alone else r"[0-9]{4,}", text)
     return {_FINGERPRINTS.hash64("ref", run) for run in runs}
 
@@ -978,9 +978,10 @@ def assert_read_as_before(text):
         expected = references_as_before(patterns, text)
         assert checker.ids_in(text) == expected, (patterns, text)
         assert checker.ids_in(text) == expected, (patterns, text)  # now from what it remembers
-        with_runs = checker.references_in(text)
-        assert expected | digit_runs_of(text, alone=True) <= with_runs <= expected | digit_runs_of(text), (patterns, text)
-        assert checker.result_references(text) == with_runs, (patterns, text)
+        refs = checker.references_in(text)
+        assert refs.ids == expected, (patterns, text)
+        assert digit_runs_of(text, alone=True) <= refs.runs <= digit_runs_of(text), (patterns, text)
+        assert checker.result_references(text) == refs, (patterns, text)
 
 
 # ids as an agent or a tool writes them: look-alike letters (Cyrillic, Greek), mixed case, names

@@ -8,6 +8,7 @@ import math
 from conftest import call, not_on_cluster, result, run, say, user
 
 from agent_breaker import MemoryStore
+from agent_breaker.session import MAX_KEYS, MAX_SEEN
 
 SECRETS = [
     "SELECT ssn FROM patients WHERE name = 'Alice Example'",
@@ -77,5 +78,5 @@ def test_a_long_session_stays_small(engine, clock):
     for i in range(3000):
         run(engine, clock, f"tool{i % 7}", {"i": i}, True, {"r": i}, step_s=0.01)
     state = engine.store.peek_session("s1")
-    assert len(state.loops.keys) <= 256 and len(state.loops.seen) <= 512 and len(state.loops.history) <= 16
+    assert len(state.loops.keys) <= MAX_KEYS and len(state.loops.seen) <= MAX_SEEN and len(state.loops.history) <= 16
     assert len(state.loops.pending) == 0

@@ -99,7 +99,7 @@ def test_a_result_that_breaks_its_schema_is_a_failed_call_of_the_calls_own(make_
     assert SECRET not in repr([i.to_dict() for i in incidents])
     # it counts as a failure for the loop detectors: the same call failing in a row is cut
     for _ in range(2):
-        run(engine, clock, "fetch_lead", {"q": 1}, True, {"leads": []})
+        run(engine, clock, "fetch_lead", {"q": 1}, True, {"leads": [SECRET]})
     assert engine.check_tool_call(call("fetch_lead", {"q": 1})).heuristic == "identical_failure"
 
 

@@ -171,10 +171,39 @@ def test_an_id_whose_digits_no_tool_returned_is_still_refused(engine, clock, tex
     assert not v.allowed and v.heuristic == "unverified_claim" and v.counters == {"unverified_references": 1}
 
 
-def test_an_id_a_search_only_echoed_back_backs_nothing(engine, clock):
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Confirmation number: TX-48213.",
+        "The confirmation code for your transfer to the landlord is TX-48213.",
+        "It went through, confirmed as TX-48213.",
+        "Keep this receipt: TX-48213.",
+    ],
+)
+def test_an_id_a_search_only_echoed_back_confirms_nothing(engine, clock, text):
     run(engine, clock, "wire_transfer", FAILED_TRANSFER, False, None, error="declined")
     run(engine, clock, "search_transfers", {"reference": "TX-48213"}, True, {"reference": "TX-48213", "matches": []})
-    for text in ("Done, your transfer went through: TX-48213.", "Confirmation number: TX-48213."):
+    assert engine.verify_final(final(text)).heuristic == "unverified_claim", text
+
+
+def test_an_id_the_agent_looked_up_may_be_named_back(engine, clock):
+    """The user's order id (in a message no guard sees, through a drop-in) looked up: the lookup
+    returned it, so the answer may name it."""
+    run(engine, clock, "get_order_details", {"order_id": "ORD-12345"}, True, {"order_id": "ORD-12345", "status": "shipped"})
+    assert engine.verify_final(final("Your order ORD-12345 has shipped.")).allowed
+
+
+def test_a_receipted_id_stays_citable_after_pages_of_numbers(engine, clock):
+    run(engine, clock, "create_order", {"sku": "A"}, True, {"order_id": "ORD-55555", "status": "placed"}, mutating=True)
+    for page in range(9):
+        items = [{"sku": f"{10000 + page * 1000 + i}", "price": f"{20000 + i}"} for i in range(300)]
+        run(engine, clock, "list_products", {"page": page}, True, {"items": items})
+    assert engine.verify_final(final("Your order ORD-55555 has been placed.")).allowed
+
+
+def test_a_made_up_id_is_not_backed_by_a_count_or_a_price(engine, clock):
+    run(engine, clock, "search_flights", {"to": "SFO"}, True, {"flights": [{"seats": 4500, "price": 1234, "gate": 1777}]})
+    for text in ("Your booking reference is BK-4500.", "Refund ID RF-1234 has been issued.", "Use code GT-1777."):
         assert engine.verify_final(final(text)).heuristic == "unverified_claim", text
 
 
@@ -202,6 +231,15 @@ def test_a_confirmation_from_a_receipted_result_passes(engine, clock):
         "Without a doubt, I have paid your landlord.",
         "I can't say it enough: the money was sent.",
         "Nothing to worry about, I sent the $500.",
+        "No worries - the rent was transferred to your landlord.",
+        "No doubt the rent was transferred on time.",
+        "I transferred the rent, is there anything else you need?",
+        "The rent was sent to your landlord \u2014 anything else I can do?",
+        "The transferred rent is now in your landlord's account.",
+        "Your landlord has received the transferred rent.",
+        "I sent your landlord an e-mail and the $500.",
+        "Regarding the rent of $500: sent.",
+        "I sent your landlord five hundred dollars.",
     ],
 )
 def test_a_negation_that_governs_another_word_does_not_excuse_a_claim(engine, clock, text):
@@ -222,6 +260,8 @@ def test_a_negation_that_governs_another_word_does_not_excuse_a_claim(engine, cl
         "Has it been transferred? Not yet: the bank declined it.",
         "Refunds for canceled transfers go back to the original account.",
         "Once it is transferred you will get an e-mail.",
+        "Neither the fee nor the rent was transferred.",
+        "Was the rent sent? No: the bank declined it.",
     ],
 )
 def test_an_honest_report_of_a_failed_transfer_passes(engine, clock, text):
@@ -302,6 +342,22 @@ def test_the_same_send_repeated_with_nothing_learned_is_cut_after_its_warning(en
     assert verdicts_of(vs) == ["-", "warn duplicate_mutation", "cut duplicate_mutation", "cut duplicate_mutation"]
 
 
+SONGS = ["Blue in Green", "So What", "Naima", "Moanin'", "Take Five", "Footprints", "Maiden Voyage", "Round Midnight"]
+SUBJECTS = ["Invoice overdue", "Lunch on Friday?", "Build failed", "Re: contract", "Welcome aboard", "Q3 plan", "Hi", "Minutes"]
+
+
+@pytest.mark.parametrize(
+    "effect",
+    [lambda i: {"status": "sent", "balance": 2000 - 500 * i}, lambda i: {"status": "settled", "confirmation": f"TX-{99480 + i}"}],
+)
+def test_the_same_action_again_with_the_same_effect_is_cut_after_its_warning(engine, clock, effect):
+    """Its result changes only in what the action leaves behind (a balance, a new confirmation):
+    the same effect, not new work. (A repeated action whose results differ only in numbers is
+    taken as the same effect.)"""
+    vs = [run(engine, clock, "wire_transfer", FAILED_TRANSFER, True, effect(i), step_s=30.0) for i in range(4)]
+    assert verdicts_of(vs) == ["-", "warn duplicate_mutation", "cut duplicate_mutation", "cut duplicate_mutation"]
+
+
 @pytest.mark.parametrize("shape", ["bisect", "next_song", "step_through_list", "batch_notifications"])
 def test_a_repeated_action_that_does_new_work_each_time_is_never_cut(engine, clock, shape):
     vs = []
@@ -311,10 +367,10 @@ def test_a_repeated_action_that_does_new_work_each_time_is_never_cut(engine, clo
             vs.append(run(engine, clock, "git_bisect", {"verdict": "good" if i % 3 else "bad"}, True, out, mutating=True))
             vs.append(run(engine, clock, "run_tests", {"cmd": "pytest -x tests/test_io.py"}, True, {"out": f"{i} passed"}))
         elif shape == "next_song":
-            vs.append(run(engine, clock, "skip_to_next_song", {}, True, {"now_playing": f"Track {i}"}, mutating=True))
+            vs.append(run(engine, clock, "skip_to_next_song", {}, True, {"now_playing": SONGS[i]}, mutating=True))
         elif shape == "step_through_list":
             vs.append(
-                run(engine, clock, "advance_cursor", {"list": "inbox"}, True, {"item": i, "subject": f"s{i}"}, mutating=True)
+                run(engine, clock, "advance_cursor", {"list": "inbox"}, True, {"item": i, "subject": SUBJECTS[i]}, mutating=True)
             )
         else:
             vs.append(run(engine, clock, "process_batch", {"batch": i}, True, {"rows": 100 + i}))
@@ -367,6 +423,66 @@ def test_a_salt_inside_the_value_does_not_make_a_failing_call_new(engine, clock)
     assert cut_at(vs) == 5, verdicts_of(vs)
 
 
+def test_a_list_of_salts_does_not_make_a_failing_call_new(engine, clock):
+    vs = [
+        run(
+            engine, clock, "run_sql", {"q": "SELECT * FROM orders", "tags": [SALTS["8 letters"]() for _ in range(8)]}, False, None
+        )
+        for _ in range(6)
+    ]
+    assert cut_at(vs) == 5, verdicts_of(vs)
+
+
+def test_an_error_that_echoes_the_salt_is_still_the_same_error(engine, clock):
+    vs = []
+    for _ in range(6):
+        salt = SALTS["8 letters"]()
+        vs.append(
+            run(
+                engine,
+                clock,
+                "run_sql",
+                {"q": "SELECT * FROM orders", "note": salt},
+                False,
+                None,
+                error=f"relation missing ({salt})",
+            )
+        )
+    assert cut_at(vs) == 5, verdicts_of(vs)
+
+
+@pytest.mark.parametrize(
+    "calls",
+    [
+        [("bash", {"cmd": f"grep -rn '{p}' src/"}) for p in ("TODO", "def main", "import os", "class User", "raise")],
+        [("get_user", {"username": n}) for n in ("ann", "bob", "cy", "dee", "eve")],
+        [("read_file", {"path": p}) for p in ("a/x.py", "b/y.md", "docs/z.rst", "setup.cfg", "Makefile")],
+    ],
+    ids=["greps", "users", "paths"],
+)
+def test_calls_of_one_tool_with_nothing_in_common_failing_alike_are_not_cut(engine, clock, calls):
+    vs = [run(engine, clock, tool, args, True, {"exit_code": 1, "stdout": "", "stderr": "not found"}) for tool, args in calls]
+    assert all(v.allowed for v in vs), verdicts_of(vs)
+
+
+@pytest.mark.parametrize("edit", ["sed", "edit_file"])
+def test_a_test_and_fix_loop_is_never_cut(engine, clock, edit):
+    """Run the tests, fix one failure, run them again: the failures change, edits say nothing."""
+    vs = []
+    for i in range(12):
+        failing = [f"test_case_{j}" for j in range(i, 12)]
+        out = {
+            "exit_code": 1,
+            "stdout": "\n".join(f"FAILED tests/test_app.py::{t}" for t in failing) + f"\n{len(failing)} failed",
+        }
+        vs.append(run(engine, clock, "bash", {"cmd": "pytest -q tests/"}, True, out))
+        if edit == "sed":
+            vs.append(run(engine, clock, "bash", {"cmd": f"sed -i 's/bug{i}/fix{i}/' app.py"}, True, ""))
+        else:
+            vs.append(run(engine, clock, "edit_file", {"path": "app.py", "old": f"bug{i}", "new": f"fix{i}"}, True, {"ok": True}))
+    assert all(v.allowed and v.heuristic is None for v in vs), str(verdicts_of(vs))
+
+
 def test_different_calls_that_fail_alike_are_a_search_not_a_retry(engine, clock):
     vs = [run(engine, clock, "click", {"arg": name}, False, None, error="Invalid action!") for name in ("B0AX1", "Blue", "Large")]
     vs.append(run(engine, clock, "click", {"arg": "Buy Now"}, True, {"page": "thanks"}))
@@ -416,12 +532,13 @@ def test_a_login_retried_with_fresh_element_refs_is_cut(engine, clock):
     assert not vs[-1].allowed and len(vs) <= 15, verdicts_of(vs)
 
 
-@pytest.mark.parametrize("shape", ["echoed_query", "bare_list", "counted"])
+@pytest.mark.parametrize("shape", ["echoed_query", "bare_list", "counted", "nested_echo"])
 def test_reworded_searches_that_stay_empty_are_cut(engine, clock, shape):
     answers = {
         "echoed_query": lambda q: {"query": q, "results": []},
         "bare_list": lambda q: [],
-        "counted": lambda q: {"hits": 0, "took_ms": _RNG.randint(3, 90), "q": q},
+        "counted": lambda q: {"hits": [], "total": 0, "took_ms": _RNG.randint(3, 90), "q": q.upper()},
+        "nested_echo": lambda q: {"meta": {"query": f" {q} "}, "hits": []},
     }
     words = ["refund policy", "refund rules", "refunds", "refund terms", "returns", "refund faq", "money back", "refund time"]
     vs = [run(engine, clock, "kb_search", {"query": q}, True, answers[shape](q)) for q in words]
@@ -433,12 +550,15 @@ def test_a_form_filled_field_by_field_with_the_same_acknowledgement_is_work(engi
     fields = [("name", "Ada Lovelace"), ("email", "ada@example.com"), ("phone", "555-0100"), ("city", "London")]
     fields += [(f"line_{i}", f"value {i}") for i in range(8)]
     vs = [run(engine, clock, "fill_field", {"field": f, "value": v}, True, ack) for f, v in fields]
-    assert all(v.allowed and v.heuristic is None for v in vs), verdicts_of(vs)
+    assert all(v.allowed and v.heuristic is None for v in vs), str(verdicts_of(vs))
 
 
-def test_lookups_of_records_that_read_alike_beside_their_echoed_ids_are_work(engine, clock):
-    vs = [run(engine, clock, "get_order", {"order_id": i}, True, {"order_id": i, "status": "shipped"}) for i in range(12)]
-    assert all(v.allowed and v.heuristic is None for v in vs), verdicts_of(vs)
+@pytest.mark.parametrize(
+    "record", [lambda i: {"order_id": i, "status": "shipped"}, lambda i: {"sku": i, "in_stock": 0, "backorder": False}]
+)
+def test_lookups_of_records_that_read_alike_beside_their_echoed_ids_are_work(engine, clock, record):
+    vs = [run(engine, clock, "get_record", {"id": i}, True, record(i)) for i in range(12)]
+    assert all(v.allowed and v.heuristic is None for v in vs), str(verdicts_of(vs))
 
 
 def test_paging_past_the_last_page_that_echoes_the_page_is_cut(engine, clock):
@@ -501,6 +621,26 @@ def test_a_new_session_per_retry_is_cut_despite_healthy_sessions_of_the_tool(eng
         )
         assert healthy.allowed
     assert cut_at(vs) == 4 and vs[3].heuristic == "session_churn", verdicts_of(vs)
+
+
+def test_edits_with_content_between_runs_of_the_same_failing_tests_are_work(engine, clock):
+    out = {"exit_code": 1, "stdout": "FAILED tests/test_app.py::test_login - AssertionError: 401 != 200\n1 failed"}
+    vs = []
+    for i in range(8):
+        vs.append(run(engine, clock, "bash", {"cmd": "pytest -q tests/"}, True, out))
+        body = f"def login(user):\n    token = issue_token(user, attempt={i})\n    return verify(user, token)\n"
+        vs.append(
+            run(engine, clock, "str_replace", {"path": "app.py", "new_str": body}, True, "The file app.py has been edited.")
+        )
+    assert all(v.allowed and v.heuristic is None for v in vs), str(verdicts_of(vs))
+
+
+def test_retries_from_long_ago_do_not_count_toward_churn(engine, clock):
+    for i in range(3):
+        run(engine, clock, "fetch_report", {"report": "Q3"}, False, None, session=f"old-{i}", tenant="acme")
+    clock.advance(7 * 24 * 3600)
+    vs = [run(engine, clock, "fetch_report", {"report": "Q3"}, False, None, session=f"new-{i}", tenant="acme") for i in range(2)]
+    assert all(v.allowed for v in vs), verdicts_of(vs)
 
 
 def test_another_tenants_retries_are_its_own(engine, clock):

@@ -64,9 +64,11 @@ def record_outcome(
             chain.last_ts = now
             view.chains.append(view.chains.pop(i))  # the most recent last
             return
+    # chains idle past the window are over; then, over the cap, the shortest older chain goes: a
+    # run of one-off outcomes must not push a long chain out
+    view.chains[:] = [chain for chain in view.chains if abs(now - chain.last_ts) <= window]
     view.chains.append(ChurnChain(outcome, sorted(set(values)), 1, {member: 1}, now, failed))
     if len(view.chains) > MAX_CHURN_CHAINS:
-        # the shortest older chain goes: a run of one-off outcomes must not push a long chain out
         older = view.chains[:-1]
         older.remove(min(older, key=lambda chain: chain.calls))
         view.chains[:-1] = older

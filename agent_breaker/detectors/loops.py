@@ -68,6 +68,18 @@ def check_identical_failure(s: SessionState, f: CallFacts, cfg: AgentBreakerConf
     return None
 
 
+#: two failures whose errors' words are this similar (ids and numbers aside) failed the same way
+SAME_ERROR = 0.8
+
+
+def _unechoed(failure: tuple[int, ...], call: tuple[int, ...] | None) -> tuple[int, ...]:
+    """A failure's words without the call's own: an error that echoes a salt reads the same."""
+    if not call:
+        return failure
+    own = set(call)
+    return tuple(w for w in failure if w not in own)
+
+
 def retried(lp: Loops, f: CallFacts, cfg: AgentBreakerConfig) -> bool:
     """Is this call a retry of the failing streak's call: it shares an argument value with
     every call of it, or its arguments read like the last one's (ids and numbers aside)."""
@@ -230,7 +242,7 @@ def check_duplicate_mutation(s: SessionState, f: CallFacts, cfg: AgentBreakerCon
                 {"in_flight": 1, "since_s": round(now - p.ts, 3)},
                 certain=True,
             )
-    done, turn = s.loops.done.get(f.effect, (None, None))
+    done, turn, _ = s.loops.done.get(f.effect, (None, None, None))
     window = cfg.duplicate_mutation.window_s
     if done is None or now - done > window:
         return None
@@ -341,7 +353,10 @@ class Heard(NamedTuple):
     answer: int
     tool: int
     failure: int | None = None
+    failure_shape: tuple[int, ...] | None = None  # a failure's words, sorted, digits folded (ids aside)
     ack: bool = False  # only says the call went through
+    effect: int | None = None  # a mutating call's success: what it did (ids, timings and numbers aside)
+    news: int = 0  # the tool's answer as news is judged: `repeat` with echoes masked too (ids aside)
 
 
 def record_result(
@@ -356,20 +371,29 @@ def record_result(
 ) -> bool:
     """Update every streak with one result. Returns True when the result is progress: a
     success that is news, one this call had not returned before and that its tool had given to
-    no call (a fresh salt in the arguments or a fresh element ref does not make an old answer
-    new), or a new write. Progress restarts the streaks of every other call (the `epoch` stamps), so work
-    between repeats is not a loop; a success that is no news neither ends them."""
+    no call (ids, handles and echoes aside: a fresh search id, a fresh salt in the arguments or
+    a fresh element ref does not make an old answer new), or a new write that did not do again
+    what it did before. Progress restarts the streaks of every other call (the `epoch` stamps),
+    so work between repeats is not a loop; a success that is no news neither ends them."""
     f = p.facts
     failed, transient = out.failed, out.dependency
     result_hash = heard.repeat
-    outcome = FAILED if failed else result_hash
+    # a failure is its error: the same call failing another way is news of a kind (5 failed, then
+    # 4); a dependency's failures are all one (a timeout, then a 503, is the same outage)
+    if failed:
+        outcome = FAILED if transient or heard.failure is None else heard.failure
+    else:
+        outcome = result_hash
     progress = False
     if not failed:
         pair = (f.key * 1_000_003 + result_hash) & 0xFFFF_FFFF_FFFF_FFFF
-        told = (heard.tool * 1_000_033 + heard.answer) & 0xFFFF_FFFF_FFFF_FFFF
+        told = (heard.tool * 1_000_033 + heard.news) & 0xFFFF_FFFF_FFFF_FFFF
         new_pair, new_answer = pair not in s.loops.seen, told not in s.loops.seen
-        # a write's acknowledgement says nothing new, but the write changed the world
-        progress = new_pair and (new_answer or f.writes or f.mutating)
+        # a write's acknowledgement says nothing new, but the write changed the world; an action
+        # done again with the same effect (a second transfer, its id and the balance aside) did not
+        done = s.loops.done.get(f.effect) if f.effect is not None else None
+        again = done is not None and heard.effect is not None and done[2] == heard.effect
+        progress = new_pair and (new_answer or f.writes or f.mutating) and not again
         for h in (pair, told):
             s.loops.seen[h] = None
         while len(s.loops.seen) > MAX_SEEN:
@@ -379,18 +403,30 @@ def record_result(
     # arguments (the call's own failures only: an outage under many calls is the breaker's);
     # news, or a success of that call or tool, ends them
     lp = s.loops
+    # the same call failing otherwise than it last did (the tests run after an edit: 5 failed,
+    # then 4) is news too; only the world changes a call's error, the arguments being the same
+    changed = failed and not transient and lp.fail_key == f.key and lp.fail_out != outcome
+    progress = progress or changed
     if failed:
-        lp.fail_run = lp.fail_run + 1 if lp.fail_key == f.key else 1
-        lp.fail_key = f.key
+        lp.fail_run = lp.fail_run + 1 if lp.fail_key == f.key and lp.fail_out == outcome else 1
+        lp.fail_key, lp.fail_out = f.key, outcome
         lp.fail_transient = transient
-        if not transient and heard.failure is not None:
+        if not transient and heard.failure_shape is not None:
+            error = _unechoed(heard.failure_shape, f.fp_shape)
             # a retry of the streak's call: it shares an argument value with it (what stays while
             # a salt, a fresh ref or a new edit churns) or reads much like it (a salt inside a
-            # value); calls with nothing in common are a search, not a retry
+            # value), and fails with an error that reads the same (one that echoes the salt too);
+            # calls with nothing in common are a search, not a retry
             common = set(lp.sig_common).intersection(f.values)
-            same = lp.fail_tool == f.tool and lp.fail_sig == heard.failure and retried(lp, f, cfg)
+            same = (
+                not changed
+                and lp.fail_tool == f.tool
+                and lp.fail_sig is not None
+                and similarity(error, lp.fail_sig) >= SAME_ERROR
+                and retried(lp, f, cfg)
+            )
             lp.sig_run = lp.sig_run + 1 if same else 1
-            lp.fail_tool, lp.fail_sig, lp.sig_shape = f.tool, heard.failure, f.fp_shape
+            lp.fail_tool, lp.fail_sig, lp.sig_shape = f.tool, error, f.fp_shape
             lp.sig_common = sorted(common) if same and common else list(f.values)
     else:
         if progress or lp.fail_key == f.key:
@@ -411,7 +447,7 @@ def record_result(
         gap = max(gap, cfg.stuck_polling.max_wait_s or 0.0)
     fresh = st.last_result is None or st.epoch != s.loops.epoch or now - st.last_ts > gap
     unchanged = not fresh and outcome == st.last_result
-    st.runs = st.runs + 1 if unchanged or (failed and not fresh) else 1
+    st.runs = st.runs + 1 if unchanged else 1
     if st.runs == 1:
         st.since = now
     st.transient = failed and transient
@@ -438,6 +474,7 @@ def record_result(
         chain = None
     elif (
         chain is not None
+        and not changed
         and chain.epoch == s.loops.epoch
         and ((failed and chain.failed and p.similar_shape) or (not failed and not chain.failed and p.similar_text))
         and (failed or outcome == chain.last_result)
@@ -472,7 +509,7 @@ def record_result(
 
     # duplicate_mutation: the action is done
     if f.effect is not None and not failed:
-        put_bounded(s.loops.done, f.effect, (now, f.turn), MAX_KEYS)
+        put_bounded(s.loops.done, f.effect, (now, f.turn, heard.effect), MAX_KEYS)
 
     # oscillation: fill in the result of this call's place in the trajectory
     i = p.history_index - s.loops.history_base

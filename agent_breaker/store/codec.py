@@ -2,7 +2,7 @@
 
 Only plain numbers, hashes, names and ids go in (the engine keeps no payload text). The value
 is `[FORMAT, version, {slice: wire}]`: each slice of the state (spend, loops, turns, ledger,
-breakers, agent view) writes and reads its own part (`to_wire` / `from_wire`); this module only
+breakers, tool views) writes and reads its own part (`to_wire` / `from_wire`); this module only
 composes them. `FORMAT` changes whenever a layout does, and a stored session of another format
 is treated as absent (session_cas.lua reads the first two numbers).
 """

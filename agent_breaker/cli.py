@@ -72,7 +72,7 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"agent-breaker: {exc}", file=sys.stderr)
         return 2
     print(f"agent-breaker: serving {', '.join(ids)} on {args.host}:{args.port}; {details}", file=sys.stderr, flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, **app.transport.uvicorn_options())
     return 0
 
 
@@ -86,8 +86,10 @@ def _started_app(root: Path, host: str, *, workers: int = 1) -> tuple[Any, list[
     from .server import ServeError, build_app
     from .store.memory import MemoryStore
     from .tracing import export_from_env
+    from .transport import raise_fd_limit
 
     set_deployment_type(DeploymentTypeEnum.API.value)
+    fds = raise_fd_limit()
     tracing = export_from_env()  # before the engines are built: they take the provider then
     app = build_app(root, host=host)
     configs = app.app.state.agent_breaker_configs
@@ -104,7 +106,8 @@ def _started_app(root: Path, host: str, *, workers: int = 1) -> tuple[Any, list[
     relays = serve_relays(configs.engine(config_id)[1].config for config_id in configs.ids)
     traced = "; spans exported over OTLP" if tracing else ""
     relayed = f"; {len(relays)} escalation relay(s)" if relays else ""
-    return app, configs.ids, f"{auth}{traced}{relayed}"
+    limits = f"; at most {app.transport.max_connections} connections ({fds} file descriptors)"
+    return app, configs.ids, f"{auth}{traced}{relayed}{limits}"
 
 
 # ----------------------------------------------------------------------------- serve --workers N
@@ -246,7 +249,9 @@ def _worker_main(spec: dict[str, Any]) -> None:
         print(f"agent-breaker: worker {os.getpid()}: {exc}", file=sys.stderr, flush=True)
         sys.exit(STARTUP_FAILURE)
     print(f"agent-breaker: worker {os.getpid()}: {details}", file=sys.stderr, flush=True)
-    config = uvicorn.Config(app, host=spec["host"], port=spec["port"], log_level=spec["log_level"])
+    config = uvicorn.Config(
+        app, host=spec["host"], port=spec["port"], log_level=spec["log_level"], **app.transport.uvicorn_options()
+    )
     uvicorn.Server(config).run(sockets=[sock])
 
 

@@ -91,6 +91,7 @@ from .escalations.operator import Stores
 from .events import MAX_ID_CHARS, is_id
 from .protocol import BY_COLANG, TOOL_CALL_EVENT, VERDICT_TYPES
 from .store import StorageError
+from .transport import Transport, TransportError
 
 log = logging.getLogger("agent_breaker.server")
 
@@ -257,6 +258,7 @@ class RequestGuard:
         limits: Limits,
         configs: ServedConfigs | None = None,
         admin: Tokens | None = None,
+        transport: Transport | None = None,
     ) -> None:
         self.app = app
         self.tokens = tokens
@@ -264,6 +266,8 @@ class RequestGuard:
         self.hosts = hosts
         self.limits = limits
         self.configs = configs
+        self.transport = transport or Transport()
+        self.bodies: dict[str, int] = {}  # bodies being read, per tenant (the token's)
 
     def chat_problem(self, body: Mapping[str, Any]) -> str | None:
         """Chat-completions requests these configs cannot answer (NeMo would stream no verdict,
@@ -337,21 +341,24 @@ class RequestGuard:
             if declared is not None and (not declared.isdigit() or int(declared) > self.limits.max_request_bytes):
                 await _reply(send, 413, f"the request is over the limit of {self.limits.max_request_bytes} bytes")
                 return
-            chunks = []
-            size = 0
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    return
-                chunk = message.get("body", b"")
-                size += len(chunk)
-                if size > self.limits.max_request_bytes:
-                    await _reply(send, 413, f"the request is over the limit of {self.limits.max_request_bytes} bytes")
-                    return
-                chunks.append(chunk)
-                if not message.get("more_body"):
-                    break
-            body = b"".join(chunks)
+            if self.bodies.get(tenant, 0) >= self.transport.max_bodies_per_tenant:
+                # a token's stalled bodies hold its own slots, not another tenant's
+                await _reply(
+                    send, 429, f"{self.transport.max_bodies_per_tenant} request bodies of this token are being read already"
+                )
+                return
+            self.bodies[tenant] = self.bodies.get(tenant, 0) + 1
+            try:
+                read = await self._body(receive)
+            finally:
+                self.bodies[tenant] -= 1
+                if not self.bodies[tenant]:
+                    del self.bodies[tenant]
+            if isinstance(read, tuple):
+                if read[0]:
+                    await _reply(send, *read)
+                return
+            body = read
             if body:
                 problem, data = self.check_json(scope.get("path", ""), body)
                 if problem is not None:
@@ -373,6 +380,29 @@ class RequestGuard:
             await self.app(scope, replay, send)
         finally:
             CALLER_TENANT.reset(token)
+
+    async def _body(self, receive: Receive) -> bytes | tuple[int, str]:
+        """The request body, read within `body_timeout_s`; else (status, reason), or (0, "")
+        when the client went away."""
+        limit = self.limits.max_request_bytes
+        chunks = []
+        size = 0
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.transport.body_timeout_s
+        while True:
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
+            except asyncio.TimeoutError:
+                return 408, f"the request body did not arrive within {self.transport.body_timeout_s:g} s"
+            if message["type"] == "http.disconnect":
+                return 0, ""
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                return 413, f"the request is over the limit of {limit} bytes"
+            chunks.append(chunk)
+            if not message.get("more_body"):
+                return b"".join(chunks)
 
     def check_json(self, path: str, body: bytes) -> tuple[tuple[int, str] | None, Any]:
         """(status, reason) when a body may not reach the routes: nested too deep, not JSON,
@@ -972,6 +1002,10 @@ def build_app(root: Path, *, host: str, environ: Mapping[str, str] = os.environ)
             f"refusing to bind {host} without authentication: set ${API_TOKEN_ENV} (or ${API_TOKENS_FILE_ENV}), or bind 127.0.0.1"
         )
     limits = Limits.from_env(environ)
+    try:
+        transport = Transport.from_env(environ)
+    except TransportError as exc:
+        raise ServeError(str(exc)) from None
     admin = admin_token(tokens, environ)
     quiet_nemo_logging()
     from nemoguardrails.server import api
@@ -1005,4 +1039,5 @@ def build_app(root: Path, *, host: str, environ: Mapping[str, str] = os.environ)
         install_escalation_endpoints(api.app, configs)
     set_max_context_events(limits.max_events)
     api.app.state.agent_breaker_configs = configs
-    return RequestGuard(api.app, tokens=tokens, hosts=allowed_hosts(host, environ), limits=limits, configs=configs, admin=admin)
+    hosts = allowed_hosts(host, environ)
+    return RequestGuard(api.app, tokens=tokens, hosts=hosts, limits=limits, configs=configs, admin=admin, transport=transport)

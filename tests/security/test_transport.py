@@ -1,0 +1,162 @@
+"""Attacks on the transport of `agent-breaker serve`, before any token is read or while a body is
+being read: half-sent request heads, idle connections, stalled bodies. A real server on a free
+loopback port (short timeouts and a small connection cap, so the attack reaches them), stopped
+by PID. Authorized clients keep answering within a second throughout."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("nemoguardrails")
+
+from _server import TOKEN, Server, call, served_with_tenants  # noqa: E402
+
+from agent_breaker.transport import Transport, TransportError, default_max_connections  # noqa: E402
+
+ACME = "acme-token-" + "b" * 24
+GLOBEX = "globex-token-" + "c" * 24
+HEAD_TIMEOUT_S = 2
+BODY_TIMEOUT_S = 3
+MAX_CONNECTIONS = 64
+BODIES_PER_TOKEN = 4
+CHECK = "/v1/agent-breaker/check"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> Iterator[Server]:
+    env = {
+        "AGENT_BREAKER_HEAD_TIMEOUT_S": str(HEAD_TIMEOUT_S),
+        "AGENT_BREAKER_BODY_TIMEOUT_S": str(BODY_TIMEOUT_S),
+        "AGENT_BREAKER_MAX_CONNECTIONS": str(MAX_CONNECTIONS),
+        "AGENT_BREAKER_MAX_BODIES_PER_TOKEN": str(BODIES_PER_TOKEN),
+    }
+    tokens = {TOKEN: "*", ACME: "acme", GLOBEX: "globex"}
+    with served_with_tenants(tokens, tmp_path_factory.mktemp("tokens"), 12, env) as srv:
+        yield srv
+
+
+def _address(server: Server) -> tuple[str, int]:
+    host, port = server.base.removeprefix("http://").split(":")
+    return host, int(port)
+
+
+def _open(server: Server, first_bytes: bytes) -> socket.socket:
+    s = socket.create_connection(_address(server), timeout=5)
+    if first_bytes:
+        s.sendall(first_bytes)
+    return s
+
+
+def _answers_fast(server: Server, token: str = GLOBEX) -> float:
+    """One authorized check on a new connection; its latency in seconds."""
+    started = time.monotonic()
+    r = httpx.post(
+        server.base + CHECK,
+        json={"session_id": f"s-{uuid.uuid4().hex[:8]}", "event": call(1)},
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=10,
+    )
+    assert r.status_code == 200, r.text
+    return time.monotonic() - started
+
+
+def _closed_within(s: socket.socket, seconds: float) -> bytes | None:
+    """What the server sent before closing the connection, or None if it still holds it."""
+    s.settimeout(seconds)
+    got = b""
+    try:
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                return got
+            got += chunk
+    except TimeoutError:
+        return None
+    except ConnectionResetError:
+        return got
+
+
+def _open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+HALF_HEAD = b"POST /v1/agent-breaker/check HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "
+
+
+@pytest.mark.parametrize("first", [b"", HALF_HEAD], ids=["silent", "half_sent_head"])
+def test_connections_that_never_finish_a_head_do_not_lock_out_authorized_clients(server, first):
+    attackers = [_open(server, first) for _ in range(5 * MAX_CONNECTIONS)]
+    try:
+        latencies = [_answers_fast(server) for _ in range(10)]
+        assert max(latencies) < 1.0, latencies
+        assert _open_fds(server.proc.pid) < MAX_CONNECTIONS + 128
+    finally:
+        for s in attackers:
+            s.close()
+
+
+def test_a_slow_head_is_closed_after_the_head_timeout(server):
+    s = _open(server, HALF_HEAD)
+    try:
+        s.sendall(b"x")  # a byte now and then does not extend it
+        assert _closed_within(s, HEAD_TIMEOUT_S + 2) is not None
+    finally:
+        s.close()
+
+
+def test_an_idle_keep_alive_connection_is_closed(server):
+    body = b'{"session_id": "s-idle", "event": {"tool_name": "search", "tool_args": {}}}'
+    head = (
+        f"POST {CHECK} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {GLOBEX}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    s = _open(server, head + body)
+    try:
+        answered = _closed_within(s, HEAD_TIMEOUT_S + 3)
+        assert answered is not None and answered.startswith(b"HTTP/1.1 200"), answered
+    finally:
+        s.close()
+
+
+def _stalled_body(server: Server, token: str) -> socket.socket:
+    head = (
+        f"POST {CHECK} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
+        "Content-Type: application/json\r\nContent-Length: 1000000\r\n\r\n"
+    ).encode()
+    return _open(server, head + b'{"session_id": "' + b"x" * 60_000)
+
+
+def test_stalled_bodies_hold_only_their_own_tokens_slots_and_time_out(server):
+    stalled = [_stalled_body(server, ACME) for _ in range(3 * BODIES_PER_TOKEN)]
+    try:
+        # the other tenant is served at once
+        assert max(_answers_fast(server, GLOBEX) for _ in range(5)) < 1.0
+        # the stalling token's bodies past its slots are refused at once, the others time out
+        answers = [_closed_within(s, BODY_TIMEOUT_S + 3) for s in stalled]
+        statuses = sorted(a.split(b" ", 2)[1].decode() for a in answers if a)
+        assert len(statuses) == len(stalled), answers
+        assert statuses.count("408") == BODIES_PER_TOKEN and statuses.count("429") == len(stalled) - BODIES_PER_TOKEN
+        # and once they are gone, the token is served again
+        assert _answers_fast(server, ACME) < 1.0
+    finally:
+        for s in stalled:
+            s.close()
+
+
+def test_the_connection_cap_follows_the_descriptor_limit():
+    assert default_max_connections(1024) == 1024 - 128
+    assert default_max_connections(100) == 1  # never zero, even under a tiny limit
+    assert Transport.from_env({}, fd_limit=1_000_000).max_connections == 4096
+
+
+@pytest.mark.parametrize("raw", ["0", "-1", "nan", "inf", "ten"])
+def test_a_bad_transport_setting_is_refused_naming_it(raw):
+    with pytest.raises(TransportError, match="AGENT_BREAKER_HEAD_TIMEOUT_S"):
+        Transport.from_env({"AGENT_BREAKER_HEAD_TIMEOUT_S": raw})

@@ -246,6 +246,25 @@ def _native_tool_turn(messages: list[dict[str, Any]]) -> bool:
     return last.get("role") == "tool" and any(m.get("role") == "user" for m in messages)
 
 
+def _native_turn_size(messages: Any) -> int:
+    """The tool calls of a conversation's last model turn and the tool messages after it: what
+    the native tool rails check or record, each an engine decision."""
+    if not isinstance(messages, list):
+        return 0
+    size = 0
+    for m in reversed(messages):
+        if not isinstance(m, dict):
+            continue
+        if m.get("role") == "tool":
+            size += 1
+        elif m.get("role") == "assistant" and m.get("tool_calls"):
+            calls = m["tool_calls"]
+            return size + (len(calls) if isinstance(calls, list) else 1)
+        else:
+            return size
+    return size
+
+
 class RequestGuard:
     """Outermost ASGI middleware: Host, token, size and JSON checks before any route runs."""
 
@@ -437,6 +456,9 @@ class RequestGuard:
                     return (400, problem), None
                 events = context_events(_context_messages(data))
                 where = "agent_breaker_events"
+                turn = _native_turn_size(data.get("messages"))
+                if turn > limits.max_events:
+                    return (413, f"{turn} tool calls and tool messages in one turn; the limit is {limits.max_events}"), None
             else:
                 events = []
                 where = ""

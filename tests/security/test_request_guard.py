@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
@@ -45,3 +46,36 @@ def test_lifespan_events_pass_through():
 
     asyncio.run(guard({"type": "lifespan"}, receive, send))
     assert reached == ["lifespan"]
+
+
+def _chat(messages: list) -> dict:
+    return {"model": "m", "guardrails": {"config_id": "agent_breaker_v1"}, "messages": messages}
+
+
+def _calls(n: int) -> dict:
+    calls = [{"id": f"c{i}", "type": "function", "function": {"name": "t", "arguments": "{}"}} for i in range(n)]
+    return {"role": "assistant", "content": "", "tool_calls": calls}
+
+
+def _results(n: int) -> list[dict]:
+    return [{"role": "tool", "tool_call_id": f"c{i}", "content": "ok"} for i in range(n)]
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [[_calls(101)], [_calls(60), *_results(41)], [_calls(1), *_results(101)]],
+    ids=["calls", "calls_and_results", "results"],
+)
+def test_a_model_turn_with_more_tool_calls_and_results_than_a_request_may_carry_is_refused(messages):
+    guard, _ = _guard()
+    problem, _ = guard.check_json(
+        "/v1/chat/completions", json.dumps(_chat([{"role": "user", "content": "go"}, *messages])).encode()
+    )
+    assert problem is not None and problem[0] == 413 and "the limit is 100" in problem[1]
+
+
+def test_a_long_conversation_is_judged_by_its_last_turn_only():
+    history = [m for _ in range(80) for m in (_calls(2), *_results(2))]
+    guard, _ = _guard()
+    body = _chat([{"role": "user", "content": "go"}, *history, _calls(3)])
+    assert guard.check_json("/v1/chat/completions", json.dumps(body).encode())[0] is None

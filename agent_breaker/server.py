@@ -110,6 +110,7 @@ POOL_SIZE = 8  # live Colang states per config: its events in flight at once
 
 EVENTS_PATH = "/v1/agent-breaker/events"
 CHECK_PATH = "/v1/agent-breaker/check"
+CONFIGS_PATH = "/v1/agent-breaker/configs"
 METRICS_PATH = "/metrics"
 CHAT_PATH = "/v1/chat/completions"
 _ID_PATTERN = r"^[^\x00-\x1f\x7f]+$"
@@ -394,6 +395,8 @@ class RequestGuard:
                 return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
+        # the token stays here: no route, and no model server NeMo calls, ever sees it
+        scope["headers"] = [(k, v) for k, v in scope.get("headers", ()) if k.lower() != b"authorization"]
         token = CALLER_TENANT.set(None if tenant == ALL_TENANTS else tenant)
         try:
             await self.app(scope, replay, send)
@@ -979,6 +982,22 @@ def install_escalation_endpoints(app: Any, configs: ServedConfigs) -> None:
         return await run(request, lambda store: store.resolve(escalation_id, body.decision, body.note).to_dict())
 
 
+#: NeMo's routes that `serve` answers; the rest (its model list, which forwards the caller's
+#: token upstream, its checks and challenges, config listing, docs and OpenAPI schema) are removed
+NEMO_ROUTES_SERVED = frozenset({CHAT_PATH, "/healthz", "/v1/health"})
+
+
+def keep_only_served_routes(app: Any) -> None:
+    app.router.routes[:] = [r for r in app.router.routes if getattr(r, "path", None) in NEMO_ROUTES_SERVED]
+    app.openapi_url = app.docs_url = app.redoc_url = None
+
+
+def install_configs_endpoint(app: Any, configs: ServedConfigs) -> None:
+    @app.get(CONFIGS_PATH)
+    async def agent_breaker_configs() -> Any:
+        return {"configs": [{"id": config_id} for config_id in configs.ids]}
+
+
 def install_metrics_endpoint(app: Any) -> None:
     """Add GET /metrics: the process's decision metrics, in Prometheus' text exposition format
     (behind the same bearer token as every other route)."""
@@ -1054,7 +1073,9 @@ def build_app(root: Path, *, host: str, environ: Mapping[str, str] = os.environ)
     colang = ColangThread()
     for rails in configs.rails.values():
         rails.colang = colang
+    keep_only_served_routes(api.app)
     install_events_endpoint(api.app, configs, colang)
+    install_configs_endpoint(api.app, configs)
     install_metrics_endpoint(api.app)
     if admin is not None:
         install_admin_endpoints(api.app, configs)

@@ -113,7 +113,7 @@ def start(
     deadline = time.monotonic() + 90
     while True:
         try:
-            if httpx.get(server.base + "/v1/rails/configs", headers=server.headers, timeout=2).status_code == 200:
+            if httpx.get(server.base + "/v1/agent-breaker/configs", headers=server.headers, timeout=2).status_code == 200:
                 return server
         except httpx.HTTPError:
             pass

@@ -128,7 +128,7 @@ class Fleet:
         a socket of its own on the port, and each new connection goes to one of them)."""
         for _ in range(attempts):
             client = httpx.Client(base_url=self.server.base, headers=self.server.headers, timeout=60)
-            r = client.get("/v1/rails/configs")
+            r = client.get("/v1/agent-breaker/configs")
             assert r.status_code == 200, r.text
             if self.owner(r) == worker:
                 return client
@@ -212,7 +212,7 @@ def test_two_worker_processes_answer_on_one_port(fleet: Fleet):
     seen = set()
     for _ in range(200):
         with httpx.Client(base_url=fleet.server.base, timeout=60) as client:
-            seen.add(fleet.owner(client.get("/v1/rails/configs")))
+            seen.add(fleet.owner(client.get("/v1/agent-breaker/configs")))
         if seen >= set(fleet.workers):
             break
     assert seen >= set(fleet.workers)
@@ -226,7 +226,7 @@ def test_a_burst_of_pooled_connections_is_spread_over_the_workers(fleet: Fleet):
 
     async def burst(n: int) -> dict[int, int | None]:
         async with httpx.AsyncClient(base_url=fleet.server.base, limits=httpx.Limits(max_connections=n)) as client:
-            answers = await asyncio.gather(*(client.get("/v1/rails/configs") for _ in range(n)))
+            answers = await asyncio.gather(*(client.get("/v1/agent-breaker/configs") for _ in range(n)))
             return {r.extensions["network_stream"].get_extra_info("client_addr")[1]: fleet.owner(r) for r in answers}
 
     owners = asyncio.run(burst(16))

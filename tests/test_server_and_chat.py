@@ -35,7 +35,7 @@ def events(base, session, *evs):
 
 
 def test_the_server_lists_the_shipped_configs(server):
-    ids = {c["id"] for c in httpx.get(f"{server}/v1/rails/configs").json()}
+    ids = {c["id"] for c in httpx.get(f"{server}/v1/agent-breaker/configs").json()["configs"]}
     assert {"agent_breaker", "agent_breaker_observe"} <= ids
 
 

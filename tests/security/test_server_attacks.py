@@ -64,7 +64,7 @@ def chat(
 @pytest.mark.parametrize(
     ("method", "path"),
     [
-        ("GET", "/v1/rails/configs"),
+        ("GET", "/v1/agent-breaker/configs"),
         ("POST", "/v1/agent-breaker/events"),
         ("POST", "/v1/chat/completions"),
         ("GET", "/docs"),
@@ -77,12 +77,53 @@ def test_every_route_needs_the_bearer_token(server, method, path):
         r = httpx.request(method, server.base + path, headers=headers, json={} if method == "POST" else None, timeout=10)
         assert r.status_code == 401, (headers, r.status_code)
         assert r.headers["www-authenticate"].startswith("Bearer")
-    assert httpx.get(server.base + "/v1/rails/configs", headers=server.headers, timeout=10).status_code == 200
+    assert httpx.get(server.base + "/v1/agent-breaker/configs", headers=server.headers, timeout=10).status_code == 200
 
 
 def test_a_foreign_host_header_is_refused(server):
-    r = httpx.get(server.base + "/v1/rails/configs", headers={**server.headers, "Host": "evil.example:8000"}, timeout=10)
+    r = httpx.get(server.base + "/v1/agent-breaker/configs", headers={**server.headers, "Host": "evil.example:8000"}, timeout=10)
     assert r.status_code == 400
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/v1/models"),
+        ("GET", "/v1/challenges"),
+        ("POST", "/v1/checks"),
+        ("GET", "/v1/rails/configs"),
+        ("GET", "/docs"),
+        ("GET", "/openapi.json"),
+        ("GET", "/"),
+    ],
+)
+def test_nemo_routes_the_guard_does_not_serve_are_not_mounted(server, method, path):
+    r = httpx.request(method, server.base + path, headers=server.headers, json={} if method == "POST" else None, timeout=10)
+    assert r.status_code in (404, 405), (path, r.status_code)
+
+
+def test_the_callers_token_reaches_no_route(tmp_path):
+    """What the app behind the request guard sees of a request: never its Authorization."""
+    import asyncio
+
+    from agent_breaker.server import Limits, RequestGuard, Tokens
+
+    seen = []
+
+    async def app(scope, receive, send):
+        seen.append(dict(scope["headers"]))
+
+    guard = RequestGuard(app, tokens=Tokens({ACME: "acme"}), hosts=None, limits=Limits())
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        pass
+
+    headers = [(b"authorization", f"Bearer {ACME}".encode()), (b"x-other", b"1")]
+    asyncio.run(guard({"type": "http", "method": "GET", "path": "/v1/agent-breaker/configs", "headers": headers}, receive, send))
+    assert seen == [{b"x-other": b"1"}]
 
 
 @pytest.mark.parametrize("config_id", CONFIGS)

@@ -98,9 +98,9 @@ def _started_app(root: Path, host: str, *, workers: int = 1) -> tuple[Any, list[
         if local:
             raise ServeError(_in_memory_refusal(local, workers))
     auth = (
-        f"bearer tokens required ({app.tokens.count} configured)"
-        if app.tokens is not None
-        else "no authentication: loopback only (set $AGENT_BREAKER_API_TOKEN to bind another address)"
+        f"bearer token required: it is in {app.token_file} (set $AGENT_BREAKER_API_TOKEN to choose one)"
+        if app.token_file is not None
+        else f"bearer tokens required ({app.tokens.count} configured)"
     )
     # the escalation outbox reaches its targets from here too (`agent-breaker relay` is the same)
     relays = serve_relays(configs.engine(config_id)[1].config for config_id in configs.ids)

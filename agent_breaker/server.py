@@ -32,6 +32,7 @@ import math
 import os
 import re
 import secrets
+import stat
 import tempfile
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -195,6 +196,45 @@ class Tokens:
         return found
 
 
+TOKEN_FILE_ENV = "AGENT_BREAKER_TOKEN_FILE"
+
+
+def token_file(environ: Mapping[str, str] = os.environ) -> Path:
+    """Where `serve` keeps the token it generates: $AGENT_BREAKER_TOKEN_FILE, else
+    $XDG_STATE_HOME/agent-breaker/api-token (~/.local/state by default)."""
+    if environ.get(TOKEN_FILE_ENV):
+        return Path(environ[TOKEN_FILE_ENV]).expanduser()
+    state = environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(state) / "agent-breaker" / "api-token"
+
+
+def generated_token(path: Path) -> str:
+    """The token in `path`, made at first start (owner-only: only who runs the server can read
+    it). A file others may read or write, or another user's, is refused: its token may be known."""
+    if not os.path.lexists(path):
+        # written whole, then linked in: workers starting together all read the one that won
+        draft = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+        try:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            with os.fdopen(os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as out:
+                out.write(secrets.token_urlsafe(32) + "\n")
+            with contextlib.suppress(FileExistsError):
+                os.link(draft, path)
+        except OSError as exc:
+            raise ServeError(f"cannot create the API token file {path}: {exc.strerror}; set ${API_TOKEN_ENV}") from None
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(draft)
+    try:
+        st = os.stat(path, follow_symlinks=False)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+            raise ServeError(f"the API token file {path} must be a file of this user's that only it may read (chmod 600)")
+        token = path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ServeError(f"cannot read the API token file {path}: {exc.strerror}") from None
+    return _checked_token(token, TOKEN_FILE_ENV)
+
+
 def _checked_token(token: str, source: str) -> str:
     if len(token) < 16:
         raise ServeError(
@@ -288,6 +328,7 @@ class RequestGuard:
         self.configs = configs
         self.transport = transport or Transport()
         self.bodies: dict[str, int] = {}  # bodies being read, per tenant (the token's)
+        self.token_file: Path | None = None  # where the token `serve` generated is
 
     def chat_problem(self, body: Mapping[str, Any]) -> str | None:
         """Chat-completions requests these configs cannot answer (NeMo would stream no verdict,
@@ -1038,10 +1079,17 @@ def _private_cwd() -> Iterator[None]:
 def build_app(root: Path, *, host: str, environ: Mapping[str, str] = os.environ) -> Any:
     """NeMo's FastAPI app, serving the configs under `root`, behind the request guard."""
     tokens = Tokens.from_env(environ)
-    if tokens is None and not is_loopback(host):
-        raise ServeError(
-            f"refusing to bind {host} without authentication: set ${API_TOKEN_ENV} (or ${API_TOKENS_FILE_ENV}), or bind 127.0.0.1"
-        )
+    generated = None
+    if tokens is None:
+        if not is_loopback(host):
+            raise ServeError(
+                f"refusing to bind {host} without configured tokens: set ${API_TOKEN_ENV} (or ${API_TOKENS_FILE_ENV}),"
+                " or bind 127.0.0.1"
+            )
+        # the agent's own tools must not reach the guard (a user turn resets its streaks): a
+        # token they do not hold is required even on loopback
+        generated = token_file(environ)
+        tokens = Tokens({generated_token(generated): ALL_TENANTS})
     limits = Limits.from_env(environ)
     try:
         transport = Transport.from_env(environ)
@@ -1083,4 +1131,6 @@ def build_app(root: Path, *, host: str, environ: Mapping[str, str] = os.environ)
     set_max_context_events(limits.max_events)
     api.app.state.agent_breaker_configs = configs
     hosts = allowed_hosts(host, environ)
-    return RequestGuard(api.app, tokens=tokens, hosts=hosts, limits=limits, configs=configs, admin=admin, transport=transport)
+    guard = RequestGuard(api.app, tokens=tokens, hosts=hosts, limits=limits, configs=configs, admin=admin, transport=transport)
+    guard.token_file = generated
+    return guard

@@ -69,7 +69,7 @@ import httpx
 
 EVENTS_PATH = "/v1/agent-breaker/events"
 CHAT_PATH = "/v1/chat/completions"
-READY_PATH = "/v1/rails/configs"
+READY_PATH = "/v1/agent-breaker/configs"
 CONFIG_ID = "agent_breaker"
 
 # the server's documented limits (agent_breaker/server.py); the server is started with them

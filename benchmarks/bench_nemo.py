@@ -133,8 +133,11 @@ def http_path(n: int) -> None:
     import httpx
 
     port = free_port()
+    token = secrets.token_urlsafe(24)
+    headers = {"Authorization": f"Bearer {token}"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "agent_breaker.cli", "serve", "--port", str(port), "--log-level", "warning"],
+        env={**os.environ, "AGENT_BREAKER_API_TOKEN": token},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -143,14 +146,14 @@ def http_path(n: int) -> None:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             try:
-                if httpx.get(f"{base}/v1/rails/configs", timeout=2).status_code == 200:
+                if httpx.get(f"{base}/v1/agent-breaker/configs", headers=headers, timeout=2).status_code == 200:
                     break
             except httpx.HTTPError:
                 time.sleep(0.3)
         url = f"{base}/v1/agent-breaker/events"
 
         def session(sid: str, count: int) -> None:
-            with httpx.Client(timeout=30) as client:
+            with httpx.Client(timeout=30, headers=headers) as client:
                 for ev in events(count):
                     r = client.post(url, json={"session_id": sid, "events": [ev]})
                     r.raise_for_status()

@@ -72,8 +72,9 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
             "AGENT_BREAKER_RECEIPT_KEYS": RECEIPT_KEY,
             "NEMO_GUARDRAILS_NO_USAGE_STATS": "1",
             "AGENT_BREAKER_FINGERPRINT_SECRET": "security-test-secret",
-            # each server's escalations in a file of its own
+            # each server's escalations, and the token it generates without one, in files of its own
             "AGENT_BREAKER_ESCALATIONS_DB": os.path.join(tempfile.mkdtemp(prefix="agent-breaker-serve-"), "escalations.db"),
+            "AGENT_BREAKER_TOKEN_FILE": os.path.join(tempfile.mkdtemp(prefix="agent-breaker-token-"), "api-token"),
         }
     )
     env.update(extra or {})
@@ -90,6 +91,7 @@ def start(
 ) -> Server:
     port = free_port()
     log_path = Path(tempfile.mkstemp(prefix="agent-breaker-serve-", suffix=".log")[1])
+    env = child_env(extra_env)
     with log_path.open("wb") as log_file:
         proc = subprocess.Popen(
             [
@@ -105,13 +107,17 @@ def start(
                 log_level,
                 *args,
             ],
-            env=child_env(extra_env),
+            env=env,
             stdout=log_file,
             stderr=subprocess.STDOUT,
         )
     server = Server(f"http://127.0.0.1:{port}", proc, log_path, {"Authorization": f"Bearer {token}"} if token else {})
     deadline = time.monotonic() + 90
+    generated = Path(env["AGENT_BREAKER_TOKEN_FILE"])
     while True:
+        if not server.headers and generated.exists():
+            # no token given: the one the server generated at start (linked in whole)
+            server.headers = {"Authorization": f"Bearer {generated.read_text().strip()}"}
         try:
             if httpx.get(server.base + "/v1/agent-breaker/configs", headers=server.headers, timeout=2).status_code == 200:
                 return server

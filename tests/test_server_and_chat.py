@@ -17,17 +17,13 @@ from agent_breaker.configs import config_path  # noqa: E402
 
 @pytest.fixture(scope="module")
 def server():
-    srv = start()
-    yield srv.base
+    srv = start()  # no token given: the one it generates (read from its file)
+    yield srv
     srv.stop()
 
 
-def events(base, session, *evs):
-    r = httpx.post(
-        f"{base}/v1/agent-breaker/events",
-        json={"config_id": "agent_breaker", "session_id": session, "events": list(evs)},
-        timeout=30,
-    )
+def events(server, session, *evs):
+    r = server.post("/v1/agent-breaker/events", {"config_id": "agent_breaker", "session_id": session, "events": list(evs)})
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["session_id"] == session
@@ -35,7 +31,7 @@ def events(base, session, *evs):
 
 
 def test_the_server_lists_the_shipped_configs(server):
-    ids = {c["id"] for c in httpx.get(f"{server}/v1/agent-breaker/configs").json()["configs"]}
+    ids = {c["id"] for c in httpx.get(f"{server.base}/v1/agent-breaker/configs", headers=server.headers).json()["configs"]}
     assert {"agent_breaker", "agent_breaker_observe"} <= ids
 
 
@@ -74,9 +70,7 @@ def test_the_events_endpoint_leaves_a_legitimate_session_alone(server):
 
 
 def test_the_events_endpoint_refuses_other_event_types(server):
-    r = httpx.post(
-        f"{server}/v1/agent-breaker/events", json={"session_id": "x", "events": [{"type": "UtteranceUserActionFinished"}]}
-    )
+    r = server.post("/v1/agent-breaker/events", {"session_id": "x", "events": [{"type": "UtteranceUserActionFinished"}]})
     assert r.status_code == 422 and "must be one of" in r.text
 
 
@@ -87,7 +81,7 @@ def test_stock_chat_completions_checks_tool_calls_passed_as_context(server):
             "guardrails": {"config_id": "agent_breaker"},
             "messages": [{"role": "context", "content": {"agent_breaker_events": evs}}],
         }
-        r = httpx.post(f"{server}/v1/chat/completions", json=body, timeout=30)
+        r = server.post("/v1/chat/completions", body)
         assert r.status_code == 200, r.text
         return json.loads(r.json()["choices"][0]["message"]["content"])["events"]
 

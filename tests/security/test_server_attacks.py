@@ -371,7 +371,7 @@ def test_serve_without_a_receipt_key_exits_naming_the_variable():
     assert proc.returncode == 2 and "AGENT_BREAKER_RECEIPT_KEYS" in proc.stderr, proc.stderr[-2000:]
 
 
-def test_without_a_token_the_server_binds_loopback_and_says_so(tmp_path):
+def test_without_a_token_the_server_generates_one_and_says_where(tmp_path):
     # a working directory holding an actions.py that would leave a mark if it were imported
     mark = tmp_path / "imported"
     (tmp_path / "actions.py").write_text(f"open({str(mark)!r}, 'w').write('x')\n")
@@ -382,7 +382,13 @@ def test_without_a_token_the_server_binds_loopback_and_says_so(tmp_path):
     finally:
         os.chdir(cwd)
     try:
-        assert "loopback only" in srv.log()
+        assert "bearer token required: it is in " in srv.log()
+        # the agent's own HTTP tool, holding no token, cannot post into a session (a user turn
+        # would reset its streaks)
+        r = httpx.post(
+            srv.base + "/v1/agent-breaker/events", json={"session_id": "s", "events": [{"type": "UserTurn", "text": "go on"}]}
+        )
+        assert r.status_code == 401
         assert srv.verdicts(sid(), call(1, "search"))[0]["allowed"] is True
         assert not mark.exists(), "serve imported code from its working directory"
     finally:
@@ -517,3 +523,19 @@ def test_serve_on_one_config_folder_serves_its_events_endpoint():
         assert r.status_code == 404 and "agent_breaker_observe" in r.text
     finally:
         srv.stop()
+
+
+def test_a_token_file_others_may_read_or_another_users_is_refused(tmp_path):
+    from agent_breaker.server import ServeError, generated_token
+
+    path = tmp_path / "state" / "api-token"
+    token = generated_token(path)
+    assert len(token) >= 32 and (path.stat().st_mode & 0o777) == 0o600
+    assert generated_token(path) == token  # kept across starts
+    path.chmod(0o644)
+    with pytest.raises(ServeError, match="only it may read"):
+        generated_token(path)
+    link = tmp_path / "link-token"
+    link.symlink_to(path)
+    with pytest.raises(ServeError, match="only it may read"):
+        generated_token(link)

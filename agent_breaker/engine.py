@@ -374,7 +374,7 @@ class Engine:
             exc, self.config.storage, enforcing=step.p.cfg.mode == "enforce", result=isinstance(step.ev, ToolResult), tool=tool
         )
         with self._lock:
-            self._metrics[(H.STORAGE_UNAVAILABLE, severity)] += 1
+            self._metrics[(verdict.heuristic or H.STORAGE_UNAVAILABLE, severity)] += 1
         self.telemetry.storage_failed(severity)
         return verdict
 

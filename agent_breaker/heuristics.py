@@ -37,6 +37,8 @@ GLOBAL_BUDGET = "global_budget"
 
 INVALID_EVENT = "invalid_event"
 STORAGE_UNAVAILABLE = "storage_unavailable"
+#: a stored session or breaker that cannot be read: that key is refused until it is reset
+CORRUPT_STATE = "corrupt_state"
 #: a guard flow's action failed (NeMo handed it None): the flow refuses, fail closed
 GUARD_ERROR = "guard_error"
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 from conftest import redis_or_skip
 
 from agent_breaker import Engine, FakeClock, MemoryStore, ReceiptKeys
 from agent_breaker.breaker import BreakerStateName as S
 from agent_breaker.config import BreakerConfig
+from agent_breaker.store import CorruptState
 
 
 def test_each_new_breaker_config_is_honoured_by_a_long_lived_store(redis_store):
@@ -32,13 +34,45 @@ def test_window_buckets_are_cut_the_same_way_in_lua_and_python(redis_store):
     assert redis_store.breaker_state("t").state is memory.breaker_state("t").state
 
 
-def test_an_unreadable_stored_session_is_replaced_not_fatal(redis_store):
+@pytest.mark.parametrize(
+    "value",
+    [b'[999,7,"from another version"]', b"not json at all", b"[3, 1, {}]", b'{"a": 1}', b"\xff\xfe"],
+    ids=["other_format", "not_json", "missing_slices", "an_object", "not_utf8"],
+)
+def test_an_unreadable_stored_session_refuses_that_session_only(redis_store, value):
     engine = Engine(store=redis_store, clock=FakeClock(), listeners=[], receipt_keys=ReceiptKeys.ephemeral())
-    redis_store.redis.set(redis_store.session_key("s1"), b'[999,7,"from another version"]')
-    assert engine.check_tool_call({"session": "s1", "tool": "t", "args": {}}).allowed
-    redis_store.redis.set(redis_store.session_key("s2"), b"not json at all")
+    halted = {"session": "s1", "tool": "t", "args": {}}
+    redis_store.redis.set(redis_store.session_key("s1"), value)
+    for _ in range(2):  # never replaced: a halt may be in it
+        verdict = engine.check_tool_call(halted)
+        assert (verdict.allowed, verdict.heuristic) == (False, "corrupt_state"), verdict
+        assert redis_store.session_key("s1") in verdict.reason
+    assert redis_store.redis.get(redis_store.session_key("s1")) == value
+    # the rest of the fleet stays on Redis
     assert engine.check_tool_call({"session": "s2", "tool": "t", "args": {}}).allowed
-    assert redis_store.peek_session("s2").spend.steps == 1
+    assert redis_store.failures == 0 and redis_store.peek_session("s2").spend.steps == 1
+    # deleting the key, as the reason says, resets it
+    redis_store.redis.delete(redis_store.session_key("s1"))
+    assert engine.check_tool_call(halted).allowed
+
+
+@pytest.mark.parametrize(
+    "value",
+    [b"{not json", b'{"state": "bogus", "probes": {}}', b'{"state": "forced_open"}', b"[]", b'"forced_open"'],
+    ids=["not_json", "unknown_state", "missing_fields", "a_list", "a_string"],
+)
+def test_an_unreadable_stored_breaker_refuses_that_tool_only(redis_store, value):
+    engine = Engine(store=redis_store, clock=FakeClock(), listeners=[], receipt_keys=ReceiptKeys.ephemeral())
+    engine.force_breaker("payments_api", "forced_open")
+    key = engine.breaker_key("payments_api")
+    redis_store.redis.set(redis_store.breaker_key(key), value)
+    verdict = engine.check_tool_call({"session": "s1", "tool": "payments_api", "args": {}})
+    assert (verdict.allowed, verdict.heuristic) == (False, "corrupt_state"), verdict
+    assert engine.check_tool_call({"session": "s1", "tool": "search", "args": {}}).allowed
+    assert redis_store.failures == 0
+    assert key not in [k for k, _ in redis_store.breaker_list()]  # listed by none, refused still
+    with pytest.raises(CorruptState):
+        redis_store.breaker_state(key)
 
 
 def test_operator_reads_and_moves_do_not_leak_driver_errors_when_redis_is_down():

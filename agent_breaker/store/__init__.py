@@ -6,10 +6,10 @@ from urllib.parse import urlparse
 
 from .._extras import require
 from ..config import REDIS_SCHEMES, REDIS_URLS_TEXT
-from .base import StorageError, Store
+from .base import CorruptState, StorageError, Store
 from .memory import MemoryStore
 
-__all__ = ["MemoryStore", "StorageError", "Store", "store_from_uri"]
+__all__ = ["CorruptState", "MemoryStore", "StorageError", "Store", "store_from_uri"]
 
 
 def store_from_uri(uri: str, **kwargs: object) -> Store:

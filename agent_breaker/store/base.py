@@ -69,6 +69,17 @@ class StorageError(RuntimeError):
     """A backend failed (connection lost, timeout); the engine applies its failure policy."""
 
 
+class CorruptState(StorageError):
+    """A stored value of one key (a session, a breaker) cannot be read. The engine refuses that
+    key's decisions, whatever the failure policy: its halt or forced-open state may be in it.
+    The rest of the store is fine."""
+
+    def __init__(self, kind: str, key: str, where: str) -> None:
+        super().__init__(f"the stored {kind} {key!r} cannot be read (delete {where} to reset it)")
+        self.kind = kind
+        self.key = key
+
+
 class Store(Protocol):
     """What a storage backend offers the engine: atomic session updates and breaker decisions."""
 

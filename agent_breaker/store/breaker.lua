@@ -24,11 +24,26 @@ local jitter_draw = tonumber(ARGV[7])
 
 -- the legal moves: written in when the script is registered, from breaker/states.py TRANSITIONS
 local LEGAL = __TRANSITIONS__
+local STATES = __STATES__
 
 local raw = redis.call("GET", KEYS[1])
 local st
 if raw then
-  st = cjson.decode(raw)
+  -- a value that does not decode to a breaker of a known state is refused, never replaced:
+  -- it may hold an operator's forced_open
+  local ok, decoded = pcall(cjson.decode, raw)
+  local valid = ok and type(decoded) == "table" and STATES[decoded.state] and type(decoded.probes) == "table"
+    and (decoded.window == nil or decoded.window == cjson.null
+      or (type(decoded.window) == "table" and type(decoded.window.buckets) == "table" and type(decoded.window.totals) == "table"))
+  if valid then
+    for _, field in ipairs({"opened_at", "open_interval_s", "next_probe", "probe_successes", "consecutive_failures", "changed_at"}) do
+      if type(decoded[field]) ~= "number" then valid = false end
+    end
+  end
+  if not valid then
+    return redis.error_reply("CORRUPT")
+  end
+  st = decoded
 else
   st = {state = "closed", window = cjson.null, opened_at = 0, open_interval_s = 0, probes = {},
         next_probe = 0, probe_successes = 0, consecutive_failures = 0, changed_at = 0}

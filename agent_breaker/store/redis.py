@@ -70,7 +70,7 @@ from ..breaker import TRANSITIONS, BreakerState, BreakerStateName, IllegalTransi
 from ..config import BreakerConfig
 from ..session import MAX_TOOLS, SessionState, put_bounded
 from . import codec
-from .base import StorageError, checked_prefix, escape_key_part, without_password
+from .base import CorruptState, StorageError, checked_prefix, escape_key_part, without_password
 from .memory import MemoryStore
 from .redis_client import REDIS_ERRORS, ClusterUnreachable, redis_client, register_script, subscriber_client
 
@@ -160,7 +160,8 @@ def breaker_script() -> str:
     legal = ", ".join(
         f'["{src.value}>{dst.value}"] = true' for src, dst in sorted(TRANSITIONS, key=lambda t: (t[0].value, t[1].value))
     )
-    return _script("breaker.lua").replace("__TRANSITIONS__", "{" + legal + "}")
+    states = ", ".join(f'["{s.value}"] = true' for s in _S)
+    return _script("breaker.lua").replace("__TRANSITIONS__", "{" + legal + "}").replace("__STATES__", "{" + states + "}")
 
 
 class RedisStore:
@@ -285,7 +286,7 @@ class RedisStore:
                 # another worker wrote this session in between: back off, then decide again
                 time.sleep(min(0.02, CAS_BACKOFF_S * 2**attempt) * self._rng.uniform(0.5, 1.5))
             raw = self._get(skey)
-            state = _decode_session(raw)
+            state = _decode_session(raw, key, skey)
             if self._keep:
                 self._saw_session(key, now, raw if state is not None else None)
             version = state.version if state is not None else 0
@@ -343,7 +344,8 @@ class RedisStore:
         return run()
 
     def peek_session(self, key: str) -> object | None:
-        return self._redis_or_local(lambda: _decode_session(self._get(self.session_key(key))), lambda: self._local_peek(key))
+        skey = self.session_key(key)
+        return self._redis_or_local(lambda: _decode_session(self._get(skey), key, skey), lambda: self._local_peek(key))
 
     # ------------------------------------------------------------- global spend
     def add_spend(self, key: str, tokens: float, cost_usd: float, window_s: float, now: float) -> tuple[float, float]:
@@ -407,6 +409,9 @@ class RedisStore:
             if str(exc).startswith("ILLEGAL"):
                 _, src, dst = str(exc).split()
                 raise IllegalTransition(key, _S(src), _S(dst)) from None
+            if str(exc).startswith("CORRUPT") or "user_script" in str(exc):
+                # the script refused the stored value, or failed on it: that breaker alone
+                raise CorruptState("breaker", key, bkey) from None
             raise
         out = json.loads(raw)
         state = json.loads(out["raw"])
@@ -488,7 +493,7 @@ class RedisStore:
     def breaker_state(self, key: str) -> BreakerState | None:
         def remote() -> BreakerState | None:
             raw = self.redis.get(self.breaker_key(key))
-            state = None if raw is None else json.loads(raw)
+            state = None if raw is None else _decode_breaker(key, raw, self.breaker_key(key))
             if self._keep:
                 with self._lock:
                     if state is None:
@@ -514,7 +519,10 @@ class RedisStore:
                 for rkey, raw in zip(batch, pipe.execute(), strict=True):
                     if raw is not None:  # not expired since the scan
                         key = unquote(rkey.decode()[len(head) : -1], errors="surrogatepass")
-                        found.append((key, BreakerState.from_wire(key, json.loads(raw))))
+                        try:
+                            found.append((key, BreakerState.from_wire(key, _decode_breaker(key, raw, rkey.decode()))))
+                        except CorruptState as exc:
+                            log.warning("agent-breaker: %s", exc)  # listed by none; its calls are refused
             return found
 
         return self._redis_or_local(remote, self._local_breakers)
@@ -586,16 +594,22 @@ class RedisStore:
             o = self._outcomes[0]
             if o.sent is None or not self.redis.exists(o.sent):
                 o.sent = self._marker(self.breaker_key(o.key))
-                self._run("record", o.key, o.cfg, o.ts, {"failed": o.failed, "slow": o.slow, "probe": None}, o.sent)
-                done += 1
+                try:
+                    self._run("record", o.key, o.cfg, o.ts, {"failed": o.failed, "slow": o.slow, "probe": None}, o.sent)
+                    done += 1
+                except CorruptState as exc:  # that breaker stays refused; the rest is written back
+                    log.warning("agent-breaker: %s", exc)
             self._outcomes.popleft()
         return done
 
     def _write_back_sessions(self) -> int:
         done = 0
         for key in list(self._touched):
-            if self._write_back_session(key, self._touched[key]):
-                done += 1
+            try:
+                if self._write_back_session(key, self._touched[key]):
+                    done += 1
+            except CorruptState as exc:  # left as it is, refused; the rest is written back
+                log.warning("agent-breaker: %s", exc)
             del self._touched[key]
             self._local.forget_session(key)
         return done
@@ -613,7 +627,7 @@ class RedisStore:
             return False  # nothing in-process any more (evicted)
         for _ in range(MAX_CAS_ATTEMPTS):
             raw = self._get(skey)
-            current = _decode_session(raw)
+            current = _decode_session(raw, key, skey)
             version = 0 if current is None else current.version
             if current is None or raw is None or _digest(raw) == t.base:
                 new = local  # nobody else wrote it meanwhile: the local state is the session
@@ -698,16 +712,28 @@ def _glob_escape(text: str) -> str:
     return re.sub(r"([*?\[\]\\])", r"\\\1", text)
 
 
-def _decode_session(raw: bytes | None) -> Any:
-    """A stored session, or None when absent, of another format, or unreadable (it is then
-    replaced on the next write: the compare-and-set treats it as version 0)."""
+def _decode_breaker(key: str, raw: bytes, where: str) -> dict[str, Any]:
+    """A stored breaker's wire form; CorruptState when it is not one (breaker.lua refuses it too)."""
+    try:
+        state = json.loads(raw)
+        BreakerState.from_wire(key, state)
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+        raise CorruptState("breaker", key, where) from None
+    return cast("dict[str, Any]", state)
+
+
+def _decode_session(raw: bytes | None, key: str = "", where: str = "") -> Any:
+    """A stored session, or None when absent. A value that cannot be read (damaged, or of a
+    format this version does not know) is CorruptState: replacing it would drop its halt."""
     if not raw:
         return None
     try:
-        return codec.decode(raw)
-    except (ValueError, TypeError, KeyError, IndexError):
-        log.warning("agent-breaker: an unreadable session value is replaced")
-        return None
+        state = codec.decode(raw)
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+        state = None
+    if state is None:
+        raise CorruptState("session", key, where or "its key")
+    return state
 
 
 def _with_outage_spend(current: SessionState, local: SessionState, start: _Spend) -> SessionState:

@@ -334,6 +334,7 @@ FINGERPRINT_SECRET_ENV = "AGENT_BREAKER_FINGERPRINT_SECRET"
 
 DEFAULT_SESSION_TTL_S = 3600.0
 DEFAULT_MAX_SESSIONS = 100_000
+DEFAULT_MAX_SESSION_BYTES = 1 << 30  # the in-process sessions' memory, by their weight()
 
 
 class ConfigError(ValueError):
@@ -879,6 +880,15 @@ class SessionsConfig(_Frozen):
 
     ttl_s: float = Field(DEFAULT_SESSION_TTL_S, gt=0, description="Idle sessions are forgotten after this.")
     max_sessions: int = Field(DEFAULT_MAX_SESSIONS, ge=1, description="Least recently used sessions go past this.")
+    max_bytes: int = Field(
+        DEFAULT_MAX_SESSION_BYTES,
+        ge=1 << 20,
+        description="The in-process sessions' memory (estimated per session); past it the heaviest tenant's least "
+        "recently used sessions go first (a halted one is compacted, not dropped).",
+    )
+    max_sessions_per_tenant: int | None = Field(
+        None, ge=1, description="A tenant's sessions kept in process; past it, that tenant's least recently used go."
+    )
 
 
 class Override(_Frozen):

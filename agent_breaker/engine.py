@@ -1440,6 +1440,8 @@ def _store_for(config: AgentBreakerConfig) -> Store:
         st.resolved_url(),
         ttl_s=config.sessions.ttl_s,
         max_sessions=config.sessions.max_sessions,
+        max_bytes=config.sessions.max_bytes,
+        max_sessions_per_tenant=config.sessions.max_sessions_per_tenant,
         prefix=st.key_prefix,
         timeout_s=st.timeout_ms / 1000.0,
         on_error="local" if st.on_error == "local" else "raise",

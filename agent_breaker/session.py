@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .breaker import BreakerState
@@ -18,6 +18,12 @@ from .windows import BucketWindow
 
 # caps on per-session collections: together they bound a session's stored size (the codec's
 # test builds the largest session these allow; see README "Sessions and what is kept")
+#: bytes of a session's parts in memory, roughly (weight()): an int kept in a tuple or list, a
+#: dict entry with its int key, and the fixed part of each record
+_INT, _ENTRY = 36, 70
+_BASE, _PENDING, _KEY, _CHAIN, _ANSWER, _ROW, _DONE, _TURN = 2_400, 700, 330, 420, 200, 150, 200, 160
+_BREAKER, _BUCKET, _RECEIPT = 900, 120, 1_200
+
 MAX_KEYS = 256
 MAX_PENDING = 64  # calls in flight; a result of an evicted one is refused (invalid_event)
 MAX_TURNS = 16
@@ -354,6 +360,33 @@ class SessionState:
     # set only on the pseudo-session that holds a tool view
     churn: ChurnView | None = None
     version: int = 0
+
+    def weight(self) -> int:
+        """Roughly the bytes this state takes in memory (CPython, 64-bit): what an in-process
+        store's byte budget counts. Every part that grows is counted, from its lengths only, so
+        it costs microseconds; tests/test_retention.py holds it to what tracemalloc measures."""
+        lp, led = self.loops, self.ledger
+        w = _BASE
+        for p in lp.pending.values():
+            f = p.facts
+            w += _PENDING + _INT * (len(f.fp_text or ()) + len(f.fp_shape or ()) + len(f.fp_thought or ()) + len(f.values))
+        w += sum(_KEY + _INT * len(st.poll_ts) for st in lp.keys.values())
+        w += sum(_CHAIN + _INT * (len(c.fp_text) + len(c.fp_shape) + len(c.fp_thought or ())) for c in lp.chains.values())
+        w += sum(_ANSWER + _INT * len(a.keys) for a in lp.answers.values())
+        w += _ROW * len(lp.history) + _ENTRY * (len(lp.seen) + len(lp.said) + len(lp.wait) + len(lp.warned))
+        w += _DONE * len(lp.done) + _INT * (len(lp.sig_common) + len(lp.fail_sig or ()) + len(lp.sig_shape or ()))
+        w += sum(_TURN + _INT * len(t[1]) for t in self.turns)
+        w += sum(_BREAKER + _BUCKET * (len(b.window.buckets) if b.window is not None else 0) for b in self.breakers.values())
+        w += _RECEIPT * len(led.receipts) + _ENTRY * (len(led.references) + len(led.confirmed) + len(led.runs))
+        w += _ENTRY * (len(led.mutating) + len(self.spend.tool_tokens))
+        if self.churn is not None:
+            w += sum(_CHAIN + _INT * len(c.common) + _ENTRY * len(c.members) for c in self.churn.chains)
+        return w
+
+    def compacted(self) -> SessionState:
+        """The same session with its detectors' state dropped: its halt, escalation, spend and
+        breakers stay. What an in-process store keeps of a halted session it must make room for."""
+        return replace(self, loops=Loops(), turns=[], ledger=Ledger(), churn=None)
 
     @property
     def sid(self) -> str:

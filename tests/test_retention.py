@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import pytest
 from conftest import call, not_on_cluster, result, run, say, user
 
 from agent_breaker import MemoryStore
@@ -80,3 +81,110 @@ def test_a_long_session_stays_small(engine, clock):
     state = engine.store.peek_session("s1")
     assert len(state.loops.keys) <= MAX_KEYS and len(state.loops.seen) <= MAX_SEEN and len(state.loops.history) <= 16
     assert len(state.loops.pending) == 0
+
+
+# ----------------------------------------------------------------------------- the byte budget
+
+
+def _measured_bytes(state) -> int:
+    """What a copy of `state` takes in memory, as tracemalloc counts it."""
+    import tracemalloc
+
+    from agent_breaker.store import codec
+
+    raw = codec.encode(state)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        copy = codec.decode(raw)
+        taken = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert copy is not None
+    return taken
+
+
+def _grow(engine, clock, shape: str, n: int, session: str = "s1") -> None:
+    for i in range(n):
+        if shape == "references":
+            ids = [f"ORD-{i * 100 + j}" for j in range(50)]
+            run(
+                engine,
+                clock,
+                "fetch",
+                {"page": i},
+                True,
+                {"ids": ids, "text": " ".join(str(10_000 + i * 50 + j) for j in range(50))},
+                session=session,
+            )
+        elif shape == "distinct_calls":
+            run(
+                engine,
+                clock,
+                f"t{i % 40}",
+                {"q": "long query text " * 20 + str(i)},
+                True,
+                {"r": "x" * 100 + str(i)},
+                session=session,
+            )
+        else:
+            engine.record_assistant(say(f"step {i}: I will look at the {i}th file next", session=session))
+            run(engine, clock, "read_file", {"path": f"src/m{i}.py"}, True, {"text": f"def f{i}(): pass"}, session=session)
+
+
+@not_on_cluster
+@pytest.mark.parametrize(("shape", "n"), [("references", 400), ("distinct_calls", 300), ("conversation", 80), ("references", 1)])
+def test_a_sessions_weight_is_close_to_what_it_takes_in_memory(engine, clock, shape, n):
+    _grow(engine, clock, shape, n)
+    state = engine.store.peek_session("s1")
+    measured = _measured_bytes(state)
+    assert 0.75 * measured <= state.weight() <= 1.5 * measured, (state.weight(), measured)
+
+
+def test_a_flooding_tenant_evicts_its_own_sessions_not_anothers(make_engine, clock):
+    store = MemoryStore(ttl_s=math.inf, max_bytes=2 << 20)
+    engine = make_engine(store=store)
+    for i in range(20):
+        run(engine, clock, "search", {"q": i}, True, {"hits": [i]}, session=f"victim-{i}", tenant="acme")
+    for i in range(3_000):
+        run(engine, clock, "search", {"q": i, "pad": "x" * 200}, True, {"hits": [i]}, session=f"flood-{i}", tenant="mallory")
+        assert store.bytes <= store.max_bytes
+    assert all(store.peek_session(f"acme\x1fvictim-{i}") is not None for i in range(20))
+    assert store.peek_session("mallory\x1fflood-0") is None and store.evicted > 0
+
+
+def test_a_halted_session_is_compacted_not_dropped_to_make_room(make_engine, clock):
+    store = MemoryStore(ttl_s=math.inf, max_bytes=1 << 20)
+    engine = make_engine(store=store)
+    for _ in range(5):
+        run(engine, clock, "run_sql", {"q": 1}, False, None, session="halted", tenant="mallory")
+    assert not engine.check_tool_call(call("run_sql", {"q": 1}, session="halted", tenant="mallory")).allowed
+    for i in range(2_000):
+        run(engine, clock, "search", {"q": i, "pad": "x" * 200}, True, {"hits": [i]}, session=f"flood-{i}", tenant="mallory")
+    kept = store.peek_session("mallory\x1fhalted")
+    assert kept is not None and kept.halted is not None and not kept.loops.keys  # compacted
+    verdict = engine.check_tool_call(call("run_sql", {"q": 2}, session="halted", tenant="mallory"))
+    assert not verdict.allowed and verdict.heuristic == "identical_failure"
+
+
+def test_a_tenant_over_its_quota_loses_its_own_oldest_sessions(make_engine, clock):
+    store = MemoryStore(ttl_s=math.inf, max_sessions_per_tenant=10)
+    engine = make_engine(store=store)
+    for i in range(25):
+        run(engine, clock, "search", {"q": i}, True, {"hits": []}, session=f"m-{i}", tenant="mallory")
+        run(engine, clock, "search", {"q": i}, True, {"hits": []}, session=f"a-{i % 5}", tenant="acme")
+    kept = [i for i in range(25) if store.peek_session(f"mallory\x1fm-{i}") is not None]
+    assert kept == list(range(15, 25))
+    assert all(store.peek_session(f"acme\x1fa-{i}") is not None for i in range(5))
+
+
+def test_the_sessions_byte_budget_is_config(make_engine):
+    from agent_breaker.config import ConfigError, parse_config
+
+    cfg = parse_config({"sessions": {"max_bytes": 64 << 20, "max_sessions_per_tenant": 500}})
+    assert (cfg.sessions.max_bytes, cfg.sessions.max_sessions_per_tenant) == (64 << 20, 500)
+    engine = make_engine({"sessions": {"max_bytes": 64 << 20, "max_sessions_per_tenant": 500}}, store=None)
+    if isinstance(engine.store, MemoryStore):
+        assert (engine.store.max_bytes, engine.store.max_sessions_per_tenant) == (64 << 20, 500)
+    with pytest.raises(ConfigError, match="max_bytes"):
+        parse_config({"sessions": {"max_bytes": 1000}})

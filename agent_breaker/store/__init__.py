@@ -11,17 +11,21 @@ from .memory import MemoryStore
 
 __all__ = ["CorruptState", "MemoryStore", "StorageError", "Store", "store_from_uri"]
 
+_IN_PROCESS_ONLY = ("max_bytes", "max_sessions_per_tenant")
+_MEMORY_OPTIONS = ("ttl_s", "max_sessions", *_IN_PROCESS_ONLY)
+
 
 def store_from_uri(uri: str, **kwargs: object) -> Store:
     """memory:// (in process), or a Redis (shared): redis://host:port/db, rediss://, unix://, or a
     Redis Cluster's redis+cluster://host:port, rediss+cluster://."""
     scheme = urlparse(uri).scheme
     if scheme == "memory":
-        return MemoryStore(**{k: v for k, v in kwargs.items() if k in ("ttl_s", "max_sessions")})  # type: ignore[arg-type]
+        return MemoryStore(**{k: v for k, v in kwargs.items() if k in _MEMORY_OPTIONS})  # type: ignore[arg-type]
     if scheme in REDIS_SCHEMES:
         require("redis", "redis", f"storage.url {scheme}://")
         from .redis import RedisStore
 
-        return RedisStore(uri, **kwargs)  # type: ignore[arg-type]
+        # Redis holds the sessions (its own memory policy and each key's TTL bound them)
+        return RedisStore(uri, **{k: v for k, v in kwargs.items() if k not in _IN_PROCESS_ONLY})  # type: ignore[arg-type]
     # no part of the URI in the message: without a known scheme it may still hold a password
     raise ValueError(f"unsupported store URI: supported schemes are memory://, {REDIS_URLS_TEXT}")

@@ -10,7 +10,7 @@ from typing import TypeVar
 
 from ..breaker import BreakerState, BreakerStateName, Permission, Recorded, Transition
 from ..breaker import core as breaker_core
-from ..config import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_TTL_S, BreakerConfig
+from ..config import DEFAULT_MAX_SESSION_BYTES, DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_TTL_S, BreakerConfig
 
 R = TypeVar("R")
 
@@ -20,8 +20,16 @@ _UNMOVED = {state: Recorded(state) for state in BreakerStateName}
 
 
 class MemoryStore:
-    """Sessions in an LRU map with an idle TTL; breakers in a dict. Thread-safe: one lock
-    guards the maps, so every decision is atomic; a decision takes microseconds."""
+    """Sessions in an LRU map with an idle TTL, a count and a byte budget; breakers in a dict.
+    Thread-safe: one lock guards the maps, so every decision is atomic; a decision takes
+    microseconds.
+
+    Past `max_sessions`, `max_bytes` (each session's `weight()`), or a tenant's
+    `max_sessions_per_tenant`, room is made in the heaviest tenant (the one over its quota, else
+    the one holding the most bytes): its least recently used session goes first, so one tenant's
+    flood evicts its own sessions, not another's. A halted (or escalated) session is compacted
+    first (its halt, escalation, spend and breakers kept, its detectors' state dropped), and is
+    dropped only when its tenant has nothing else left to give."""
 
     remote = False  # decisions take microseconds: callers need not leave their event loop
 
@@ -30,11 +38,20 @@ class MemoryStore:
         *,
         ttl_s: float = DEFAULT_SESSION_TTL_S,
         max_sessions: int = DEFAULT_MAX_SESSIONS,
+        max_bytes: int = DEFAULT_MAX_SESSION_BYTES,
+        max_sessions_per_tenant: int | None = None,
         rng: random.Random | None = None,
     ) -> None:
         self.ttl_s = ttl_s
         self.max_sessions = max_sessions
+        self.max_bytes = max_bytes
+        self.max_sessions_per_tenant = max_sessions_per_tenant
         self._sessions: OrderedDict[str, tuple[float, object]] = OrderedDict()
+        self._weight: dict[str, int] = {}
+        self._tenant_of: dict[str, str | None] = {}
+        self._by_tenant: dict[str | None, OrderedDict[str, None]] = {}  # each tenant's sessions, LRU first
+        self._tenant_bytes: dict[str | None, int] = {}
+        self.bytes = 0  # the sessions' weight in all
         self._breakers: dict[str, BreakerState] = {}
         self._spend: dict[str, list[float]] = {}  # key -> [window index, tokens, cost]
         self._lock = threading.RLock()
@@ -50,23 +67,83 @@ class MemoryStore:
                 state = entry[1]
             new_state, result = fn(state)
             if new_state is not None:  # None: nothing to write, not even the last-used time
-                self._sessions[key] = (now, new_state)
-                self._sessions.move_to_end(key)
-                self._evict(now)
+                self._put(key, now, new_state)
+                self._evict(now, getattr(new_state, "tenant", None))
             return result
 
-    def _evict(self, now: float) -> None:
+    def _put(self, key: str, now: float, state: object) -> None:
+        self._sessions[key] = (now, state)
+        self._sessions.move_to_end(key)
+        tenant = getattr(state, "tenant", None)  # a session's key holds its tenant: it never changes
+        weigh = getattr(state, "weight", None)
+        weight = weigh() if callable(weigh) else 1_000
+        change = weight - self._weight.get(key, 0)
+        self._weight[key] = weight
+        self._tenant_of[key] = tenant
+        self.bytes += change
+        self._tenant_bytes[tenant] = self._tenant_bytes.get(tenant, 0) + change
+        order = self._by_tenant.setdefault(tenant, OrderedDict())
+        order[key] = None
+        order.move_to_end(key)
+
+    def _drop(self, key: str) -> None:
+        """Forget a session (its accounting with it)."""
+        self._sessions.pop(key, None)
+        weight = self._weight.pop(key, 0)
+        tenant = self._tenant_of.pop(key, None)
+        self.bytes -= weight
+        left = self._tenant_bytes.get(tenant, 0) - weight
+        order = self._by_tenant.get(tenant)
+        if order is not None:
+            order.pop(key, None)
+        if order:
+            self._tenant_bytes[tenant] = left
+        else:
+            self._by_tenant.pop(tenant, None)
+            self._tenant_bytes.pop(tenant, None)
+
+    def _evict(self, now: float, tenant: str | None = None) -> None:
         sessions = self._sessions
-        while len(sessions) > self.max_sessions:
-            sessions.popitem(last=False)
-            self.evicted += 1
-        # least recently used first: stop at the first one still fresh
+        # idle past ttl_s, least recently used first: stop at the first one still fresh
         while sessions:
             key, (seen, _) = next(iter(sessions.items()))
             if now - seen <= self.ttl_s:
                 break
-            del sessions[key]
+            self._drop(key)
             self.evicted += 1
+        quota = self.max_sessions_per_tenant
+        while quota is not None and len(self._by_tenant.get(tenant, ())) > quota:
+            self._make_room_in(tenant)
+        while len(sessions) > self.max_sessions or self.bytes > self.max_bytes:
+            self._make_room_in(max(self._tenant_bytes, key=self._tenant_bytes.__getitem__))
+
+    def _make_room_in(self, tenant: str | None) -> None:
+        """Compact the tenant's least recently used halted session not yet compacted, else
+        drop its least recently used session that is not halted, else its oldest one."""
+        order = self._by_tenant[tenant]
+        victim = None
+        for key in order:
+            state = self._sessions[key][1]
+            if not _holds_a_halt(state):
+                victim = key
+                break
+            if getattr(state, "loops", None) is not None and callable(getattr(state, "compacted", None)):
+                small = state.compacted()  # type: ignore[attr-defined]
+                if small.weight() < self._weight[key]:
+                    self._reweigh(key, small)
+                    return
+        self._drop(victim if victim is not None else next(iter(order)))
+        self.evicted += 1
+
+    def _reweigh(self, key: str, state: object) -> None:
+        seen = self._sessions[key][0]
+        tenant = self._tenant_of[key]
+        weight = state.weight()  # type: ignore[attr-defined]
+        change = weight - self._weight[key]
+        self._sessions[key] = (seen, state)
+        self._weight[key] = weight
+        self.bytes += change
+        self._tenant_bytes[tenant] += change
 
     def peek_session(self, key: str) -> object | None:
         with self._lock:
@@ -80,13 +157,12 @@ class MemoryStore:
         """Start a session from a state known elsewhere (last used at `seen`): a shared store's
         fallback starts from its last view of the shared state instead of from nothing."""
         with self._lock:
-            self._sessions[key] = (seen, state)
-            self._sessions.move_to_end(key)
-            self._evict(seen)
+            self._put(key, seen, state)
+            self._evict(seen, getattr(state, "tenant", None))
 
     def forget_session(self, key: str) -> None:
         with self._lock:
-            self._sessions.pop(key, None)
+            self._drop(key)
 
     # global spend
     def seed_spend(self, key: str, index: float, tokens: float, cost_usd: float) -> None:
@@ -163,3 +239,7 @@ class MemoryStore:
         with self._lock:
             # copies through the wire form: a reader must not share state a decision mutates
             return [(key, BreakerState.from_wire(key, st.to_wire())) for key, st in self._breakers.items()]
+
+
+def _holds_a_halt(state: object) -> bool:
+    return getattr(state, "halted", None) is not None or getattr(state, "escalation", None) is not None

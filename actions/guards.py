@@ -33,6 +33,20 @@ _incidents: contextvars.ContextVar[list[Incident | BreakerIncident] | None] = co
 )
 #: the tenant the caller's API token acts for (None: any tenant); set by `agent-breaker serve`
 CALLER_TENANT: contextvars.ContextVar[str | None] = contextvars.ContextVar("agent_breaker_caller_tenant", default=None)
+#: the agents and features the caller's API token may name, each None when any (set by `serve`)
+CALLER_LABELS: contextvars.ContextVar[tuple[frozenset[str] | None, frozenset[str] | None]] = contextvars.ContextVar(
+    "agent_breaker_caller_labels", default=(None, None)
+)
+
+
+def label_problem(fields: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(field, reason) when an event names an agent or a feature the caller's token may not use:
+    a label picks the overrides, so one outside the token's scope could loosen its own guard."""
+    for name, allowed in zip(("agent", "feature"), CALLER_LABELS.get(), strict=True):
+        value = fields.get(name)
+        if allowed is not None and value is not None and value not in allowed:
+            return name, f"this API token may not act as {name} {value!r}"
+    return None
 #: events the server keeps out of Colang state, by a random reference, for one request
 PAYLOADS: dict[str, Mapping[str, Any]] = {}
 PAYLOAD_REF = "agent_breaker_ref"
@@ -94,6 +108,9 @@ def run_event(engine: Engine, kind: EventKind | str, fields: Mapping[str, Any]) 
     try:
         if bound is not None and fields.get("tenant") != bound:
             raise InvalidEventError.of([("tenant", "this API token acts for one tenant only, and it is not this one")])
+        outside = label_problem(fields)
+        if outside is not None:
+            raise InvalidEventError.of([outside])
         if PAYLOAD_REF in fields:
             raise InvalidEventError.of([(PAYLOAD_REF, "reserved for the server's own events (or the request ended)")])
         missing = missing_fields(kind, fields)

@@ -872,6 +872,18 @@ class GlobalBudgetConfig(_Frozen):
 
     max_tokens: int | None = Field(None, ge=1, description="Tokens per tenant and feature in the window, all workers.")
     max_cost_usd: float | None = Field(None, gt=0, description="Spend per tenant and feature in the window, all workers.")
+    tenant_max_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Tokens per tenant, all its features together (default: max_tokens); read from the "
+        "tenant's settings, not a feature's or an agent's.",
+    )
+    tenant_max_cost_usd: float | None = Field(
+        None,
+        gt=0,
+        description="Spend per tenant, all its features together (default: max_cost_usd): a new feature "
+        "label per request does not multiply the ceiling.",
+    )
     window_s: float = Field(86_400.0, gt=0, description="The window (fixed, aligned on the epoch).")
 
 

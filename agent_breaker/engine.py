@@ -405,19 +405,30 @@ class Engine:
         return ALLOW if call_id is None else Verdict(True, call_id=call_id)
 
     def _global_spend(self, step: _Step, tokens: int, cost_usd: float) -> Trip | Verdict | None:
-        """Add a step's spend to its tenant's and feature's shared window (once, before the
-        session update, which a shared store may run again); the global_budget trip, if over."""
-        cfg = step.p.cfg
-        g = cfg.global_budget
-        if (g.max_tokens is None and g.max_cost_usd is None) or cfg.mode_of(H.GLOBAL_BUDGET) == "off":
-            return None
-        try:
-            spent = self.store.add_spend(
-                key_parts(step.ev.tenant or "", step.ev.feature or ""), tokens, cost_usd, g.window_s, step.now
-            )
-        except StorageError as exc:
-            return self._unavailable(step, exc, getattr(step.ev, "tool", None))
-        return budget.check_global_budget(spent, cfg, step.now)
+        """Add a step's spend to its tenant's and feature's shared window, and to its tenant's
+        window over all features (once each, before the session update, which a shared store
+        may run again); the global_budget trip, if over. The tenant's ceiling is read from its
+        own settings: a feature or agent label does not choose it."""
+        tenant = step.ev.tenant or ""
+        windows = []
+        g = step.p.cfg.global_budget
+        if (g.max_tokens is not None or g.max_cost_usd is not None) and step.p.cfg.mode_of(H.GLOBAL_BUDGET) != "off":
+            feature = key_parts(tenant, step.ev.feature or "")
+            windows.append((feature, g.max_tokens, g.max_cost_usd, g.window_s, "tenant and feature"))
+        own = self._policy(step.ev.tenant, None, None).cfg
+        t = own.global_budget
+        t_tokens = t.tenant_max_tokens if t.tenant_max_tokens is not None else t.max_tokens
+        t_cost = t.tenant_max_cost_usd if t.tenant_max_cost_usd is not None else t.max_cost_usd
+        if (t_tokens is not None or t_cost is not None) and own.mode_of(H.GLOBAL_BUDGET) != "off":
+            windows.append((key_parts(tenant), t_tokens, t_cost, t.window_s, "tenant"))
+        trip = None
+        for key, max_tokens, max_cost, window_s, whose in windows:
+            try:
+                spent = self.store.add_spend(key, tokens, cost_usd, window_s, step.now)
+            except StorageError as exc:
+                return self._unavailable(step, exc, getattr(step.ev, "tool", None))
+            trip = trip or budget.check_global_budget(spent, max_tokens, max_cost, window_s, step.now, whose)
+        return trip
 
     # ----------------------------------------------------------------- tool calls
     @_measured("tool_call")

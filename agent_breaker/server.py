@@ -55,12 +55,14 @@ from ._extras import MissingExtra
 from ._text import has_invalid_chars
 from .actions import ENGINE_PARAM
 from .actions.guards import (
+    CALLER_LABELS,
     CALLER_TENANT,
     MAX_CONTEXT_EVENTS,
     PAYLOAD_REF,
     PAYLOADS,
     ROUTE_ARGS,
     context_events,
+    label_problem,
     merge_context_messages,
     set_max_context_events,
 )
@@ -112,6 +114,7 @@ POOL_SIZE = 8  # live Colang states per config: its events in flight at once
 EVENTS_PATH = "/v1/agent-breaker/events"
 CHECK_PATH = "/v1/agent-breaker/check"
 CONFIGS_PATH = "/v1/agent-breaker/configs"
+DEFAULT_CONFIG_ID = "agent_breaker"  # what the events and check endpoints use when none is named
 METRICS_PATH = "/metrics"
 CHAT_PATH = "/v1/chat/completions"
 _ID_PATTERN = r"^[^\x00-\x1f\x7f]+$"
@@ -154,21 +157,55 @@ class Limits:
         return cls(**values)
 
 
-class Tokens:
-    """Bearer tokens, each bound to one tenant or to all (`*`). Only SHA-256 digests are kept,
-    and a presented token is compared with every digest in constant time."""
+@dataclass(frozen=True)
+class TokenScope:
+    """What one token may act for: a tenant (`*`: every tenant), and the configs, agents and
+    features it may name (None: any)."""
 
-    def __init__(self, tokens: Mapping[str, str]) -> None:
+    tenant: str
+    configs: frozenset[str] | None = None
+    agents: frozenset[str] | None = None
+    features: frozenset[str] | None = None
+
+    @classmethod
+    def read(cls, entry: Any, where: str) -> TokenScope:
+        """A tokens-file value: "<tenant>", or {"tenant": ..., "configs": [...], "agents": [...],
+        "features": [...]} (the lists optional)."""
+        if isinstance(entry, str) and entry:
+            return cls(entry)
+        if not isinstance(entry, dict) or not isinstance(entry.get("tenant"), str) or not entry["tenant"]:
+            raise ServeError(f'{where}: a tenant ("<tenant>" or "*"), or an object with "tenant" and optional lists')
+        unknown = set(entry) - {"tenant", "configs", "agents", "features"}
+        if unknown:
+            raise ServeError(f"{where}: unknown keys {sorted(unknown)} (tenant, configs, agents, features)")
+        lists: dict[str, frozenset[str] | None] = {}
+        for name in ("configs", "agents", "features"):
+            value = entry.get(name)
+            if value is not None and not (isinstance(value, list) and all(isinstance(v, str) and v for v in value)):
+                raise ServeError(f"{where}: {name} must be a list of names")
+            lists[name] = None if value is None else frozenset(value)
+        return cls(entry["tenant"], **lists)
+
+
+class Tokens:
+    """Bearer tokens, each with its scope (a tenant or all, `*`; optionally the configs, agents
+    and features it may name). Only SHA-256 digests are kept, and a presented token is
+    compared with every digest in constant time."""
+
+    def __init__(self, tokens: Mapping[str, str | TokenScope]) -> None:
         if not tokens:
             raise ServeError("no API token given")
-        self._digests = [(hashlib.sha256(t.encode()).digest(), tenant) for t, tenant in tokens.items()]
+        self._digests = [
+            (hashlib.sha256(t.encode()).digest(), scope if isinstance(scope, TokenScope) else TokenScope(scope))
+            for t, scope in tokens.items()
+        ]
         self.count = len(self._digests)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> Tokens | None:
         """$AGENT_BREAKER_API_TOKEN (all tenants) and/or $AGENT_BREAKER_API_TOKENS_FILE, a JSON
         object {"<token>": "<tenant>" or "*"}; None when neither is set."""
-        tokens: dict[str, str] = {}
+        tokens: dict[str, str | TokenScope] = {}
         single = environ.get(API_TOKEN_ENV, "")
         if single:
             tokens[_checked_token(single, API_TOKEN_ENV)] = ALL_TENANTS
@@ -180,20 +217,26 @@ class Tokens:
                 raise ServeError(f"cannot read ${API_TOKENS_FILE_ENV} ({path}): {exc.strerror}") from None
             except ValueError:
                 raise ServeError(f"${API_TOKENS_FILE_ENV} ({path}) is not JSON") from None
-            if not isinstance(data, dict) or not all(isinstance(v, str) and v for v in data.values()):
+            if not isinstance(data, dict):
                 raise ServeError(f'${API_TOKENS_FILE_ENV} ({path}) must be a JSON object {{"<token>": "<tenant> or *"}}')
-            for i, (token, tenant) in enumerate(data.items()):
-                tokens[_checked_token(token, f"{API_TOKENS_FILE_ENV} entry {i}")] = tenant
+            for i, (token, entry) in enumerate(data.items()):
+                where = f"{API_TOKENS_FILE_ENV} entry {i}"
+                tokens[_checked_token(token, where)] = TokenScope.read(entry, f"${where}")
         return cls(tokens) if tokens else None
+
+    def scope_of(self, presented: str) -> TokenScope | None:
+        """What a presented token may act for; None if it is no token of ours."""
+        digest = hashlib.sha256(presented.encode("utf-8", "surrogatepass")).digest()
+        found = None
+        for known, scope in self._digests:
+            if hmac.compare_digest(known, digest):
+                found = scope
+        return found
 
     def tenant_of(self, presented: str) -> str | None:
         """The tenant a presented token acts for (`*`: every tenant); None if it is no token of ours."""
-        digest = hashlib.sha256(presented.encode("utf-8", "surrogatepass")).digest()
-        found = None
-        for known, tenant in self._digests:
-            if hmac.compare_digest(known, digest):
-                found = tenant
-        return found
+        scope = self.scope_of(presented)
+        return None if scope is None else scope.tenant
 
 
 TOKEN_FILE_ENV = "AGENT_BREAKER_TOKEN_FILE"
@@ -287,6 +330,21 @@ def _native_tool_turn(messages: list[dict[str, Any]]) -> bool:
     return last.get("role") == "tool" and any(m.get("role") == "user" for m in messages)
 
 
+def _requested_config(path: str, data: Any) -> str | None:
+    """The config a request's body names (the events endpoint's default when it names none)."""
+    if not isinstance(data, dict):
+        return None
+    if path in (EVENTS_PATH, CHECK_PATH):
+        config_id = data.get("config_id", DEFAULT_CONFIG_ID)
+    elif path == CHAT_PATH:
+        guardrails = data.get("guardrails")
+        config_id = guardrails.get("config_id") if isinstance(guardrails, dict) else None
+        config_id = config_id if config_id is not None else data.get("config_id")
+    else:
+        return None
+    return config_id if isinstance(config_id, str) else repr(config_id)
+
+
 def _native_turn_size(messages: Any) -> int:
     """The tool calls of a conversation's last model turn and the tool messages after it: what
     the native tool rails check or record, each an engine decision."""
@@ -373,6 +431,7 @@ class RequestGuard:
             await _reply(send, 403, "requests from web pages of other origins are refused")
             return
         tenant = ALL_TENANTS
+        granted = TokenScope(ALL_TENANTS)
         presented = _bearer(headers)
         if self.admin is not None and _is_admin_path(_route_path(scope)):
             # the admin token alone opens the admin routes: an API token (a tenant's, or `*`) does not
@@ -388,11 +447,11 @@ class RequestGuard:
                 return
             scope.setdefault("state", {})[ADMIN_GRANTED] = True
         elif self.tokens is not None:
-            found = None if presented is None else self.tokens.tenant_of(presented)
+            found = None if presented is None else self.tokens.scope_of(presented)
             if found is None:
                 await _reply(send, 401, "a valid 'Authorization: Bearer <token>' header is required", _CHALLENGE)
                 return
-            tenant = found
+            granted, tenant = found, found.tenant
         body = b""
         if scope.get("method") in ("POST", "PUT", "PATCH"):
             if headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
@@ -422,6 +481,10 @@ class RequestGuard:
             body = read
             if body:
                 problem, data = self.check_json(scope.get("path", ""), body)
+                if problem is None and granted.configs is not None:
+                    config_id = _requested_config(scope.get("path", ""), data)
+                    if config_id is not None and config_id not in granted.configs:
+                        problem = (403, f"this API token may not use config {config_id!r}")
                 if problem is not None:
                     await _reply(send, *problem)
                     return
@@ -439,9 +502,11 @@ class RequestGuard:
         # the token stays here: no route, and no model server NeMo calls, ever sees it
         scope["headers"] = [(k, v) for k, v in scope.get("headers", ()) if k.lower() != b"authorization"]
         token = CALLER_TENANT.set(None if tenant == ALL_TENANTS else tenant)
+        labels = CALLER_LABELS.set((granted.agents, granted.features))
         try:
             await self.app(scope, replay, send)
         finally:
+            CALLER_LABELS.reset(labels)
             CALLER_TENANT.reset(token)
 
     async def _body(self, receive: Receive) -> bytes | tuple[int, str]:
@@ -761,7 +826,7 @@ class EventsRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    config_id: str = Field("agent_breaker", max_length=256, description="A config the server serves.")
+    config_id: str = Field(DEFAULT_CONFIG_ID, max_length=256, description="A config the server serves.")
     session_id: str = Field(min_length=1, max_length=256, pattern=_ID_PATTERN)
     events: list[dict[str, Any]] = Field(min_length=1)
 
@@ -771,7 +836,7 @@ class CheckRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    config_id: str = Field("agent_breaker", max_length=256, description="A config the server serves.")
+    config_id: str = Field(DEFAULT_CONFIG_ID, max_length=256, description="A config the server serves.")
     session_id: str = Field(min_length=1, max_length=256, pattern=_ID_PATTERN)
     event: dict[str, Any] = Field(description="One ToolCallRequested event (its `type` may be left out).")
 
@@ -870,6 +935,9 @@ def install_events_endpoint(app: Any, configs: ServedConfigs, colang: ColangThre
                 if tenant is not None and tenant != bound:
                     return json_error(403, f"{at}.tenant: this token acts for one tenant only, and it is not that one")
                 tenant = bound
+            outside = label_problem(event)
+            if outside is not None:
+                return json_error(403, f"{at}.{outside[0]}: {outside[1]}")
             events.append({**event, "session_id": session_id, **({"tenant": tenant} if tenant is not None else {})})
         return rails, events
 

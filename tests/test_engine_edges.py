@@ -40,3 +40,29 @@ def test_per_tool_session_state_stays_bounded_however_many_tools_a_run_calls(mak
         )
     s = engine.store.peek_session("s1")
     assert max(len(s.spend.tool_tokens), len(s.loops.chains), len(s.ledger.mutating), len(s.breakers)) <= 256
+
+
+def test_a_new_feature_label_per_call_does_not_multiply_the_tenants_ceiling(make_engine, clock):
+    engine = make_engine({"global_budget": {"max_cost_usd": 1.0, "window_s": 3600}, "budget": {"max_cost_usd": None}})
+    verdicts = []
+    for i in range(9):
+        clock.advance(1)
+        verdicts.append(
+            engine.check_tool_call(call("t", {"i": i}, tenant="acme", feature=f"f{i}", session=f"s{i}", cost_usd=0.3))
+        )
+    assert [v.allowed for v in verdicts[:3]] == [True, True, True]
+    assert all(not v.allowed and v.heuristic == "global_budget" for v in verdicts[4:]), verdicts
+    # another tenant has a ceiling of its own
+    assert engine.check_tool_call(call("t", {"i": 0}, tenant="globex", session="g", cost_usd=0.3)).allowed
+
+
+def test_a_tenants_own_ceiling_may_hold_several_features(make_engine, clock):
+    engine = make_engine(
+        {"global_budget": {"max_cost_usd": 1.0, "tenant_max_cost_usd": 2.0, "window_s": 3600}, "budget": {"max_cost_usd": None}}
+    )
+    allowed = []
+    for i in range(8):
+        clock.advance(1)
+        v = engine.check_tool_call(call("t", {"i": i}, tenant="acme", feature=f"f{i % 2}", session=f"s{i}", cost_usd=0.3))
+        allowed.append(v.allowed)
+    assert allowed[:6] == [True] * 6 and allowed[7] is False

@@ -160,21 +160,21 @@ def check_velocity(s: SessionState, cfg: AgentBreakerConfig, now: float) -> Trip
     )
 
 
-def check_global_budget(spent: tuple[float, float] | None, cfg: AgentBreakerConfig, now: float) -> Trip | None:
-    """The tenant's and feature's spend across all workers, in the current window."""
-    g = cfg.global_budget
-    if spent is None:
-        return None
+def check_global_budget(
+    spent: tuple[float, float], max_tokens: float | None, max_cost_usd: float | None, window_s: float, now: float, whose: str
+) -> Trip | None:
+    """A shared window's spend across all workers (`whose`: "tenant and feature", or "tenant"
+    for all its features together) against its ceilings."""
     tokens, cost = spent
-    over = (g.max_tokens is not None and tokens > g.max_tokens) or (g.max_cost_usd is not None and cost > g.max_cost_usd)
+    over = (max_tokens is not None and tokens > max_tokens) or (max_cost_usd is not None and cost > max_cost_usd)
     if not over:
         return None
-    reset_in = g.window_s - (now % g.window_s)
+    reset_in = window_s - (now % window_s)
     return Trip(
         GLOBAL_BUDGET,
         "call",
-        f"the tenant's spend in this {g.window_s:g}s window ({tokens:,.0f} tokens, ${cost:.2f}) is over its ceiling",
-        "The shared budget for this tenant and feature is spent. Stop and report what you have.",
-        {"tokens": round(tokens), "cost_usd": round(cost, 6), "max_tokens": g.max_tokens, "max_cost_usd": g.max_cost_usd},
+        f"the {whose} spend in this {window_s:g}s window ({tokens:,.0f} tokens, ${cost:.2f}) is over its ceiling",
+        f"The shared budget for this {whose} is spent. Stop and report what you have.",
+        {"tokens": round(tokens), "cost_usd": round(cost, 6), "max_tokens": max_tokens, "max_cost_usd": max_cost_usd},
         retry_after_s=reset_in,
     )

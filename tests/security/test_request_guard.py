@@ -79,3 +79,31 @@ def test_a_long_conversation_is_judged_by_its_last_turn_only():
     guard, _ = _guard()
     body = _chat([{"role": "user", "content": "go"}, *history, _calls(3)])
     assert guard.check_json("/v1/chat/completions", json.dumps(body).encode())[0] is None
+
+
+@pytest.mark.parametrize(
+    ("entry", "fragment"),
+    [
+        ({"configs": ["a"]}, "tenant"),
+        ({"tenant": "acme", "agents": "planner"}, "agents must be a list"),
+        ({"tenant": "acme", "roles": ["admin"]}, "unknown keys"),
+        (7, "tenant"),
+        ("", "tenant"),
+    ],
+)
+def test_a_tokens_file_entry_that_is_not_a_scope_is_refused_naming_it(tmp_path, entry, fragment):
+    from agent_breaker.server import ServeError
+
+    path = tmp_path / "tokens.json"
+    path.write_text(json.dumps({"t" * 20: entry}))
+    with pytest.raises(ServeError, match=fragment):
+        Tokens.from_env({"AGENT_BREAKER_API_TOKENS_FILE": str(path)})
+
+
+def test_a_tokens_file_entry_carries_its_scope(tmp_path):
+    path = tmp_path / "tokens.json"
+    path.write_text(json.dumps({"t" * 20: {"tenant": "acme", "configs": ["agent_breaker"]}, "u" * 20: "globex"}))
+    tokens = Tokens.from_env({"AGENT_BREAKER_API_TOKENS_FILE": str(path)})
+    scope = tokens.scope_of("t" * 20)
+    assert (scope.tenant, scope.configs, scope.agents) == ("acme", frozenset({"agent_breaker"}), None)
+    assert tokens.tenant_of("u" * 20) == "globex" and tokens.scope_of("u" * 20).configs is None

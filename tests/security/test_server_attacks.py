@@ -24,11 +24,14 @@ from conftest import OUTAGE  # noqa: E402
 ACME = "acme-token-" + "b" * 24
 GLOBEX = "globex-token-" + "c" * 24
 CONFIGS = ["agent_breaker", "agent_breaker_redis"]
+SCOPED = "scoped-token-" + "d" * 24
+SCOPE = {"tenant": "acme", "configs": ["agent_breaker_redis"], "agents": ["planner"], "features": ["billing"]}
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Iterator[Server]:
-    with served_with_tenants({TOKEN: "*", ACME: "acme", GLOBEX: "globex"}, tmp_path_factory.mktemp("tokens"), 13) as srv:
+    tokens = {TOKEN: "*", ACME: "acme", GLOBEX: "globex", SCOPED: SCOPE}
+    with served_with_tenants(tokens, tmp_path_factory.mktemp("tokens"), 13) as srv:
         yield srv
 
 
@@ -539,3 +542,33 @@ def test_a_token_file_others_may_read_or_another_users_is_refused(tmp_path):
     link.symlink_to(path)
     with pytest.raises(ServeError, match="only it may read"):
         generated_token(link)
+
+
+# ----------------------------------------------------------------------------- scoped tokens
+
+
+def test_a_scoped_token_may_use_only_its_configs(server):
+    ok = server.events(sid(), call(1, "search"), config_id="agent_breaker_redis", headers=as_tenant(SCOPED))
+    assert ok.status_code == 200, ok.text
+    for config_id in ("agent_breaker", "agent_breaker_observe"):
+        r = server.events(sid(), call(1, "search"), config_id=config_id, headers=as_tenant(SCOPED))
+        assert r.status_code == 403 and config_id in r.text
+    body = {"model": "m", "guardrails": {"config_id": "agent_breaker_observe"}, "messages": [{"role": "user", "content": "hi"}]}
+    assert server.post("/v1/chat/completions", body, headers=as_tenant(SCOPED)).status_code == 403
+
+
+@pytest.mark.parametrize(("field", "value"), [("agent", "reviewer"), ("feature", "free-tier")])
+def test_a_scoped_token_may_not_name_another_agent_or_feature(server, field, value):
+    r = server.events(sid(), {**call(1, "search"), field: value}, config_id="agent_breaker_redis", headers=as_tenant(SCOPED))
+    assert r.status_code == 403 and field in r.text
+    ok = server.events(
+        sid(), {**call(1, "search"), field: SCOPE[f"{field}s"][0]}, config_id="agent_breaker_redis", headers=as_tenant(SCOPED)
+    )
+    assert ok.status_code == 200 and ok.json()["events"][0]["allowed"] is True
+    # the check endpoint and the chat path refuse it too (as an invalid event)
+    check = server.post(
+        "/v1/agent-breaker/check",
+        {"config_id": "agent_breaker_redis", "session_id": sid(), "event": {**call(1, "search"), field: value}},
+        headers=as_tenant(SCOPED),
+    )
+    assert check.status_code in (403, 422) and check.json().get("heuristic", "invalid_event") == "invalid_event"

@@ -47,6 +47,8 @@ def label_problem(fields: Mapping[str, Any]) -> tuple[str, str] | None:
         if allowed is not None and value is not None and value not in allowed:
             return name, f"this API token may not act as {name} {value!r}"
     return None
+
+
 #: events the server keeps out of Colang state, by a random reference, for one request
 PAYLOADS: dict[str, Mapping[str, Any]] = {}
 PAYLOAD_REF = "agent_breaker_ref"

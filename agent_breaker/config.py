@@ -353,6 +353,11 @@ class BreakerConfig(_Frozen):
         description="One breaker per (tenant, tool): one tenant's failures cannot open a tool for the others "
         "(false: one breaker per tool for every tenant).",
     )
+    dependency_args: tuple[str, ...] = Field(
+        ("url", "uri", "endpoint", "base_url"),
+        description="A call whose top-level argument of one of these names is a URL gets the breaker of that URL's "
+        "host (tool@host): failures of hosts the agent chose do not open the tool for every host.",
+    )
     window_s: float = Field(DEFAULT_BREAKER_WINDOW_S, gt=0, description="Sliding time window of call outcomes.")
     bucket_s: float = Field(1.0, gt=0, description="Granularity of the sliding window.")
     consecutive_failures: int | None = Field(
@@ -456,6 +461,11 @@ class ToolPolicy(_Frozen):
     )
     result_model: str | None = Field(None, description="A pydantic model a successful result must meet.")
     fallback: FallbackConfig | None = Field(None, description="Where a call goes when this tool's breaker refuses it.")
+    dependency_arg: str | None = Field(
+        None,
+        description="The top-level argument that names what this tool's calls depend on: each value gets a breaker "
+        "of its own (a URL: its host). Default: breaker.dependency_args, URLs only.",
+    )
 
     @model_validator(mode="after")
     def _schemas_compile(self) -> ToolPolicy:

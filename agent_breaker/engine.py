@@ -34,6 +34,7 @@ from ._canonical import CanonicalError, Fingerprinter, collapse_whitespace
 from ._text import normalize_name, normalize_text
 from .breaker import BreakerState, BreakerStateName, Permission, Transition
 from .breaker import core as breaker_core
+from .breaker.states import MANUAL_STATES
 from .clock import Clock, SystemClock
 from .config import FINGERPRINT_SECRET_ENV, AgentBreakerConfig, ConfigError, parse_config
 from .detectors import churn, conversation, loops
@@ -312,6 +313,19 @@ class Engine:
         except CanonicalError as exc:
             raise InvalidEventError.of([("result", str(exc))]) from None
 
+    def _dependency_breaker(
+        self, cfg: AgentBreakerConfig, tenant: str | None, tool: str, dependency: str | None, tool_key: str
+    ) -> str:
+        """The breaker a call goes through: its dependency's (`tool@host`), so that failures of
+        a host the agent chose open that host only; the tool's own while an operator holds it
+        (forced open, disabled, metrics only), so the operator's switch covers every host."""
+        if dependency is None:
+            return tool_key
+        held = self.store.breaker_state(tool_key)
+        if held is not None and held.state in MANUAL_STATES:
+            return tool_key
+        return self._breaker_key(cfg, tenant, f"{tool}@{dependency}")
+
     def _breaker_key(self, cfg: AgentBreakerConfig, tenant: str | None, tool: str) -> str:
         if not self.share_breakers:
             return tool
@@ -457,6 +471,7 @@ class Engine:
         permission = None
         if breaker_on and self.share_breakers:
             try:
+                bkey = self._dependency_breaker(cfg, ev.tenant, f.tool, p.dependency(f.tool, ev.args), bkey)
                 permission = self.store.breaker_acquire(bkey, cfg.breaker, now)
             except StorageError as exc:
                 return self._unavailable(step, exc, f.tool)

@@ -7,6 +7,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
+from urllib.parse import urlsplit
 
 from . import heuristics as H
 from . import schemas
@@ -237,6 +238,25 @@ class Policy:
             v = self._polling[tool] = self.cfg.tool(tool).polling or self.cfg.stuck_polling.is_polling_tool(tool)
         return v
 
+    def dependency(self, tool: str, args: Any) -> str | None:
+        """What a call depends on, when its breaker is that dependency's (`tool@dependency`):
+        the host of a URL argument (breaker.dependency_args), or the value of the tool's
+        `dependency_arg`. None: the tool's own breaker."""
+        if not isinstance(args, dict):
+            return None
+        named = self.cfg.tool(tool).dependency_arg
+        for name in (named,) if named is not None else self.cfg.breaker.dependency_args:
+            value = args.get(name)
+            if isinstance(value, str) and value:
+                host = _host_of(value)
+                if host is not None:
+                    return host
+                if named is not None:
+                    return value[:MAX_DEPENDENCY_CHARS].strip().lower() or None
+            elif named is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
+                return str(value)
+        return None
+
     def mutating(self, tool: str) -> bool:
         """Configured as mutating, or named after an action (wire_transfer, send_email)."""
         v = self._mutating.get(tool)
@@ -298,3 +318,23 @@ def observe_only(cfg: AgentBreakerConfig) -> AgentBreakerConfig:
         return cfg
     modes = {h: ("off" if cfg.mode_of(h) == "off" else "observe") for h in H.CONFIGURABLE}
     return cfg.model_copy(update={"mode": "observe", "modes": modes})
+
+
+#: a dependency named by a value longer than this is known by its first characters
+MAX_DEPENDENCY_CHARS = 253
+
+
+def _host_of(value: str) -> str | None:
+    """The host (and port) of a URL, lower-cased; None if `value` is no URL with a host."""
+    if "://" not in value[:16]:
+        return None
+    try:
+        parts = urlsplit(value.strip())
+        host = parts.hostname
+        port = parts.port
+    except ValueError:
+        return None
+    if not host:
+        return None
+    host = host[:MAX_DEPENDENCY_CHARS]
+    return host if port is None else f"{host}:{port}"

@@ -593,12 +593,12 @@ TOOL = "fetch_page"
 def test_tool_failing_in_five_sessions_is_blocked_in_a_sixth_then_recovers(make_engine, clock, incidents, transitions):
     engine = make_engine({"breaker": {"open_s": 30.0, "half_open_probes": 2}})
     for i in range(5):
-        v = run(engine, clock, TOOL, {"url": f"https://x/{i}"}, False, None, session=f"s{i}", error=OUTAGE)
+        v = run(engine, clock, TOOL, {"page": f"https://x/{i}"}, False, None, session=f"s{i}", error=OUTAGE)
         assert v.allowed and v.heuristic is None
     assert engine.breaker_state(TOOL) is S.OPEN
     opened_at = clock.now()
 
-    v = run(engine, clock, TOOL, {"url": "https://x/5"}, True, None, session="s5")
+    v = run(engine, clock, TOOL, {"page": "https://x/5"}, True, None, session="s5")
     assert not v.allowed
     assert (v.heuristic, v.scope, v.severity) == ("circuit_open", "tool", "block")
     assert set(v.observation) == {"error", "tool", "message", "actionable_instruction", "retry_after_s"}
@@ -608,11 +608,11 @@ def test_tool_failing_in_five_sessions_is_blocked_in_a_sixth_then_recovers(make_
     assert [(i.heuristic, i.scope, i.session, i.tool) for i in incidents] == [("circuit_open", "tool", "s5", TOOL)]
 
     clock.set(opened_at + 30.0)
-    p1 = engine.check_tool_call(call(TOOL, {"url": "https://x/6"}, session="s6"))
-    p2 = engine.check_tool_call(call(TOOL, {"url": "https://x/7"}, session="s7"))
+    p1 = engine.check_tool_call(call(TOOL, {"page": "https://x/6"}, session="s6"))
+    p2 = engine.check_tool_call(call(TOOL, {"page": "https://x/7"}, session="s7"))
     assert p1.allowed and p2.allowed
     assert engine.breaker_state(TOOL) is S.HALF_OPEN
-    extra = engine.check_tool_call(call(TOOL, {"url": "https://x/8"}, session="s8"))
+    extra = engine.check_tool_call(call(TOOL, {"page": "https://x/8"}, session="s8"))
     assert not extra.allowed
     assert (extra.heuristic, extra.scope) == ("circuit_half_open", "tool")
 
@@ -622,7 +622,7 @@ def test_tool_failing_in_five_sessions_is_blocked_in_a_sixth_then_recovers(make_
     r2 = engine.record_tool_result(result(TOOL, True, {"page": 7}, call_id=p2.call_id, session="s7"))
     assert r2.breaker_state == "closed"
     assert engine.breaker_state(TOOL) is S.CLOSED
-    assert engine.check_tool_call(call(TOOL, {"url": "https://x/9"}, session="s9")).allowed
+    assert engine.check_tool_call(call(TOOL, {"page": "https://x/9"}, session="s9")).allowed
     # on-call hears the tool go down and come back, each move once, with its time and why
     assert [(t.event, t.tool, t.src, t.dst, t.ts) for t in transitions] == [
         ("breaker_opened", TOOL, "closed", "open", opened_at),
@@ -648,14 +648,14 @@ def test_an_operator_forcing_a_breaker_is_an_incident(make_engine, clock, transi
 def test_a_failed_probe_through_the_engine_reopens_for_longer(make_engine, clock):
     engine = make_engine({"breaker": {"open_s": 30.0, "half_open_probes": 1}})
     for i in range(5):
-        run(engine, clock, TOOL, {"url": i}, False, None, session=f"s{i}", error=OUTAGE)
+        run(engine, clock, TOOL, {"page": i}, False, None, session=f"s{i}", error=OUTAGE)
     clock.advance(30.0)
-    probe = engine.check_tool_call(call(TOOL, {"url": "p"}, session="p"))
+    probe = engine.check_tool_call(call(TOOL, {"page": "p"}, session="p"))
     assert probe.allowed
     r = engine.record_tool_result(result(TOOL, False, None, call_id=probe.call_id, session="p", error=OUTAGE))
     assert r.breaker_state == "open"
     clock.advance(59.0)
-    v = engine.check_tool_call(call(TOOL, {"url": "q"}, session="q"))
+    v = engine.check_tool_call(call(TOOL, {"page": "q"}, session="q"))
     assert (v.allowed, v.heuristic, v.observation["retry_after_s"]) == (False, "circuit_open", 1.0)
 
 
@@ -665,18 +665,18 @@ def test_forced_open_breaker_blocks_every_session_until_reset(make_engine, clock
     assert engine.breaker_state(TOOL) is S.FORCED_OPEN
     for i in range(3):
         clock.advance(3600.0)
-        v = engine.check_tool_call(call(TOOL, {"url": i}, session=f"s{i}"))
+        v = engine.check_tool_call(call(TOOL, {"page": i}, session=f"s{i}"))
         assert not v.allowed
         assert (v.heuristic, v.scope) == ("circuit_open", "tool")
         assert v.observation["retry_after_s"] is None
     engine.force_breaker(TOOL, S.CLOSED)
-    assert engine.check_tool_call(call(TOOL, {"url": "x"}, session="x")).allowed
+    assert engine.check_tool_call(call(TOOL, {"page": "x"}, session="x")).allowed
 
 
 def test_metrics_only_breaker_never_blocks_and_warns_once_tripped(make_engine, clock):
     engine = make_engine()
     engine.force_breaker(TOOL, "metrics_only")
-    verdicts = [run(engine, clock, TOOL, {"url": i}, False, None, session=f"s{i}", error=OUTAGE) for i in range(12)]
+    verdicts = [run(engine, clock, TOOL, {"page": i}, False, None, session=f"s{i}", error=OUTAGE) for i in range(12)]
     assert all(v.allowed for v in verdicts)
     assert [v.heuristic for v in verdicts[:5]] == [None] * 5
     assert [(v.heuristic, v.severity) for v in verdicts[5:]] == [("circuit_open", "warn")] * 7

@@ -159,7 +159,7 @@ def test_fifty_sessions_failing_concurrently_open_the_breaker_after_exactly_ten_
 
     def one(i: int):
         session = f"s{i}"
-        v = engine.check_tool_call(call(TOOL, {"url": f"https://x/{i}"}, session=session))
+        v = engine.check_tool_call(call(TOOL, {"page": f"https://x/{i}"}, session=session))
         r = None
         if v.allowed:
             r = engine.record_tool_result(result(TOOL, False, None, call_id=v.call_id, session=session, error=OUTAGE))
@@ -192,7 +192,7 @@ def test_fifty_sessions_failing_concurrently_open_the_breaker_after_exactly_ten_
 def _half_open_engine(make_engine, clock, k: int):
     engine = make_engine({"breaker": {"open_s": 30.0, "half_open_probes": k}})
     for i in range(5):
-        v = engine.check_tool_call(call(TOOL, {"url": f"https://x/fail/{i}"}, session=f"f{i}"))
+        v = engine.check_tool_call(call(TOOL, {"page": f"https://x/fail/{i}"}, session=f"f{i}"))
         assert v.allowed
         engine.record_tool_result(result(TOOL, False, None, call_id=v.call_id, session=f"f{i}", error=OUTAGE))
     assert engine.breaker_state(TOOL) is S.OPEN
@@ -206,7 +206,7 @@ def test_hundred_asyncio_tasks_on_a_half_open_tool_get_exactly_k_calls_through(m
     engine = _half_open_engine(make_engine, clock, k)
 
     def check(i: int):
-        return engine.check_tool_call(call(TOOL, {"url": f"https://x/probe/{i}"}, session=f"p{i}"))
+        return engine.check_tool_call(call(TOOL, {"page": f"https://x/probe/{i}"}, session=f"p{i}"))
 
     async def task(i: int):
         if mode == "to_thread":

@@ -66,3 +66,49 @@ def test_a_tenants_own_ceiling_may_hold_several_features(make_engine, clock):
         v = engine.check_tool_call(call("t", {"i": i}, tenant="acme", feature=f"f{i % 2}", session=f"s{i}", cost_usd=0.3))
         allowed.append(v.allowed)
     assert allowed[:6] == [True] * 6 and allowed[7] is False
+
+
+def _fetch(engine, clock, url: str, session: str, ok: bool = False):
+    from conftest import OUTAGE, run
+
+    return run(
+        engine,
+        clock,
+        "http_get",
+        {"url": url},
+        ok,
+        {"status": 200} if ok else None,
+        session=session,
+        error=None if ok else OUTAGE,
+        tenant="acme",
+    )
+
+
+def test_failures_of_urls_the_agent_chose_open_that_host_only(make_engine, clock):
+    engine = make_engine()
+    for i in range(8):
+        _fetch(engine, clock, f"https://down.example/page/{i}", session=f"s{i}")
+    refused = engine.check_tool_call(call("http_get", {"url": "https://down.example/x"}, tenant="acme", session="t"))
+    assert (refused.allowed, refused.heuristic) == (False, "circuit_open")
+    # another host, and the tool for every other host, are not touched
+    assert engine.check_tool_call(call("http_get", {"url": "https://api.example/v1"}, tenant="acme", session="u")).allowed
+    assert engine.breaker_state("http_get", tenant="acme") is S.CLOSED
+
+
+def test_an_operators_switch_on_the_tool_covers_every_host(make_engine, clock):
+    engine = make_engine()
+    engine.force_breaker("http_get", "forced_open", tenant="acme")
+    v = engine.check_tool_call(call("http_get", {"url": "https://api.example/v1"}, tenant="acme", session="u"))
+    assert (v.allowed, v.heuristic) == (False, "circuit_open")
+    engine.force_breaker("http_get", "closed", tenant="acme")
+    assert engine.check_tool_call(call("http_get", {"url": "https://api.example/v1"}, tenant="acme", session="u")).allowed
+
+
+def test_a_tools_dependency_argument_keys_its_breaker(make_engine, clock):
+    from conftest import OUTAGE, run
+
+    engine = make_engine({"tools": {"query_db": {"dependency_arg": "database"}}})
+    for i in range(8):
+        run(engine, clock, "query_db", {"database": "Billing", "q": i}, False, None, session=f"s{i}", error=OUTAGE)
+    assert not engine.check_tool_call(call("query_db", {"database": "billing", "q": 99}, session="t")).allowed
+    assert engine.check_tool_call(call("query_db", {"database": "crm", "q": 1}, session="u")).allowed

@@ -106,7 +106,7 @@ def test_transport_errors_are_the_dependencys_and_open_its_breaker_for_every_ses
     for i in range(5):
         with pytest.raises(ConnectionError):
             guarded(fetch, engine=engine, session=f"s{i}")(f"https://x/{i}")
-    assert engine.breaker_state("fetch") is BreakerStateName.OPEN
+    assert engine.breaker_state("fetch@x") is BreakerStateName.OPEN  # the breaker of the host that failed
     out = guarded(fetch, engine=engine, session="s9")("https://x/9")
     assert out["error"] == "CIRCUIT_OPEN" and out["retry_after_s"] > 0
 

@@ -93,6 +93,7 @@ def _measured_bytes(state) -> int:
     from agent_breaker.store import codec
 
     raw = codec.encode(state)
+    codec.decode(raw)  # once first: a process-wide cache growing meanwhile is not the state
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]

@@ -18,7 +18,9 @@ class BreakerStateName(str, Enum):
 
 S = BreakerStateName
 
-_MANUAL = (S.FORCED_OPEN, S.DISABLED, S.METRICS_ONLY)
+#: the states only an operator sets (and only an operator leaves)
+MANUAL_STATES = frozenset({S.FORCED_OPEN, S.DISABLED, S.METRICS_ONLY})
+
 
 #: every legal (from, to) move; anything else raises IllegalTransition
 TRANSITIONS: frozenset[tuple[BreakerStateName, BreakerStateName]] = frozenset(
@@ -30,8 +32,8 @@ TRANSITIONS: frozenset[tuple[BreakerStateName, BreakerStateName]] = frozenset(
         (S.OPEN, S.CLOSED),  # manual reset
     }
     # an operator may force, disable or meter any breaker, and reset it to closed
-    | {(src, dst) for src in S for dst in _MANUAL if src != dst}
-    | {(src, S.CLOSED) for src in _MANUAL}
+    | {(src, dst) for src in S for dst in MANUAL_STATES if src != dst}
+    | {(src, S.CLOSED) for src in MANUAL_STATES}
 )
 
 

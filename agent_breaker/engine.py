@@ -227,6 +227,7 @@ class Engine:
         self.telemetry = telemetry if telemetry is not None else shared_metrics()
         if isinstance(self.store, MemoryStore):
             self.telemetry.watch_sessions(self.store)
+        self.telemetry.reserve_tools(self.config.tools)
         self.tracer = tracer if tracer is not None else configured_tracer()
         self.listeners: list[Listener] = [log_incident] if listeners is None else list(listeners)
         if sinks:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -31,17 +31,23 @@ LATENCY_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
 
 
 class BoundedLabels:
-    """The first `cap` distinct values of a label as themselves, every later one as OTHER."""
+    """The first `cap` distinct values of a label as themselves, every later one as OTHER;
+    reserved values (a config's tools) always as themselves, outside the cap."""
 
     def __init__(self, cap: int) -> None:
         self.cap = cap
         self._seen: set[str] = set()
+        self.reserved: set[str] = set()
         self._lock = threading.Lock()
+
+    def reserve(self, values: Iterable[str]) -> None:
+        with self._lock:
+            self.reserved.update(values)
 
     def __call__(self, value: str | None) -> str:
         if value is None:
             return NONE
-        if value in self._seen:
+        if value in self._seen or value in self.reserved:
             return value
         with self._lock:
             if len(self._seen) < self.cap:
@@ -166,9 +172,17 @@ class Metrics:
     def storage_failed(self, severity: str) -> None:
         self.storage_failures.labels(severity).inc()
 
+    def reserve_tools(self, tools: Iterable[str]) -> None:
+        """Tools that always get series of their own (a config's `tools:`), however many
+        other names callers make up."""
+        self.tool.reserve(tools)
+
     def breaker_seen(self, tool: str, state: str) -> None:
-        """The state a decision found a tool's breaker in (changes only touch the gauge)."""
-        if self._breaker_seen.get(tool) == state:
+        """The state a decision found a tool's breaker in (changes only touch the gauge). A
+        tool seen only closed takes no label slot unless reserved: made-up names cannot use
+        up the slots an opening breaker needs."""
+        seen = self._breaker_seen.get(tool)
+        if seen == state or (seen is None and state == "closed" and tool not in self.tool.reserved):
             return
         label = self.tool(tool)
         if label == OTHER:
@@ -220,6 +234,9 @@ class NoMetrics(Metrics):
         pass
 
     def breaker_seen(self, tool: str, state: str) -> None:
+        pass
+
+    def reserve_tools(self, tools: Iterable[str]) -> None:
         pass
 
     def breaker_moved(self, tool: str, src: str, dst: str) -> None:

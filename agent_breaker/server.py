@@ -100,6 +100,8 @@ log = logging.getLogger("agent_breaker.server")
 
 API_TOKEN_ENV = "AGENT_BREAKER_API_TOKEN"
 API_TOKENS_FILE_ENV = "AGENT_BREAKER_API_TOKENS_FILE"
+#: a token for GET /metrics alone (a scraper's): it may use no config
+METRICS_TOKEN_ENV = "AGENT_BREAKER_METRICS_TOKEN"
 ALLOWED_HOSTS_ENV = "AGENT_BREAKER_ALLOWED_HOSTS"
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 #: a token's tenant when it may act for every tenant
@@ -166,6 +168,7 @@ class TokenScope:
     configs: frozenset[str] | None = None
     agents: frozenset[str] | None = None
     features: frozenset[str] | None = None
+    metrics: bool = False  # the scraper's token: /metrics, and no config
 
     @classmethod
     def read(cls, entry: Any, where: str) -> TokenScope:
@@ -178,7 +181,7 @@ class TokenScope:
         unknown = set(entry) - {"tenant", "configs", "agents", "features"}
         if unknown:
             raise ServeError(f"{where}: unknown keys {sorted(unknown)} (tenant, configs, agents, features)")
-        lists: dict[str, frozenset[str] | None] = {}
+        lists: dict[str, Any] = {}
         for name in ("configs", "agents", "features"):
             value = entry.get(name)
             if value is not None and not (isinstance(value, list) and all(isinstance(v, str) and v for v in value)):
@@ -209,6 +212,9 @@ class Tokens:
         single = environ.get(API_TOKEN_ENV, "")
         if single:
             tokens[_checked_token(single, API_TOKEN_ENV)] = ALL_TENANTS
+        scraper = environ.get(METRICS_TOKEN_ENV, "")
+        if scraper:
+            tokens[_checked_token(scraper, METRICS_TOKEN_ENV)] = TokenScope(ALL_TENANTS, configs=frozenset(), metrics=True)
         path = environ.get(API_TOKENS_FILE_ENV, "")
         if path:
             try:
@@ -452,6 +458,11 @@ class RequestGuard:
                 await _reply(send, 401, "a valid 'Authorization: Bearer <token>' header is required", _CHALLENGE)
                 return
             granted, tenant = found, found.tenant
+            operator = granted.metrics or (tenant == ALL_TENANTS and granted.configs is None)
+            if _route_path(scope) == METRICS_PATH and not operator:
+                # the registry names every tenant, feature and tool, with their spend
+                await _reply(send, 403, f"/metrics answers an all-tenant token or ${METRICS_TOKEN_ENV} only")
+                return
         body = b""
         if scope.get("method") in ("POST", "PUT", "PATCH"):
             if headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
@@ -481,9 +492,10 @@ class RequestGuard:
             body = read
             if body:
                 problem, data = self.check_json(scope.get("path", ""), body)
-                if problem is None and granted.configs is not None:
-                    config_id = _requested_config(scope.get("path", ""), data)
-                    if config_id is not None and config_id not in granted.configs:
+                path = scope.get("path", "")
+                if problem is None and granted.configs is not None and path in (EVENTS_PATH, CHECK_PATH, CHAT_PATH):
+                    config_id = _requested_config(path, data)
+                    if config_id not in granted.configs:
                         problem = (403, f"this API token may not use config {config_id!r}")
                 if problem is not None:
                     await _reply(send, *problem)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from conftest import CALL_ERROR, call, run
+from conftest import CALL_ERROR, OUTAGE, call, run
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -91,7 +91,9 @@ def test_breaker_state_per_tool_and_its_transitions(make_engine, clock):
     from conftest import OUTAGE
 
     telemetry = Metrics()
-    engine = make_engine({"breaker": {"open_s": 10.0, "half_open_probes": 1}}, telemetry=telemetry)
+    # configured tools: each has its series from the start (others get one when they leave closed)
+    config = {"breaker": {"open_s": 10.0, "half_open_probes": 1}, "tools": {"search": {}, "fetch": {}}}
+    engine = make_engine(config, telemetry=telemetry)
     run(engine, clock, "search", {"q": 1}, True, {"hits": [1]})
     for i in range(5):
         run(engine, clock, "fetch", {"n": i}, False, None, error=OUTAGE, session=f"s{i}")
@@ -109,17 +111,29 @@ def test_breaker_state_per_tool_and_its_transitions(make_engine, clock):
     assert (state("fetch", "open"), state("fetch", "closed")) == (0, 1)
 
 
-def test_tool_names_are_capped_in_breaker_labels(make_engine, clock):
-    telemetry = Metrics(max_label_values=2)
-    engine = make_engine(telemetry=telemetry)
-    for i in range(10):
+def _state_series(telemetry) -> dict[str, set[str]]:
+    """tool -> the states its breaker-state gauge is 1 for."""
+    series: dict[str, set[str]] = {}
+    for (name, labels), value in samples(generate_latest(telemetry.registry).decode()).items():
+        if name == "agent_breaker_breaker_state" and value == 1:
+            series.setdefault(dict(labels)["tool"], set()).add(dict(labels)["state"])
+    return series
+
+
+def test_made_up_tool_names_cannot_take_the_slot_of_an_opening_breaker(make_engine, clock):
+    telemetry = Metrics(max_label_values=3)
+    engine = make_engine({"tools": {"payments_api": {}}}, telemetry=telemetry)
+    for i in range(200):  # closed breakers of made-up tools take no slot
         engine.check_tool_call(call(f"tool_{uuid.uuid4().hex}", {"n": i}, session=f"s{i}"))
-    tools = {
-        dict(labels)["tool"]
-        for (name, labels) in samples(generate_latest(telemetry.registry).decode())
-        if name == "agent_breaker_breaker_state"
-    }
-    assert len(tools) == 2  # past the cap a tool has no state series (one series cannot say whose state it is)
+    for i in range(5):  # nor do made-up tools that open, past the cap
+        junk = f"junk_{i}"
+        for j in range(5):
+            run(engine, clock, junk, {"n": j}, False, None, session=f"j{i}-{j}", error=OUTAGE)
+    for j in range(5):
+        run(engine, clock, "payments_api", {"n": j}, False, None, session=f"p{j}", error=OUTAGE)
+    series = _state_series(telemetry)
+    assert series["payments_api"] == {"open"}  # a configured tool always has its series
+    assert len([t for t in series if t.startswith("junk_")]) == 3 and not [t for t in series if t.startswith("tool_")]
 
 
 def test_sessions_live_and_evicted(clock, keys):

@@ -25,13 +25,15 @@ ACME = "acme-token-" + "b" * 24
 GLOBEX = "globex-token-" + "c" * 24
 CONFIGS = ["agent_breaker", "agent_breaker_redis"]
 SCOPED = "scoped-token-" + "d" * 24
+SCRAPER = "scraper-token-" + "e" * 24
 SCOPE = {"tenant": "acme", "configs": ["agent_breaker_redis"], "agents": ["planner"], "features": ["billing"]}
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Iterator[Server]:
     tokens = {TOKEN: "*", ACME: "acme", GLOBEX: "globex", SCOPED: SCOPE}
-    with served_with_tenants(tokens, tmp_path_factory.mktemp("tokens"), 13) as srv:
+    env = {"AGENT_BREAKER_METRICS_TOKEN": SCRAPER}
+    with served_with_tenants(tokens, tmp_path_factory.mktemp("tokens"), 13, env) as srv:
         yield srv
 
 
@@ -572,3 +574,13 @@ def test_a_scoped_token_may_not_name_another_agent_or_feature(server, field, val
         headers=as_tenant(SCOPED),
     )
     assert check.status_code in (403, 422) and check.json().get("heuristic", "invalid_event") == "invalid_event"
+
+
+def test_metrics_answer_the_scraper_and_all_tenant_tokens_not_a_tenants(server):
+    for token in (ACME, SCOPED):
+        r = httpx.get(server.base + "/metrics", headers=as_tenant(token), timeout=10)
+        assert r.status_code == 403, token
+    for token in (SCRAPER, TOKEN):
+        assert httpx.get(server.base + "/metrics", headers=as_tenant(token), timeout=10).status_code == 200
+    # the scraper's token sends no events
+    assert server.events(sid(), call(1, "search"), headers=as_tenant(SCRAPER)).status_code == 403

@@ -3,7 +3,13 @@
 A sink is an engine listener that only puts the incident's dict on a bounded queue; one daemon
 thread per sink delivers from it, retrying with exponential backoff. A decision therefore
 never waits on a receiver: a slow or dead webhook fills the queue, and what does not fit is
-dropped, counted (`agent_breaker_incidents_total{outcome="dropped"}`) and logged. At exit, each sink gets
+dropped, counted (`agent_breaker_incidents_total{outcome="dropped"}`) and logged.
+
+No tenant can crowd out another's incidents: breaker moves and escalations have a lane of their
+own that trips never fill, and delivered first; a trip repeating one already queued or sent
+within `DEDUP_S` (same tenant, session and heuristic) is counted `deduped`, not queued; and each
+tenant queues at most `TENANT_BURST` trips, refilled at `TENANT_PER_MINUTE` a minute (past
+that: `limited`). At exit, each sink gets
 a few seconds to deliver what is queued (an operator's forced breaker from the CLI included). Incidents hold names,
 numbers and the engine's reasons, never payload text.
 """
@@ -11,6 +17,7 @@ numbers and the engine's reasons, never payload text.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import logging
 import queue
@@ -18,6 +25,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -75,8 +83,20 @@ def _logged(n: int) -> bool:
     return n & (n - 1) == 0
 
 
+#: a trip repeating one of the same tenant, session and heuristic within this is not queued again
+DEDUP_S = 60.0
+#: the trips one tenant may queue at once, and how fast that allowance refills
+TENANT_BURST = 100
+TENANT_PER_MINUTE = 60.0
+#: tenants and trip keys remembered for the limits above (the oldest go first)
+MAX_REMEMBERED = 10_000
+#: kinds delivered before any trip, in a lane trips never fill
+PRIORITY_KINDS = frozenset({"breaker", "escalation", "resolution"})
+
+
 class QueuedSink:
-    """An engine listener delivering incidents from a bounded queue on its own thread."""
+    """An engine listener delivering incidents from two bounded queues (priority kinds, then
+    trips) on its own thread."""
 
     def __init__(
         self,
@@ -89,10 +109,18 @@ class QueuedSink:
         max_backoff_s: float = 30.0,
         metrics: Metrics | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.name = name
         self._deliver = deliver
         self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue(queue_size)
+        self._priority: queue.Queue[dict[str, Any]] = queue.Queue(queue_size)
+        self._clock = clock
+        self._intake = threading.Lock()
+        self._sent: OrderedDict[tuple[Any, ...], float] = OrderedDict()  # trip key -> when last queued
+        self._allowance: OrderedDict[Any, tuple[float, float]] = OrderedDict()  # tenant -> (tokens, at)
+        self._queued: dict[Any, int] = {}  # tenant -> its trips in the queue
+        self._share = max(1, queue_size // 4)  # of the queue one tenant's trips may hold
         self.retries = retries
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
@@ -104,13 +132,52 @@ class QueuedSink:
         self._thread.start()
 
     def __call__(self, incident: Reportable) -> None:
+        item = incident.to_dict()
         try:
-            self._queue.put_nowait(incident.to_dict())
+            if item.get("kind") in PRIORITY_KINDS:
+                self._priority.put_nowait(item)
+                with contextlib.suppress(queue.Full):  # a full trip queue keeps the thread awake anyway
+                    self._queue.put_nowait({})  # wakes the thread; the priority lane is read first
+                return
+            refused = self._admit(item)
+            if refused is not None:
+                self._count(refused)
+                return
+            try:
+                self._queue.put_nowait(item)
+            except queue.Full:
+                self._dequeued(item)
+                raise
         except queue.Full:
             self._count("dropped")
             self.dropped += 1
             if _logged(self.dropped):
                 log.warning("agent-breaker: incident sink %s is full: %d incident(s) dropped so far", self.name, self.dropped)
+
+    def _admit(self, item: dict[str, Any]) -> str | None:
+        """None when a trip may be queued; else why not: `deduped` or `limited`."""
+        now = self._clock()
+        tenant = item.get("tenant")
+        key = (tenant, item.get("session"), item.get("heuristic"), item.get("severity"))
+        with self._intake:
+            last = self._sent.get(key)
+            if last is not None and now - last < DEDUP_S:
+                return "deduped"
+            if self._queued.get(tenant, 0) >= self._share:
+                return "limited"  # its share of the queue is full: other tenants' trips still fit
+            tokens, at = self._allowance.pop(tenant, (float(TENANT_BURST), now))
+            tokens = min(float(TENANT_BURST), tokens + (now - at) * TENANT_PER_MINUTE / 60.0)
+            if tokens < 1.0:
+                self._allowance[tenant] = (tokens, now)
+                return "limited"
+            self._allowance[tenant] = (tokens - 1.0, now)
+            self._queued[tenant] = self._queued.get(tenant, 0) + 1
+            self._sent.pop(key, None)
+            self._sent[key] = now
+            for remembered in (self._sent, self._allowance):
+                while len(remembered) > MAX_REMEMBERED:
+                    remembered.popitem(last=False)
+        return None
 
     def _failed(self, why: str) -> None:
         self._count("failed")
@@ -126,11 +193,28 @@ class QueuedSink:
         while True:
             item = self._queue.get()
             try:
+                while True:  # every priority incident before the next trip
+                    try:
+                        urgent = self._priority.get_nowait()
+                    except queue.Empty:
+                        break
+                    self._send(urgent)
                 if item is None:
                     return
-                self._send(item)
+                if item:  # {}: a wake-up for the priority lane
+                    self._dequeued(item)
+                    self._send(item)
             finally:
                 self._queue.task_done()
+
+    def _dequeued(self, item: dict[str, Any]) -> None:
+        tenant = item.get("tenant")
+        with self._intake:
+            left = self._queued.get(tenant, 0) - 1
+            if left > 0:
+                self._queued[tenant] = left
+            else:
+                self._queued.pop(tenant, None)
 
     def _send(self, item: dict[str, Any]) -> None:
         for attempt in range(self.retries + 1):

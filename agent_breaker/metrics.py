@@ -144,7 +144,8 @@ class Metrics:
         )
         self.incidents = Counter(
             "agent_breaker_incidents",
-            "Incidents by sink and outcome: delivered, failed (after retries), dropped (queue full).",
+            "Incidents by sink and outcome: delivered, failed (after retries), dropped (queue full), deduped (a repeat "
+            "within a minute), limited (past its tenant's share).",
             ["sink", "outcome"],
             registry=r,
         )

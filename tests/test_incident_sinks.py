@@ -177,7 +177,8 @@ def test_a_hung_receiver_never_holds_a_decision_and_a_full_queue_drops_and_count
         delivered = [b["session"] for b in receiver.json_bodies()]
     assert len(raised) > 3
     assert delivered == [i.session for i in raised[:3]]  # the one in flight, then the queue's two
-    assert counted(telemetry, "webhook", "dropped") == sink.dropped == len(raised) - 3
+    # past the queue: dropped, or refused first for holding its tenant's share of it
+    assert counted(telemetry, "webhook", "dropped") + counted(telemetry, "webhook", "limited") == len(raised) - 3
     assert counted(telemetry, "webhook", "delivered") == 3
 
 
@@ -332,3 +333,77 @@ def test_the_server_posts_a_runaway_and_a_breaker_opening_to_the_webhook_within_
     assert [(b["event"], b["tool"]) for b in opened] == [("breaker_opened", tool)]
     assert all(b["text"] for b in bodies)
     assert SECRET.encode() not in receiver.raw()
+
+
+# ----------------------------------------------------------------------------- floods
+
+
+class _Item:
+    def __init__(self, **d) -> None:
+        self.d = d
+
+    def to_dict(self) -> dict:
+        return dict(self.d)
+
+
+def _trip(tenant: str, session: str, heuristic: str = "identical_failure") -> _Item:
+    return _Item(kind="trip", tenant=tenant, session=session, heuristic=heuristic, severity="block")
+
+
+class _HeldReceiver:
+    """Holds the first delivery until released; keeps what it got, in order."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.got: list[dict] = []
+
+    def __call__(self, item: dict) -> None:
+        self.gate.wait(20)
+        self.got.append(item)
+
+
+def test_a_tenants_flood_of_trips_never_displaces_another_tenants_breaker_incident():
+    telemetry = Metrics()
+    receiver = _HeldReceiver()
+    sink = QueuedSink("webhook", receiver, queue_size=50, metrics=telemetry)
+    for i in range(1_200):
+        sink(_trip("mallory", f"junk-{i}"))
+    sink(_Item(kind="breaker", tenant="acme", tool="payments_api", event="breaker_opened"))
+    sink(_trip("acme", "real-1"))
+    receiver.gate.set()
+    assert sink.flush(20)
+    kinds = [(d["kind"], d["tenant"]) for d in receiver.got]
+    assert ("breaker", "acme") in kinds and ("trip", "acme") in kinds
+    # the breaker's incident went out before the trips queued ahead of it (one was in flight)
+    assert kinds.index(("breaker", "acme")) <= 1
+    assert counted(telemetry, "webhook", "limited") > 0  # mallory past its allowance
+
+
+def test_a_trip_repeating_within_the_dedup_window_is_counted_not_queued():
+    now = [0.0]
+    telemetry = Metrics()
+    receiver = _HeldReceiver()
+    receiver.gate.set()
+    sink = QueuedSink("webhook", receiver, metrics=telemetry, clock=lambda: now[0])
+    for _ in range(5):
+        sink(_trip("acme", "s1"))
+    sink(_trip("acme", "s1", "same_answer"))  # another heuristic: news
+    now[0] = 61.0
+    sink(_trip("acme", "s1"))  # past the window: sent again
+    assert sink.flush(20)
+    assert [d["heuristic"] for d in receiver.got] == ["identical_failure", "same_answer", "identical_failure"]
+    assert counted(telemetry, "webhook", "deduped") == 4
+
+
+def test_a_tenants_allowance_refills_with_time():
+    now = [0.0]
+    receiver = _HeldReceiver()
+    receiver.gate.set()
+    sink = QueuedSink("webhook", receiver, queue_size=10_000, clock=lambda: now[0])
+    for i in range(150):
+        sink(_trip("mallory", f"s{i}"))
+    now[0] = 60.0  # a minute: 60 more
+    for i in range(150, 300):
+        sink(_trip("mallory", f"s{i}"))
+    assert sink.flush(20)
+    assert len(receiver.got) == 100 + 60

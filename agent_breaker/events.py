@@ -20,6 +20,17 @@ MAX_TEXT_CHARS = 1_000_000
 _Id = Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS, pattern=r"^[^\x00-\x1f\x7f]+$")]
 
 
+def _printable(value: str) -> str:
+    if not value.isprintable():
+        raise ValueError("an id of printable characters (no line or paragraph separator, no format character)")
+    return value
+
+
+#: the ids an operator reads back (a session, its tenant and labels): printable, as the
+#: escalation queue holds them, so a session frozen for a human is always listed
+_Name = Annotated[_Id, AfterValidator(_printable)]
+
+
 def is_id(value: Any) -> bool:
     """An id as events carry them: 1 to MAX_ID_CHARS characters, printable, valid Unicode."""
     return isinstance(value, str) and 0 < len(value) <= MAX_ID_CHARS and value.isprintable() and not has_invalid_chars(value)
@@ -64,11 +75,11 @@ class InvalidEventError(ValueError):
 class _Event(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
-    session: _Id | None = None
+    session: _Name | None = None
     ts: Annotated[float, Field(allow_inf_nan=False)] | None = None
-    tenant: _Id | None = None
-    feature: _Id | None = None
-    agent: _Id | None = None
+    tenant: _Name | None = None
+    feature: _Name | None = None
+    agent: _Name | None = None
     depth: Annotated[int, Field(ge=0, le=10_000)] | None = None
     # fingerprint of the conversation, used as the session key when `session` is absent
     conversation: _Text | None = None

@@ -418,3 +418,15 @@ def engine_tool(name: str) -> str:
     from agent_breaker.events import parse_event
 
     return parse_event({"type": "tool_call", "session": "s", "tool": name}).tool
+
+
+@pytest.mark.parametrize("sep", ["\u2028", "\u2029", "\x85", "\u200b", "\u202e"])
+@pytest.mark.parametrize("field", ["session", "tenant", "agent", "feature"])
+def test_an_id_an_operator_could_not_read_back_is_refused_before_anything_is_kept(make_engine, sep, field):
+    """A session frozen for a human must be listed: an id the escalation queue cannot hold (a
+    line or paragraph separator, a format character) is refused at the door."""
+    engine = make_engine()
+    event = {"type": "tool_call", "session": "s1", "tool": "t", "args": {}, field: f"x{sep}y"}
+    with pytest.raises(InvalidEventError, match=field):
+        engine.check_tool_call(event)
+    assert engine.store.peek_session("s1") is None

@@ -528,8 +528,12 @@ class Engine:
             if call_id is None:
                 s.loops.auto_ids += 1
                 call_id = f"{UNNAMED_CALL}{s.loops.auto_ids}"
-            if len(s.loops.pending) >= MAX_PENDING:
-                del s.loops.pending[next(iter(s.loops.pending))]
+            if len(s.loops.pending) >= MAX_PENDING and not _forget_lost(s, now - cfg.duplicate_mutation.in_flight_s):
+                # never evict a call in flight: 64 decoys would push a failing call out, and its
+                # failure would never count
+                reason = f"{MAX_PENDING} calls of this session are in flight; report their results first"
+                decided.verdict = Verdict(False, H.INVALID_EVENT, "block", "call", reason)
+                return s, decided
             probe = granted.probe if granted is not None else None
             s.loops.pending[call_id] = Pending(
                 f, call_id, bkey, probe, similar.text, similar.shape, loops.record_call(s, f, cfg), now
@@ -1422,6 +1426,15 @@ MAX_ECHOED = 32
 MAX_ECHO_CHARS = 1024  # a longer result value is content, not an echo
 #: how much of a failure's error and payload its shape is read from
 MAX_ERROR_CHARS = 4096
+
+
+def _forget_lost(s: SessionState, before: float) -> bool:
+    """Forget the calls let through before `before` that never answered (taken as lost);
+    True if any was."""
+    lost = [cid for cid, p in s.loops.pending.items() if p.ts < before]
+    for cid in lost:
+        del s.loops.pending[cid]
+    return bool(lost)
 
 
 def _pop_pending(s: SessionState, ev: ToolResult) -> Pending | None:

@@ -25,7 +25,7 @@ _BASE, _PENDING, _KEY, _CHAIN, _ANSWER, _ROW, _DONE, _TURN = 2_400, 700, 330, 42
 _BREAKER, _BUCKET, _RECEIPT = 900, 120, 1_200
 
 MAX_KEYS = 256
-MAX_PENDING = 64  # calls in flight; a result of an evicted one is refused (invalid_event)
+MAX_PENDING = 64  # calls in flight; past it a new call is refused (invalid_event), lost ones aside
 MAX_TURNS = 16
 MAX_SEEN = 1024  # (call, result) and (tool, answer) pairs: what is news
 MAX_TOOLS = 256  # per-tool counters a session keeps (spend, session-scoped breakers)

@@ -430,3 +430,28 @@ def test_an_id_an_operator_could_not_read_back_is_refused_before_anything_is_kep
     with pytest.raises(InvalidEventError, match=field):
         engine.check_tool_call(event)
     assert engine.store.peek_session("s1") is None
+
+
+def test_decoy_calls_cannot_push_a_failing_call_out_of_flight(engine, clock):
+    """Each turn: the failing call, then 64 decoys left without results, then the failing
+    call's result. The decoys cannot evict it: its failure counts, and the loop is cut."""
+    verdicts = []
+    for turn in range(6):
+        clock.advance(1)
+        failing = engine.check_tool_call(call("run_sql", {"q": "SELECT 1"}, call_id=f"f{turn}"))
+        verdicts.append(failing)
+        decoys = [engine.check_tool_call(call("noop", {"n": i}, call_id=f"d{turn}-{i}")) for i in range(64)]
+        assert not failing.allowed or any(d.heuristic == "invalid_event" for d in decoys)  # past the in-flight cap
+        if failing.allowed:
+            out = engine.record_tool_result(result("run_sql", False, None, call_id=f"f{turn}", error="syntax error"))
+            assert out.accepted
+    assert [v.allowed for v in verdicts][:4] == [True] * 4 and not verdicts[4].allowed, verdicts
+
+
+def test_calls_that_never_answered_are_taken_as_lost_and_free_their_place(make_engine, clock):
+    engine = make_engine()
+    for i in range(64):
+        assert engine.check_tool_call(call("fire", {"n": i})).allowed  # results never reported
+    assert engine.check_tool_call(call("fire", {"n": 64})).heuristic == "invalid_event"
+    clock.advance(121)  # past duplicate_mutation.in_flight_s
+    assert engine.check_tool_call(call("fire", {"n": 65})).allowed

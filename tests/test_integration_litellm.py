@@ -254,13 +254,36 @@ def test_a_guarded_runs_streamed_request_is_refused_its_tool_calls_could_not_be_
         asyncio.run(reply)
 
 
-def test_a_request_without_a_run_id_is_not_guarded(memory_engine, use_guard):
-    engine = memory_engine({"step_limit": {"max_steps": 1}})
+def failing_turns_of(messages: list[Any], turns: int, run_id) -> list[bool]:
+    """Like failing_turns, each request under `run_id(turn)`; whether each turn's call was kept."""
+    kept = []
+    for turn in range(turns):
+        try:
+            response = complete(messages, run_id=run_id(turn), calls=[tool_call("run_sql", SQL)])
+        except litellm.RateLimitError:  # the run is halted: the model call itself is refused
+            return [*kept, False]
+        message = response.choices[0].message
+        kept.append(bool(message.tool_calls))
+        messages.append(message)
+        for tc in message.tool_calls or []:
+            messages.append({"role": "tool", "tool_call_id": tc.id, "content": f"Error: {CALL_ERROR}"})
+    return kept
+
+
+@pytest.mark.parametrize("run_id", [lambda turn: None, lambda turn: f"fresh-{turn}-{uuid.uuid4().hex}"], ids=["none", "fresh"])
+def test_a_runaway_without_a_steady_run_id_is_still_cut(memory_engine, use_guard, run_id):
+    use_guard(memory_engine())
+    messages = [{"role": "system", "content": "You are a SQL agent."}, {"role": "user", "content": "count the orders"}]
+    kept = failing_turns_of(messages, 7, run_id)
+    assert kept == [True] * 4 + [False, False], kept  # warned at the fourth call, cut at the fifth, then halted
+
+
+def test_conversations_that_open_differently_are_sessions_of_their_own(memory_engine, use_guard):
+    engine = memory_engine()
     use_guard(engine)
-    for _ in range(3):
-        response = complete([{"role": "user", "content": "hi"}], run_id=None, calls=[tool_call("run_sql", SQL)])
-        assert response.choices[0].message.tool_calls
-    assert engine.store.session_count() == 0
+    for user in ("count the orders", "list the customers", "sum the invoices"):
+        complete([{"role": "user", "content": user}], run_id=None, calls=[tool_call("run_sql", SQL)])
+    assert engine.store.session_count() == 3
 
 
 def test_a_run_id_that_cannot_key_a_session_is_a_bad_request(memory_engine, use_guard):

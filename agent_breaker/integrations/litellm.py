@@ -2,9 +2,14 @@
 `litellm.acompletion`) and for the proxy (config.yaml `guardrails:`, mode pre_call and post_call).
 
 Each request belongs to the run named in its metadata (`run_id`, else `session_id`, in
-`metadata` or `litellm_metadata`; else `litellm_session_id`); a request without one is not
-guarded. Behind the proxy the tenant is the API key's team (a key without a team is a tenant
-of its own), never what the caller sends; in the SDK, `metadata["tenant"]`.
+`metadata` or `litellm_metadata`; else `litellm_session_id`); without one, to its conversation,
+known by its opening (the messages up to the first user message: a client resends the whole
+conversation each turn). A conversation stays in the run it started in: once the model has
+answered (its first answer's tool call ids belong to no other conversation), a request that
+continues it under another run id is taken as the first run's (this process remembers the
+latest MAX_CONVERSATIONS), so a fresh run id per retry does not make each retry a new session.
+Behind the proxy the tenant is the API key's team (a key without a team is a tenant of its own), never
+what the caller sends; in the SDK, `metadata["tenant"]`.
 
 Before the model call: what follows the model's last message in the request is new (a client
 resends the whole conversation), so the tool messages there are recorded as the results of the
@@ -24,9 +29,11 @@ requests are refused (400).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -51,6 +58,8 @@ log = logging.getLogger("agent_breaker.integrations.litellm")
 
 #: where a request names its run, in this order, in each metadata bucket
 RUN_KEYS = ("run_id", "session_id")
+#: conversations whose first run this process remembers (the newest)
+MAX_CONVERSATIONS = 100_000
 #: the hooks the guard runs on (its default mode)
 MODES = (GuardrailEventHooks.pre_call, GuardrailEventHooks.post_call)
 #: the call types whose requests are chat messages
@@ -82,6 +91,7 @@ class AgentBreakerGuardrail(CustomGuardrail):
             **kwargs,
         )
         self.engine = engine or Engine(load_config(config_path) if config_path else None)
+        self._runs: OrderedDict[str, str] = OrderedDict()  # an answered conversation's start -> its first run
 
     # ----------------------------------------------------------------- the proxy's hooks
     async def async_pre_call_hook(self, user_api_key_dict: Any, cache: Any, data: dict[str, Any], call_type: str) -> None:
@@ -108,7 +118,7 @@ class AgentBreakerGuardrail(CustomGuardrail):
 
     # ----------------------------------------------------------------- deciding
     async def _before(self, data: Mapping[str, Any], key: Any = None) -> None:
-        ids = _run_of(data, key)
+        ids = _run_of(data, key, runs=self._runs)
         if ids is None:
             return
         if data.get("stream"):
@@ -129,8 +139,11 @@ class AgentBreakerGuardrail(CustomGuardrail):
             )
 
     async def _after(self, data: Mapping[str, Any], response: Any, key: Any = None) -> Any:
-        ids = _run_of(data, key)
-        if ids is None or not isinstance(response, litellm.ModelResponse):
+        if not isinstance(response, litellm.ModelResponse):
+            return response
+        reply = response.choices[0].message if response.choices else None
+        ids = _run_of(data, key, reply=reply, runs=self._runs)
+        if ids is None:
             return response
         spend = _spend(response)  # counted once: on the first call the engine reads, else on the turn
         for choice in response.choices:
@@ -188,13 +201,41 @@ def _behind_proxy(data: Mapping[str, Any]) -> bool:
     return data.get("proxy_server_request") is not None
 
 
-def _run_of(data: Mapping[str, Any], key: Any = None) -> dict[str, Any] | None:
-    """The session (and tenant) fields of a request's events; None without a run id. `key`: the
-    proxy's authenticated API key (UserAPIKeyAuth)."""
+def _start_of(messages: list[Any], until: str) -> str | None:
+    """A digest of a conversation's messages up to and including its first of role `until`."""
+    start = []
+    for m in messages:
+        if not isinstance(m, Mapping):
+            continue
+        start.append([m.get("role"), m.get("content"), m.get("tool_calls")])
+        if m.get("role") == until:
+            text = json.dumps(start, sort_keys=True, default=str)
+            return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    return None
+
+
+def _run_of(
+    data: Mapping[str, Any], key: Any = None, *, reply: Any = None, runs: OrderedDict[str, str] | None = None
+) -> dict[str, Any] | None:
+    """The session (or conversation) and tenant fields of a request's events; None when the
+    request names no run and has no user message. `key`: the proxy's authenticated API key
+    (UserAPIKeyAuth); `reply`: the model's answer to the request, once there is one; `runs`:
+    the run each answered conversation started in, by its start."""
     buckets = [b for b in (data.get("metadata"), data.get("litellm_metadata")) if isinstance(b, Mapping)]
     run = next((b[k] for b in buckets for k in RUN_KEYS if b.get(k)), None) or data.get("litellm_session_id")
-    if not run:
-        return None
+    messages = _plain(list(data.get("messages") or ()))
+    conversation = None
+    if run and runs is not None:
+        started = _start_of(messages + ([_plain(reply)] if reply is not None else []), "assistant")
+        if started is not None:
+            run = runs.setdefault(started, str(run))
+            runs.move_to_end(started)
+            while len(runs) > MAX_CONVERSATIONS:
+                runs.popitem(last=False)
+    elif not run:
+        conversation = _start_of(messages, "user")
+        if conversation is None:
+            return None
     if _behind_proxy(data):
         # the key the proxy authenticated, never the caller's word: its team, else the key itself
         # (keys without a team must not share each other's runs)
@@ -202,7 +243,7 @@ def _run_of(data: Mapping[str, Any], key: Any = None) -> dict[str, Any] | None:
         tenant = team or (f"key-{token}" if token else None)
     else:
         tenant = next((b["tenant"] for b in buckets if b.get("tenant")), None)
-    ids = {"session": str(run)} | ({} if tenant is None else {"tenant": str(tenant)})
+    ids = ({"session": str(run)} if run else {}) | ({} if tenant is None else {"tenant": str(tenant)})
     for field, value in ids.items():
         if not is_id(value):
             raise litellm.BadRequestError(
@@ -210,7 +251,7 @@ def _run_of(data: Mapping[str, Any], key: Any = None) -> dict[str, Any] | None:
                 model=str(data.get("model") or ""),
                 llm_provider="agent-breaker",
             )
-    return ids
+    return ids if conversation is None else ids | {"conversation": conversation}
 
 
 def _new_results(messages: list[Mapping[str, Any]], ids: dict[str, Any]) -> Iterable[dict[str, Any]]:

@@ -1454,14 +1454,16 @@ def _pop_pending(s: SessionState, ev: ToolResult) -> Pending | None:
 
 def fingerprinter_for(config: AgentBreakerConfig, *, shared: bool, receipt_keys: ReceiptKeys | None = None) -> Fingerprinter:
     """The deployment's fingerprint key: `fingerprint_secret`, else $AGENT_BREAKER_FINGERPRINT_SECRET,
-    else one derived from the current receipt key (a fleet shares those already), else (state
-    in this process only) a random key. A shared store needs one key for the whole fleet, or
+    else one derived from the oldest receipt key, the one listed last (a fleet shares those
+    already; a new signing key goes in front, so a rotation does not change it), else (state in
+    this process only) a random key. A shared store needs one key for the whole fleet, or
     workers' fingerprints would not compare: without any of these it is refused."""
     secret = config.fingerprint_secret or os.environ.get(FINGERPRINT_SECRET_ENV, "")
     if secret:
         return Fingerprinter(secret.encode("utf-8"))
     if receipt_keys is not None:
-        return Fingerprinter(hmac.new(receipt_keys.keys[receipt_keys.current_id], _FINGERPRINT_LABEL, hashlib.sha256).digest())
+        oldest = list(receipt_keys.keys.values())[-1]
+        return Fingerprinter(hmac.new(oldest, _FINGERPRINT_LABEL, hashlib.sha256).digest())
     if shared:
         raise ConfigError(
             f"shared storage needs one fingerprint secret for the whole fleet: set ${FINGERPRINT_SECRET_ENV} (e.g. to the "

@@ -356,6 +356,26 @@ def test_the_fingerprint_key_is_not_the_receipt_key(keys):
     assert engine.fingerprints.hash64("x") != Fingerprinter(keys.keys[keys.current_id]).hash64("x")
 
 
+def test_a_receipt_key_rotation_keeps_the_fingerprint_key_and_what_sessions_hold(monkeypatch):
+    """A new signing key goes in front of the old ones: the fingerprints a fleet stored (the
+    ledger's reference hashes among them) still compare, so receipted ids stay citable."""
+    from agent_breaker import Engine, ReceiptKeys
+    from agent_breaker.store import MemoryStore
+
+    monkeypatch.delenv("AGENT_BREAKER_FINGERPRINT_SECRET", raising=False)
+    old = ReceiptKeys.parse("k1:" + "ab" * 32, source="test")
+    rotated = ReceiptKeys.parse("k2:" + "cd" * 32 + ",k1:" + "ab" * 32, source="test")
+    store = MemoryStore()
+    before = Engine(receipt_keys=old, listeners=[], store=store)
+    v = before.check_tool_call({"session": "s1", "tool": "wire_transfer", "args": {"to": "A"}, "mutating": True})
+    before.record_tool_result(
+        {"session": "s1", "tool": "wire_transfer", "ok": True, "result": {"transfer_id": "TX-99482"}, "call_id": v.call_id}
+    )
+    after = Engine(receipt_keys=rotated, listeners=[], store=store)
+    assert after.fingerprints.hash64("x") == before.fingerprints.hash64("x")
+    assert after.verify_final({"session": "s1", "text": "Done: the transfer TX-99482 was sent."}).allowed
+
+
 # ----------------------------------------------------------------------------- a second reader's findings
 
 

@@ -432,7 +432,7 @@ def _escalations(args: argparse.Namespace) -> int:
         store = open_store(path)
         try:
             if args.action == "list":
-                rows = store.list(status=args.status, limit=args.limit)
+                rows = store.list(status=args.status, limit=args.limit, tenant=args.tenant)
             elif args.action == "show":
                 found = store.get(args.id)
                 if found is None:
@@ -581,6 +581,7 @@ def main(argv: list[str] | None = None) -> int:
     esub = ep.add_subparsers(dest="action", required=True)
     el = esub.add_parser("list", parents=[db], help="the newest escalations first")
     el.add_argument("--status", choices=["open", "resumed", "aborted"], help="only escalations in this status")
+    el.add_argument("--tenant", help="only this tenant's escalations")
     el.add_argument("--limit", type=int, default=100, help="at most this many (1 to 1000; default 100)")
     el.add_argument("--json", action="store_true", help="one JSON line per escalation")
     es = esub.add_parser("show", parents=[db], help="one escalation, every field")

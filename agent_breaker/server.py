@@ -1058,7 +1058,7 @@ class ResolveRequest(BaseModel):
 
 def install_escalation_endpoints(app: Any, configs: ServedConfigs) -> None:
     """Add the escalation admin routes (only with an admin token, like the breaker admin's):
-    `GET /v1/agent-breaker/escalations` (`?status=`, `?limit=`) and `POST .../escalations/{id}`.
+    `GET /v1/agent-breaker/escalations` (`?status=`, `?tenant=`, `?limit=`) and `POST .../escalations/{id}`.
     They read the store the served configs name (`escalations.store`: a SQLite file, or the
     fleet's Redis); `config_id` picks a config when they name different stores."""
     paths = {config_id: store_location(configs.engine(config_id)[1].config) for config_id in configs.ids}
@@ -1087,12 +1087,13 @@ def install_escalation_endpoints(app: Any, configs: ServedConfigs) -> None:
 
     @app.get(ESCALATIONS_PATH, tags=["agent-breaker"])
     async def agent_breaker_escalations(request: Request) -> Any:
-        """The newest escalations first (`status`: open, resumed or aborted; `limit`: 1 to 1000)."""
-        status = request.query_params.get("status")
+        """The newest escalations first (`status`: open, resumed or aborted; `tenant`: one
+        tenant's; `limit`: 1 to 1000)."""
+        status, tenant = request.query_params.get("status"), request.query_params.get("tenant")
         raw = request.query_params.get("limit", "100")
         # what is not a small whole number in ASCII digits is 0, which the store refuses (422)
         limit = int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 5 else 0
-        return await run(request, lambda store: {"escalations": [e.to_dict() for e in store.list(status, limit)]})
+        return await run(request, lambda store: {"escalations": [e.to_dict() for e in store.list(status, limit, tenant=tenant)]})
 
     @app.post(ESCALATIONS_PATH + "/{escalation_id}", tags=["agent-breaker"])
     async def agent_breaker_resolve(escalation_id: str, request: Request) -> Any:

@@ -74,7 +74,7 @@ def opener(request, tmp_path) -> Iterator[Callable[..., Store]]:
     def open_one(**kw: Any) -> Store:
         store: Store
         if request.param == "sqlite":
-            store = SqliteEscalations(tmp_path / "escalations.db")
+            store = SqliteEscalations(tmp_path / "escalations.db", **kw)
         else:
             store = RedisEscalations(REDIS_URL, prefix=prefix, timeout_s=5.0, **kw)
         opened.append(store)
@@ -220,7 +220,7 @@ def test_decisions_notes_and_listing_limits_are_checked(store):
         with pytest.raises(InvalidEscalation, match=match):
             store.resolve(e.id, decision, note)
     assert store.get(e.id).status == "open"
-    for bad in ({"limit": 0}, {"limit": 1001}, {"limit": True}, {"status": "closed"}):
+    for bad in ({"limit": 0}, {"limit": 1001}, {"limit": True}, {"status": "closed"}, {"tenant": ""}, {"tenant": "a\u2029b"}):
         with pytest.raises(InvalidEscalation):
             store.list(**bad)
 
@@ -236,6 +236,67 @@ def test_the_listing_is_newest_first_filters_by_status_and_orders_equal_times_by
     assert [e.status for e in store.list(limit=5)] == ["open", "open", "aborted", "resumed", "open"]
     same_time = [store.escalate(escalation(session=f"t{i}", now=NOW + 100)) for i in range(3)]
     assert [e.id for e in store.list(limit=3)] == [e.id for e in reversed(same_time)]
+
+
+def test_one_tenants_flood_of_escalations_hides_no_other_tenants_from_its_filter(store):
+    """2,000 escalations of one tenant's sessions push another's off the first page of the
+    listing; `tenant=` lists that tenant's alone, open or with any status."""
+    victim = store.escalate(escalation(session="real", tenant="bank", now=NOW))
+    for i in range(2000):
+        store.escalate(escalation(session=f"junk-{i}", tenant="mallory", now=NOW + 1 + i / 1000))
+    assert victim.id not in {e.id for e in store.list(status="open", limit=1000)}
+    assert [e.id for e in store.list(status="open", tenant="bank")] == [victim.id]
+    store.resolve(victim.id, "abort")
+    assert [e.id for e in store.list(tenant="bank")] == [victim.id]
+    assert [e.id for e in store.list(status="aborted", tenant="bank")] == [victim.id]
+    assert store.list(status="open", tenant="bank") == []
+    assert len(store.list(tenant="mallory", limit=1000)) == 1000
+    assert store.list(tenant="nobody") == []
+
+
+def test_resolved_escalations_are_deleted_after_the_retention_and_open_ones_never(opener):
+    now = [NOW]
+    store = opener(retain_resolved_s=3600, clock=lambda: now[0])
+    resumed, aborted, waiting = (store.escalate(escalation(session=s, now=NOW)) for s in ("a", "b", "c"))
+    store.resolve(resumed.id, "resume")
+    store.resolve(aborted.id, "abort")
+    now[0] += 3599  # within the retention: all kept, the aborted session still closed
+    store.escalate(escalation(session="d", now=now[0]))
+    assert {e.session for e in store.list()} == {"a", "b", "c", "d"}
+    assert store.frozen("acme", "b").status == "aborted"
+    now[0] += 2  # past it: the next write deletes the resolved ones, records and listings
+    late = store.escalate(escalation(session="e", now=now[0]))
+    assert {e.session for e in store.list()} == {"c", "d", "e"}
+    assert store.get(resumed.id) is None and store.get(aborted.id) is None
+    assert store.list(tenant="acme", status="aborted") == [] and store.list(status="resumed") == []
+    assert store.frozen("acme", "b") is None
+    assert store.frozen("acme", "c").id == waiting.id  # open: kept however old
+    store.resolve(late.id, "resume")  # resolving prunes too, and keeps what it just resolved
+    assert store.get(late.id).status == "resumed"
+    with pytest.raises(ValueError, match="retain_resolved_s"):
+        opener(retain_resolved_s=0)
+
+
+def test_a_full_disk_still_lets_an_operator_resolve(tmp_path, caplog):
+    """The file cannot grow (SQLite's page ceiling stands in for a full disk): new escalations
+    fail, but resolving one writes into the reserve the file kept for it."""
+    store = SqliteEscalations(tmp_path / "escalations.db")
+    frozen = store.escalate(escalation(session="frozen"))
+    conn = store._conn()  # this thread's connection: the ceiling holds for every write below
+    pages = conn.execute("PRAGMA page_count").fetchone()[0]
+    conn.execute(f"PRAGMA max_page_count = {pages}")
+    with pytest.raises(EscalationStorageError, match="full"):
+        for i in range(10_000):  # until the file would have to grow past its free pages
+            store.escalate(escalation(session=f"flood-{i}", reason="x" * 400))
+    done = store.resolve(frozen.id, "resume", "disk was full")
+    assert done.status == "resumed" and store.frozen("acme", "frozen") is None
+    assert "is full: resolving" in caplog.text
+    assert conn.execute("PRAGMA page_count").fetchone()[0] <= pages  # no page past the ceiling
+    store.close()
+    reopened = SqliteEscalations(tmp_path / "escalations.db")  # room again: the reserve is back
+    assert reopened._read_one("SELECT count(*) FROM reserve", ())[0] > 0
+    assert reopened.get(frozen.id).status == "resumed"
+    reopened.close()
 
 
 def test_every_worker_sees_the_others_moves_at_once(opener):

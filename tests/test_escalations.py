@@ -203,7 +203,28 @@ def test_the_file_and_its_new_folders_are_private_and_in_wal_mode(tmp_path):
         assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
         assert stat.S_IMODE(path.parent.parent.stat().st_mode) == 0o700
         assert rows(path, "PRAGMA journal_mode") == [("wal",)]
-        assert rows(path, "PRAGMA user_version") == [(1,)]
+        assert rows(path, "PRAGMA user_version") == [(2,)]
+    finally:
+        s.close()
+
+
+def test_a_file_of_the_first_schema_gets_the_reserve_and_keeps_its_escalations(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "v1.db"
+    s = SqliteEscalations(path)
+    kept = s.escalate(escalation())
+    s.close()
+    conn = sqlite3.connect(path)  # as version 1 left it: no reserve, no retention index
+    conn.executescript(
+        "DROP TABLE reserve; DROP INDEX escalations_resolved; DROP INDEX escalations_tenant; PRAGMA user_version = 1"
+    )
+    conn.close()
+    s = SqliteEscalations(path)
+    try:
+        assert rows(path, "PRAGMA user_version") == [(2,)]
+        assert rows(path, "SELECT count(*) > 0 FROM reserve") == [(1,)]
+        assert s.get(kept.id) == kept and s.list(tenant="acme") == [kept]
     finally:
         s.close()
 
@@ -376,6 +397,9 @@ def test_the_cli_lists_shows_and_resolves(tmp_path):
     assert s.frozen("acme", "s-a").status == "aborted"  # what the engine reads
     still_open = cli("escalations", "list", "--status", "open", "--json", env=env).stdout.splitlines()
     assert [json.loads(x)["id"] for x in still_open] == [b.id]
+    other = s.escalate(escalation(session="s-c", tenant="globex", now=NOW + 2))
+    theirs = cli("escalations", "list", "--tenant", "globex", "--json", env=env).stdout.splitlines()
+    assert [json.loads(x)["id"] for x in theirs] == [other.id]
     resumed = json.loads(cli("escalations", "resolve", b.id, "--decision", "resume", "--json", env=env).stdout)
     assert resumed["status"] == "resumed" and s.frozen("acme", "s-b") is None
     s.close()
@@ -395,6 +419,7 @@ def test_the_cli_says_what_went_wrong_and_exits_2(tmp_path):
         (("show", "esc_0000000000000000"), "no escalation esc_0000000000000000"),
         (("resolve", e.id, "--decision", "resume", "--note", "n" * 2001), "note"),
         (("list", "--limit", "5000"), "limit"),
+        (("list", "--tenant", "a\x1bb"), "tenant"),
     ]:
         r = cli("escalations", *args, env=env)
         assert r.returncode == 2 and message in r.stderr, (args, r.stderr)
@@ -461,6 +486,9 @@ def test_the_routes_list_and_resolve_and_the_engine_sees_it(served):
     assert (row["session_id"], row["heuristic"], row["status"]) == (e.session, "unverified_claim", "open")
     newest = httpx.get(srv.base + PATH, params={"status": "open", "limit": "1"}, headers=admin(), timeout=30).json()
     assert [d["id"] for d in newest["escalations"]] == [e.id]
+    theirs = s.escalate(escalation(session=f"http-other-{time.time_ns()}", tenant="globex", now=NOW - 1))
+    only = httpx.get(srv.base + PATH, params={"tenant": "globex"}, headers=admin(), timeout=30).json()
+    assert [d["id"] for d in only["escalations"]] == [theirs.id]
     done = srv.post(f"{PATH}/{e.id}", {"decision": "resume", "note": "checked by hand"}, headers=admin())
     assert done.status_code == 200, done.text
     assert (done.json()["status"], done.json()["note"]) == ("resumed", "checked by hand")
@@ -492,6 +520,7 @@ def test_bad_input_gets_a_4xx_that_says_why_and_changes_nothing(served):
         (f"{PATH}?limit=%C2%B2", None, 422, "limit"),
         (f"{PATH}?limit=99999999999999999999", None, 422, "limit"),
         (f"{PATH}?status=closed", None, 422, "status"),
+        (f"{PATH}?tenant=a%0Ab", None, 422, "tenant"),
         (f"{PATH}?config_id=nope", None, 404, "unknown config"),
     ]:
         if "?" in target:

@@ -77,8 +77,10 @@ class EscalationStore(Protocol):
         """Resume or abort an open escalation, once (AlreadyResolved, UnknownEscalation)."""
         ...
 
-    def list(self, status: Status | None = None, limit: int = DEFAULT_LIST_LIMIT) -> builtins.list[Escalation]:
-        """The newest first."""
+    def list(
+        self, status: Status | None = None, limit: int = DEFAULT_LIST_LIMIT, *, tenant: str | None = None
+    ) -> builtins.list[Escalation]:
+        """The newest first; `status`, `tenant`: only those."""
         ...
 
     def get(self, escalation_id: str) -> Escalation | None: ...

@@ -9,16 +9,24 @@
 -- of the sorted sets, whose zero-padded insertion number orders equal created_at scores).
 --
 -- ARGV[1] op, then per op:
--- escalate  KEYS outbox, e:<id>, key:<key>, open:<session>, list:all, list:open, seq
---           ARGV head, id, record JSON, created_at, idempotency key, message JSON, now
+-- escalate  KEYS outbox, e:<id>, key:<key>, open:<session>, list:all, list:open, seq,
+--           tenant:<tenant>:all, tenant:<tenant>:open, resolved
+--           ARGV head, id, record JSON, created_at, idempotency key, message JSON, now,
+--           the tenant's key part, the session's (tenant and session) key part, prune before
 --           -> nil (opened), or the JSON of the escalation already open for the key
--- resolve   KEYS outbox, e:<id>, key:<key>, open:<session>, aborted:<session>, list:open, list:<status>
---           ARGV id, new status, record JSON, created_at, idempotency key, message JSON, now
+-- resolve   KEYS outbox, e:<id>, key:<key>, open:<session>, aborted:<session>, list:open,
+--           list:<status>, tenant:<tenant>:open, tenant:<tenant>:<status>, resolved
+--           ARGV id, new status, record JSON, created_at, idempotency key, message JSON, now,
+--           head, prune before
 --           -> the status before: "open" (resolved now), another (resolved before), "" (unknown)
 -- incident  KEYS outbox, seen:<idempotency key>
 --           ARGV idempotency key, message JSON, now, seconds the key is remembered -> 1 added, 0 seen
 -- frozen    KEYS open:<session>, aborted:<session>; ARGV head -> a record JSON or nil
--- list      KEYS list:<all or status>; ARGV head, limit -> record JSONs, the newest first
+-- list      KEYS list:<all or status>, or tenant:<tenant>:<all or status>; ARGV head, limit
+--           -> record JSONs, the newest first
+--
+-- `resolved` scores each resolved escalation's member by its resolution time: escalate and
+-- resolve delete a batch of those resolved before the cutoff (retention), record and members.
 -- pending   KEYS outbox; ARGV group, consumer, limit, idle ms after which another relay's
 --           entries are taken over -> {entries, {id, times delivered, ...}}
 -- count     KEYS outbox; ARGV group -> entries the group has not acknowledged
@@ -71,9 +79,26 @@ local function group_of(stream, name)
   return nil
 end
 
+-- delete up to 100 escalations resolved before `before`: their records and every set naming them
+local function prune(head, resolved, before)
+  for _, member in ipairs(redis.call("ZRANGEBYSCORE", resolved, "-inf", "(" .. before, "LIMIT", 0, 100)) do
+    local record = head .. "e:" .. string.sub(member, 18)
+    local status, tenant, who = unpack(redis.call("HMGET", record, "status", "tenant", "who"))
+    redis.call("DEL", record)
+    redis.call("ZREM", resolved, member)
+    redis.call("ZREM", head .. "list:all", member)
+    if status then redis.call("ZREM", head .. "list:" .. status, member) end
+    if tenant then
+      redis.call("ZREM", head .. "tenant:" .. tenant .. ":all", member)
+      if status then redis.call("ZREM", head .. "tenant:" .. tenant .. ":" .. status, member) end
+    end
+    if who then redis.call("ZREM", head .. "aborted:" .. who, member) end
+  end
+end
+
 if op == "escalate" then
-  local head, id, record, created_at, key, message, now =
-    ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
+  local head, id, record, created_at, key, message, now, tenant, who, before =
+    ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11]
   local open = redis.call("GET", KEYS[3])
   if open then
     local existing = redis.call("HGET", head .. "e:" .. open, "record")
@@ -86,22 +111,25 @@ if op == "escalate" then
   expect(KEYS[5], "zset")
   expect(KEYS[6], "zset")
   expect(KEYS[7], "string")
+  for i = 8, 10 do expect(KEYS[i], "zset") end
   local member = string.format("%016d:%s", redis.call("INCR", KEYS[7]), id)
   append(KEYS[1], key, "escalation", message, now)
-  redis.call("HSET", KEYS[2], "status", "open", "record", record, "member", member)
+  redis.call("HSET", KEYS[2], "status", "open", "record", record, "member", member, "tenant", tenant, "who", who)
   redis.call("SET", KEYS[3], id)
   for i = 4, 6 do redis.call("ZADD", KEYS[i], created_at, member) end
+  for i = 8, 9 do redis.call("ZADD", KEYS[i], created_at, member) end
+  prune(head, KEYS[10], before)
   return nil
 
 elseif op == "resolve" then
-  local id, status, record, created_at, key, message, now =
-    ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
+  local id, status, record, created_at, key, message, now, head, cutoff =
+    ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10]
   local before = redis.call("HGET", KEYS[2], "status")
   if not before then return "" end
   if before ~= "open" then return before end
   expect(KEYS[1], "stream")
   expect(KEYS[3], "string")
-  for i = 4, 7 do expect(KEYS[i], "zset") end
+  for i = 4, 10 do expect(KEYS[i], "zset") end
   local member = redis.call("HGET", KEYS[2], "member")
   append(KEYS[1], key, "resolution", message, now)
   redis.call("HSET", KEYS[2], "status", status, "record", record)
@@ -109,7 +137,11 @@ elseif op == "resolve" then
   redis.call("ZREM", KEYS[4], member)
   redis.call("ZREM", KEYS[6], member)
   redis.call("ZADD", KEYS[7], created_at, member)
+  redis.call("ZREM", KEYS[8], member)
+  redis.call("ZADD", KEYS[9], created_at, member)
+  redis.call("ZADD", KEYS[10], now, member)
   if status == "aborted" then redis.call("ZADD", KEYS[5], created_at, member) end
+  prune(head, KEYS[10], cutoff)
   return before
 
 elseif op == "incident" then

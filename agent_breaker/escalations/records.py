@@ -41,6 +41,10 @@ MAX_EXCERPT_CHARS = 2000
 BAD_ID = f"escalation id: {ID_PREFIX} and 16 lowercase hex digits"
 DEFAULT_LIST_LIMIT = 100
 MAX_LIST_LIMIT = 1000
+#: how long a resolved escalation is kept (from its resolution): 30 days. An open one is kept
+#: until a human resolves it; an aborted session stays closed this long, far past any session's
+#: lifetime, after which its id names a new session anyway.
+RETAIN_RESOLVED_S = 30 * 86400.0
 
 CounterValue = int | float | bool | str | None
 
@@ -99,13 +103,22 @@ def checked_note(note: Any) -> str | None:
     return note
 
 
-def checked_listing(status: Any, limit: Any) -> tuple[Status | None, int]:
-    """A listing's filter and size: a status or None, and 1 to MAX_LIST_LIMIT records."""
+def checked_listing(status: Any, limit: Any, tenant: Any = None) -> tuple[Status | None, int, str | None]:
+    """A listing's filters and size: a status or None, 1 to MAX_LIST_LIMIT records, and a
+    tenant id or None (every tenant)."""
     if status is not None and status not in STATUSES:
         raise InvalidEscalation(f"status must be one of {list(STATUSES)}")
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST_LIMIT:
         raise InvalidEscalation(f"limit must be between 1 and {MAX_LIST_LIMIT}")
-    return status, limit
+    if tenant is not None and not is_id(tenant):
+        raise InvalidEscalation(f"tenant: an id of 1 to {MAX_ID_CHARS} printable characters")
+    return status, limit, tenant
+
+
+def checked_retention(retain_resolved_s: Any) -> float:
+    if isinstance(retain_resolved_s, bool) or not isinstance(retain_resolved_s, int | float) or not retain_resolved_s > 0:
+        raise ValueError(f"retain_resolved_s must be a number of seconds above 0, but was {retain_resolved_s!r}")
+    return float(retain_resolved_s)
 
 
 def checked_open(record: Escalation) -> Escalation:

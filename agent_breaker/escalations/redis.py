@@ -14,11 +14,14 @@ few), ids and names escaped as the guard state's are (`store.base.escape_key_par
   session and heuristic), so a second `escalate()` returns it, from any process;
 - `<prefix>:{esc}:open:<tenant>:<session>`, `...:aborted:<tenant>:<session>`: what `frozen()` reads;
 - `<prefix>:{esc}:list:all`, `list:open`, `list:resumed`, `list:aborted`: sorted by `created_at`
-  for `list()`, which reads at most MAX_LIST_LIMIT;
+  for `list()`, which reads at most MAX_LIST_LIMIT; `tenant:<tenant>:all`, `...:open`, ...:
+  the same for one tenant (`list(tenant=...)`);
+- `<prefix>:{esc}:resolved`: resolved escalations by resolution time, for retention;
 - `<prefix>:{esc}:outbox`: the stream; `<prefix>:{esc}:seen:<key>`: an incident added in the
   last INCIDENT_KEY_TTL_S (adding it again adds nothing).
 
-Records are kept for good, as in the SQLite file. Nothing but names, numbers and hashes is
+A resolved escalation is deleted `retain_resolved_s` (30 days) after its resolution, as in the
+SQLite file: each escalate and resolve deletes a batch of those past it. Nothing but names, numbers and hashes is
 written, unless a tenant opted in to excerpts (`records.py`).
 
 The relay's side is a consumer group (GROUP) on the stream. `pending()` hands a relay, in this
@@ -61,6 +64,7 @@ from ..store.redis_client import REDIS_ERRORS, redis_client, register_script
 from .outbox import OutboxKind, OutboxRow, escalation_message, incident_message, resolution_message, to_json
 from .records import (
     DEFAULT_LIST_LIMIT,
+    RETAIN_RESOLVED_S,
     AlreadyResolved,
     Decision,
     Escalation,
@@ -72,6 +76,7 @@ from .records import (
     checked_listing,
     checked_note,
     checked_open,
+    checked_retention,
 )
 from .relay import DEFAULT_RETENTION_S
 
@@ -113,10 +118,12 @@ class RedisEscalations:
         prefix: str = "ab",
         timeout_s: float = DEFAULT_TIMEOUT_S,
         claim_idle_s: float = DEFAULT_CLAIM_IDLE_S,
+        retain_resolved_s: float = RETAIN_RESOLVED_S,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if claim_idle_s < 0:
             raise ValueError(f"claim_idle_s must be at least 0, but was {claim_idle_s}")
+        self.retain_resolved_s = checked_retention(retain_resolved_s)
         self.prefix = checked_prefix(prefix)
         if isinstance(url_or_client, str):
             self.redis = redis_client(url_or_client, timeout_s=timeout_s)
@@ -149,10 +156,19 @@ class RedisEscalations:
             self._head + "list:all",
             self._head + "list:open",
             self._head + "seq",
+            *self._tenant_lists(record.tenant, "all", "open"),
+            self._head + "resolved",
         ]
+        now = self.clock()
         args = ["escalate", self._head, record.id, to_json(record.to_dict()), repr(record.created_at), key, to_json(message)]
+        args += [
+            repr(now),
+            _tenant_part(record.tenant),
+            self._who(record.tenant, record.session),
+            repr(now - self.retain_resolved_s),
+        ]
         with self._errors():
-            existing = self._script(keys=keys, args=[*args, repr(self.clock())])
+            existing = self._script(keys=keys, args=args)
         return record if existing is None else _escalation(existing)
 
     def frozen(self, tenant: str | None, session: str) -> Escalation | None:
@@ -185,21 +201,28 @@ class RedisEscalations:
             *self._session_keys(done.tenant, done.session),
             self._head + "list:open",
             self._head + "list:" + done.status,
+            *self._tenant_lists(done.tenant, "open", done.status),
+            self._head + "resolved",
         ]
+        assert done.resolved_at is not None  # a resolved record has its time
         args = ["resolve", escalation_id, done.status, to_json(done.to_dict()), repr(done.created_at), key, to_json(message)]
+        args += [repr(done.resolved_at), self._head, repr(done.resolved_at - self.retain_resolved_s)]
         with self._errors():
-            before = _text(self._script(keys=keys, args=[*args, repr(done.resolved_at)]))
+            before = _text(self._script(keys=keys, args=args))
         if not before:
             raise UnknownEscalation(f"no escalation {escalation_id}")
         if before != "open":  # another operator resolved it between the read and the script
             raise AlreadyResolved(escalation_id, before)
         return done
 
-    def list(self, status: Status | None = None, limit: int = DEFAULT_LIST_LIMIT) -> builtins.list[Escalation]:
-        """The newest escalations first (`status`: only those), at most `limit` (1 to 1000)."""
-        status, limit = checked_listing(status, limit)
+    def list(
+        self, status: Status | None = None, limit: int = DEFAULT_LIST_LIMIT, *, tenant: str | None = None
+    ) -> builtins.list[Escalation]:
+        """The newest escalations first (`status`, `tenant`: only those), at most `limit` (1 to 1000)."""
+        status, limit, tenant = checked_listing(status, limit, tenant)
+        listed = self._head + "list:" + (status or "all") if tenant is None else self._tenant_lists(tenant, status or "all")[0]
         with self._errors():
-            found = self._script(keys=[self._head + "list:" + (status or "all")], args=["list", self._head, limit])
+            found = self._script(keys=[listed], args=["list", self._head, limit])
         return [_escalation(raw) for raw in found if raw is not None]
 
     def get(self, escalation_id: str) -> Escalation | None:
@@ -276,11 +299,16 @@ class RedisEscalations:
     def _record_key(self, escalation_id: str) -> str:
         return self._head + "e:" + escalation_id
 
+    def _who(self, tenant: str | None, session: str) -> str:
+        return _tenant_part(tenant) + ":" + escape_key_part(session)
+
     def _session_keys(self, tenant: str | None, session: str) -> builtins.list[str]:
-        """The session's open and aborted sets. A tenant is a non-empty id, and its escaped form
-        never is a lone "%", so that stands for no tenant."""
-        who = ("%" if tenant is None else escape_key_part(tenant)) + ":" + escape_key_part(session)
+        """The session's open and aborted sets."""
+        who = self._who(tenant, session)
         return [self._head + "open:" + who, self._head + "aborted:" + who]
+
+    def _tenant_lists(self, tenant: str | None, *statuses: str) -> builtins.list[str]:
+        return [self._head + "tenant:" + _tenant_part(tenant) + ":" + status for status in statuses]
 
     @contextlib.contextmanager
     def _errors(self) -> Iterator[None]:
@@ -290,6 +318,12 @@ class RedisEscalations:
             yield
         except REDIS_ERRORS as exc:
             raise EscalationStorageError(f"{self.where}: {type(exc).__name__}: {exc}") from None
+
+
+def _tenant_part(tenant: str | None) -> str:
+    """A tenant in a key. A tenant is a non-empty id, and its escaped form never is a lone "%",
+    so that stands for no tenant."""
+    return "%" if tenant is None else escape_key_part(tenant)
 
 
 def _escalation(raw: bytes | str) -> Escalation:

@@ -14,6 +14,13 @@ commits to a power cut or an OS crash; `benchmarks/bench_outbox.py` measures bot
 the write lock up front (`BEGIN IMMEDIATE`), so two writers wait for each other (up to a busy
 timeout of 5 s) instead of failing mid-transaction, and a check-then-update (two operators
 resolving one escalation) happens once.
+
+Resolved escalations are deleted `retain_resolved_s` (30 days) after their resolution, a batch
+at each write. A full disk must not leave a frozen session without a way out, so the file keeps
+a reserve of free space (`RESERVE_BYTES` of filler rows written at creation): a resolution that
+finds the disk full releases the reserve in its own transaction and writes into the pages it
+freed; the reserve is written again at the next open that finds room. The WAL file is reused in
+place after each checkpoint, so it needs no new space for a resolution either.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import json
+import logging
 import os
 import sqlite3
 import threading
@@ -34,6 +42,7 @@ from ..config import EscalationsConfig
 from .outbox import OutboxKind, OutboxRow, escalation_message, incident_message, resolution_message, to_json
 from .records import (
     DEFAULT_LIST_LIMIT,
+    RETAIN_RESOLVED_S,
     AlreadyResolved,
     Decision,
     Escalation,
@@ -45,9 +54,12 @@ from .records import (
     checked_listing,
     checked_note,
     checked_open,
+    checked_retention,
 )
 
-SCHEMA_VERSION = 1
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 2  # 2: the reserve, and the index retention reads
 BUSY_TIMEOUT_S = 5.0
 DB_FILE = "escalations.db"
 
@@ -68,6 +80,10 @@ CREATE TABLE IF NOT EXISTS escalations (
 CREATE UNIQUE INDEX IF NOT EXISTS escalations_open_key ON escalations (key) WHERE status = 'open';
 CREATE INDEX IF NOT EXISTS escalations_session ON escalations (session, tenant);
 CREATE INDEX IF NOT EXISTS escalations_created ON escalations (created_at);
+CREATE INDEX IF NOT EXISTS escalations_tenant ON escalations (tenant, created_at);
+CREATE INDEX IF NOT EXISTS escalations_resolved ON escalations (resolved_at) WHERE status != 'open';
+-- filler rows whose pages a resolution frees when the disk is full
+CREATE TABLE IF NOT EXISTS reserve (n INTEGER PRIMARY KEY, filler BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS outbox (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     idempotency_key TEXT NOT NULL UNIQUE,
@@ -80,6 +96,12 @@ CREATE TABLE IF NOT EXISTS outbox (
 CREATE INDEX IF NOT EXISTS outbox_pending ON outbox (seq) WHERE delivered_at IS NULL;
 """
 _COLUMNS = "status, decision, note, resolved_at, record"
+#: the free space a resolution may use on a full disk: rows of one page each
+RESERVE_BYTES = 256 * 1024
+_RESERVE_ROW = 3072
+#: resolved rows deleted past retention at each write, at most
+PRUNE_BATCH = 100
+SQLITE_FULL = 13  # the result code of a write that found no room (disk, or max_page_count)
 
 
 def default_db_path(environ: Mapping[str, str] = os.environ) -> Path:
@@ -119,10 +141,12 @@ class SqliteEscalations:
         path: str | os.PathLike[str],
         *,
         synchronous: Literal["FULL", "NORMAL"] = "FULL",
+        retain_resolved_s: float = RETAIN_RESOLVED_S,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if synchronous not in ("FULL", "NORMAL"):
             raise ValueError(f"synchronous must be FULL or NORMAL, but was {synchronous!r}")
+        self.retain_resolved_s = checked_retention(retain_resolved_s)
         self.path = Path(path).expanduser().resolve()
         self.exclusive_file: Path | None = self.path  # one relay per file (relay.py)
         self.synchronous = synchronous
@@ -152,6 +176,7 @@ class SqliteEscalations:
                     c.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         except sqlite3.Error as exc:
             raise EscalationStorageError(f"escalations db {self.path}: {exc}") from None
+        self._fill_reserve()
 
     # ------------------------------------------------------------------ the queue (EscalationStore)
 
@@ -169,6 +194,7 @@ class SqliteEscalations:
                 (record.id, record.key, record.tenant, record.session, record.created_at, to_json(record.to_dict())),
             )
             self._outbox(c, "escalation", *escalation_message(record))
+            self._prune(c)
         return record
 
     def frozen(self, tenant: str | None, session: str) -> Escalation | None:
@@ -191,6 +217,18 @@ class SqliteEscalations:
         escalation_id = checked_id(escalation_id)
         decision = checked_decision(decision)
         note = checked_note(note)
+        try:
+            return self._resolve(escalation_id, decision, note)
+        except _DiskFull:
+            # the reserve's pages freed in a transaction of their own, then the resolution
+            # written into them (logged: the operator should free disk space)
+            released = self._release_reserve()
+            log.warning(
+                "agent-breaker: escalations db %s is full: resolving %s in its reserve (%s)", self.path, escalation_id, released
+            )
+            return self._resolve(escalation_id, decision, note)
+
+    def _resolve(self, escalation_id: str, decision: Decision, note: str | None) -> Escalation:
         with self._write() as c:
             # under the write lock: nobody resolves it between this read and the update
             row = c.execute(f"SELECT {_COLUMNS} FROM escalations WHERE id = ?", (escalation_id,)).fetchone()
@@ -205,14 +243,18 @@ class SqliteEscalations:
                 (done.status, done.decision, done.note, done.resolved_at, escalation_id),
             )
             self._outbox(c, "resolution", *resolution_message(done))
+            self._prune(c)
         return done
 
-    def list(self, status: Status | None = None, limit: int = DEFAULT_LIST_LIMIT) -> builtins.list[Escalation]:
-        """The newest escalations first (`status`: only those), at most `limit` (1 to 1000)."""
-        status, limit = checked_listing(status, limit)
+    def list(
+        self, status: Status | None = None, limit: int = DEFAULT_LIST_LIMIT, *, tenant: str | None = None
+    ) -> builtins.list[Escalation]:
+        """The newest escalations first (`status`, `tenant`: only those), at most `limit` (1 to 1000)."""
+        status, limit, tenant = checked_listing(status, limit, tenant)
         rows = self._read(
-            f"SELECT {_COLUMNS} FROM escalations WHERE ?1 IS NULL OR status = ?1 ORDER BY created_at DESC, rowid DESC LIMIT ?2",
-            (status, limit),
+            f"SELECT {_COLUMNS} FROM escalations WHERE (?1 IS NULL OR status = ?1) AND (?3 IS NULL OR tenant = ?3) "
+            "ORDER BY created_at DESC, rowid DESC LIMIT ?2",
+            (status, limit, tenant),
         )
         return [_escalation(r) for r in rows]
 
@@ -273,6 +315,33 @@ class SqliteEscalations:
 
     # ------------------------------------------------------------------ internals
 
+    def _prune(self, c: sqlite3.Connection) -> None:
+        """Delete a batch of escalations resolved more than `retain_resolved_s` ago."""
+        c.execute(
+            "DELETE FROM escalations WHERE rowid IN (SELECT rowid FROM escalations "
+            "WHERE status != 'open' AND resolved_at < ? LIMIT ?)",
+            (self.clock() - self.retain_resolved_s, PRUNE_BATCH),
+        )
+
+    def _fill_reserve(self) -> None:
+        """Write the reserve if it is not there (a new file, or one whose reserve a full disk
+        took); with no room for it yet, the next open tries again."""
+        rows = RESERVE_BYTES // _RESERVE_ROW
+        try:
+            with self._write() as c:
+                have = c.execute("SELECT count(*) FROM reserve").fetchone()[0]
+                c.executemany("INSERT INTO reserve (filler) VALUES (zeroblob(?))", [(_RESERVE_ROW,)] * (rows - have))
+        except _DiskFull:
+            log.warning("agent-breaker: escalations db %s: no room for its reserve yet", self.path)
+
+    def _release_reserve(self) -> str:
+        try:
+            with self._write() as c:
+                freed = c.execute("DELETE FROM reserve").rowcount
+        except _DiskFull:
+            return "no page freed: the deletion itself found no room"
+        return f"{freed * _RESERVE_ROW} bytes released" if freed else "the reserve was used before"
+
     def _outbox(self, c: sqlite3.Connection, kind: OutboxKind, key: str, message: dict[str, Any]) -> None:
         c.execute(
             "INSERT INTO outbox (idempotency_key, kind, payload, created_at) VALUES (?, ?, ?, ?) "
@@ -313,7 +382,8 @@ class SqliteEscalations:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
             if isinstance(exc, sqlite3.Error):
-                raise EscalationStorageError(f"escalations db {self.path}: {exc}") from None
+                error = _DiskFull if getattr(exc, "sqlite_errorcode", None) == SQLITE_FULL else EscalationStorageError
+                raise error(f"escalations db {self.path}: {exc}") from None
             raise
 
     def _read(self, sql: str, params: tuple[Any, ...]) -> builtins.list[Any]:
@@ -325,6 +395,10 @@ class SqliteEscalations:
     def _read_one(self, sql: str, params: tuple[Any, ...]) -> Any:
         rows = self._read(sql, params)
         return rows[0] if rows else None
+
+
+class _DiskFull(EscalationStorageError):
+    """SQLite found no room to write (SQLITE_FULL)."""
 
 
 def _escalation(row: tuple[Any, ...]) -> Escalation:

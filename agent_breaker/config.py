@@ -358,6 +358,13 @@ class BreakerConfig(_Frozen):
         description="A call whose top-level argument of one of these names is a URL gets the breaker of that URL's "
         "host (tool@host): failures of hosts the agent chose do not open the tool for every host.",
     )
+    min_sessions: int = Field(
+        2,
+        ge=1,
+        le=16,
+        description="Sessions whose failures a shared breaker needs in its window before it opens for everyone "
+        "(1: any session's). One session's own failures open its own breaker, for it alone.",
+    )
     window_s: float = Field(DEFAULT_BREAKER_WINDOW_S, gt=0, description="Sliding time window of call outcomes.")
     bucket_s: float = Field(1.0, gt=0, description="Granularity of the sliding window.")
     consecutive_failures: int | None = Field(

@@ -363,7 +363,13 @@ class Engine:
             else:
                 try:
                     recorded = self.store.breaker_record(
-                        bkey, step.p.cfg.breaker, step.now, failed=out.dependency, slow=out.slow, probe=probe
+                        bkey,
+                        step.p.cfg.breaker,
+                        step.now,
+                        failed=out.dependency,
+                        slow=out.slow,
+                        probe=probe,
+                        session=format(self._member(step.key), "x"),
                     )
                 except StorageError as exc:
                     log.warning("agent-breaker: breaker outcome of %s not recorded: %s", tool, exc)
@@ -508,11 +514,17 @@ class Engine:
             if block is None and view is not None and s.loops.only_key in (None, tool_key):
                 block, churn_warn = judge(cfg, [churn.check(view, f.values, f.tool, cfg, now)], s)
                 warn = warn or churn_warn
-            granted = permission
-            if block is None and breaker_on and not self.share_breakers:
-                granted = breaker_core.acquire(s.breaker(bkey), cfg.breaker, now)
-                if granted.transition is not None:
-                    decided.transitions.append(granted.transition)
+            granted, own_probe = permission, None
+            if block is None and breaker_on and (permission is None or (permission.allowed and permission.probe is None)):
+                # the session's own breaker: its failures alone open it, for it alone (a shared
+                # one waits for breaker.min_sessions sessions). Asked only when the shared one
+                # lets the call through unprobed, so neither holds a probe slot for nothing.
+                own = breaker_core.acquire(s.breaker(bkey), cfg.breaker, now)
+                own_probe = own.probe
+                if own.transition is not None and not self.share_breakers:
+                    decided.transitions.append(own.transition)  # shared: the tool's breaker did not move
+                if permission is None or _breaker_trip(permission, f.tool) is None:
+                    granted = own
             if block is None and granted is not None:
                 trip = _breaker_trip(granted, f.tool)
                 if trip is not None:
@@ -534,9 +546,9 @@ class Engine:
                 reason = f"{MAX_PENDING} calls of this session are in flight; report their results first"
                 decided.verdict = Verdict(False, H.INVALID_EVENT, "block", "call", reason)
                 return s, decided
-            probe = granted.probe if granted is not None else None
+            probe = permission.probe if permission is not None else None
             s.loops.pending[call_id] = Pending(
-                f, call_id, bkey, probe, similar.text, similar.shape, loops.record_call(s, f, cfg), now
+                f, call_id, bkey, probe, similar.text, similar.shape, loops.record_call(s, f, cfg), now, own_probe
             )
             if s.loops.only_key is None:
                 s.loops.only_key = tool_key
@@ -861,16 +873,16 @@ class Engine:
                 s.ledger.observe(references)
             if self.share_breakers:
                 decided.breaker = (pending.breaker_key, pending.probe, out)
+            st = s.breaker(pending.breaker_key)
+            # a breaker judges the dependency: the call's own failures count neither way
+            if out.breaker_ignores:
+                if pending.own_probe is not None:
+                    breaker_core.release(st, pending.own_probe)
             else:
-                st = s.breaker(pending.breaker_key)
-                # a breaker judges the dependency: the call's own failures count neither way
-                if out.breaker_ignores:
-                    if pending.probe is not None:
-                        breaker_core.release(st, pending.probe)
-                else:
-                    moved = breaker_core.record(st, cfg.breaker, now, failed=out.dependency, slow=out.slow, probe=pending.probe)
-                    if moved is not None:
-                        decided.transitions.append(moved)
+                moved = breaker_core.record(st, cfg.breaker, now, failed=out.dependency, slow=out.slow, probe=pending.own_probe)
+                if moved is not None and not self.share_breakers:
+                    decided.transitions.append(moved)
+            if not self.share_breakers:
                 breaker_state = st.state.value
             decided.verdict = ResultVerdict(True, heuristic, reason, failed=out.failed, breaker_state=breaker_state)
             if s.loops.only_key == tool_key and churn_on and not out.dependency:  # an outage is the breaker's

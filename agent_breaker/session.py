@@ -136,6 +136,7 @@ class Pending:
     similar_shape: bool  # similar to its tool's chain, ids and numbers aside
     history_index: int
     ts: float = 0.0  # when it was let through (a call in flight for long is taken as lost)
+    own_probe: int | None = None  # the probe id of the session's own breaker, when half-open
 
 
 @dataclass(slots=True)
@@ -240,7 +241,17 @@ class Loops:
     def to_wire(self) -> dict[str, Any]:
         return {
             "pending": {
-                cid: [_facts(p.facts), p.call_id, p.breaker_key, p.probe, p.similar_text, p.similar_shape, p.history_index, p.ts]
+                cid: [
+                    _facts(p.facts),
+                    p.call_id,
+                    p.breaker_key,
+                    p.probe,
+                    p.similar_text,
+                    p.similar_shape,
+                    p.history_index,
+                    p.ts,
+                    p.own_probe,
+                ]
                 for cid, p in self.pending.items()
             },
             "auto_ids": self.auto_ids,
@@ -293,7 +304,7 @@ class Loops:
         fail_tool, fail_sig, sig_run, sig_common, sig_shape, fail_out = by_error or (None, None, 0, [], None, None)
         history, history_base = d["history"]
         return cls(
-            pending={cid: Pending(_unfacts(p[0]), *p[1:8]) for cid, p in d["pending"].items()},
+            pending={cid: Pending(_unfacts(p[0]), *p[1:9]) for cid, p in d["pending"].items()},
             auto_ids=d["auto_ids"],
             # a streak stored before `since` existed began no later than its last run
             keys={k[0]: KeyStat(k[1], k[2], k[3], k[4], list(k[5]), k[6], k[7], *(k[8:] or [k[3]])) for k in d["keys"]},

@@ -44,8 +44,8 @@ def test_a_breaker_opened_by_failures_is_listed_with_its_counters(make_engine, c
     engine = make_engine()
     assert engine.breakers() == []
     run(engine, clock, "search_docs", {"q": 1}, True, {"hits": []})
-    for i in range(5):
-        run(engine, clock, "warehouse", {"n": i}, False, None, error=OUTAGE)
+    for i in range(5):  # two sessions failing: an outage (one alone opens only its own breaker)
+        run(engine, clock, "warehouse", {"n": i}, False, None, error=OUTAGE, session=f"s{i % 2}")
     listed = {tool: (tenant, st) for tenant, tool, st in engine.breakers()}
     assert sorted(listed) == ["search_docs", "warehouse"]
     tenant, st = listed["warehouse"]
@@ -82,7 +82,7 @@ def test_a_breaker_every_tenant_shares_is_listed_without_a_tenant(make_engine):
 def test_the_listing_is_a_copy_that_changes_nothing(make_engine, clock):
     engine = make_engine()
     for i in range(5):
-        run(engine, clock, "warehouse", {"n": i}, False, None, error=OUTAGE)
+        run(engine, clock, "warehouse", {"n": i}, False, None, error=OUTAGE, session=f"s{i % 2}")
     [(_, _, st)] = engine.breakers()
     st.state = S.CLOSED
     st.failures_in_window(clock.now() + 3600)  # evicts the copy's window
@@ -186,9 +186,11 @@ def check(server: Server, tool: str, config_id: str, token: str = TOKEN) -> http
 
 
 def fail_until_open(server: Server, tool: str, config_id: str) -> None:
-    """Five calls through the gateway check, each failing with an outage (the breaker's threshold)."""
-    session = f"a-{uuid.uuid4().hex[:10]}"
+    """Five calls through the gateway check, each failing with an outage (the breaker's threshold),
+    from two sessions (one alone opens only its own breaker)."""
+    sessions = [f"a-{uuid.uuid4().hex[:10]}" for _ in range(2)]
     for i in range(5):
+        session = sessions[i % 2]
         r = server.post(CHECK, {"config_id": config_id, "session_id": session, "event": call(i, tool, {"n": i})})
         assert r.status_code == 200, r.text
         server.verdicts(session, result(i, tool, error=OUTAGE), config_id=config_id)

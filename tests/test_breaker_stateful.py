@@ -37,8 +37,9 @@ class BreakerMachine(RuleBasedStateMachine):
         rate=st.one_of(st.none(), st.sampled_from([25.0, 50.0, 100.0])),
         min_calls=st.integers(1, 6),
         window_s=st.sampled_from([10.0, 60.0]),
+        min_sessions=st.integers(1, 3),
     )
-    def setup(self, k, open_s, multiplier, cap, probe_timeout_s, consecutive, threshold, rate, min_calls, window_s):
+    def setup(self, k, open_s, multiplier, cap, probe_timeout_s, consecutive, threshold, rate, min_calls, window_s, min_sessions):
         self.cfg = BreakerConfig(
             half_open_probes=k,
             open_s=open_s,
@@ -51,6 +52,7 @@ class BreakerMachine(RuleBasedStateMachine):
             min_calls=min_calls,
             window_s=window_s,
             slow_call_ms=100.0,
+            min_sessions=min_sessions,
         )
         self.clock = FakeClock(1_000_000.0)
         self.store = self.make_store()
@@ -82,15 +84,23 @@ class BreakerMachine(RuleBasedStateMachine):
             self.moves.append((transition.src, transition.dst))
         self.prev = cur
 
-    def _record(self, failed: bool, slow: bool, index: int) -> None:
+    def _record(self, failed: bool, slow: bool, index: int, session: str | None = None) -> None:
         # each side gets back the id its own acquire handed out
         store_probe, mirror_probe = self.pending.pop(index % len(self.pending))
         before = self._state()
         src, in_flight, successes = before.state, [list(p) for p in before.probes], before.probe_successes
         now = self.clock.now()
-        t_store = self.store.breaker_record(KEY, self.cfg, now, failed=failed, slow=slow, probe=store_probe).transition
-        t_core = core.record(self.mirror, self.cfg, now, failed=failed, slow=slow, probe=mirror_probe, rng=self.mirror_rng)
+        t_store = self.store.breaker_record(
+            KEY, self.cfg, now, failed=failed, slow=slow, probe=store_probe, session=session
+        ).transition
+        t_core = core.record(
+            self.mirror, self.cfg, now, failed=failed, slow=slow, probe=mirror_probe, rng=self.mirror_rng, session=session
+        )
         assert t_store == t_core
+        if src is S.CLOSED and t_store is not None and session is not None:
+            # a shared breaker opens only once enough sessions failed within its window
+            since = now - self.cfg.window_s
+            assert len({tag for tag, at in self._state().failing if at > since}) >= self.cfg.min_sessions
         if src is S.HALF_OPEN and store_probe not in [pid for pid, _ in in_flight]:
             # not a probe of the current round (none, an earlier round's, or timed out): ignored
             after = self._state()
@@ -134,9 +144,9 @@ class BreakerMachine(RuleBasedStateMachine):
         self._record(False, slow, index)
 
     @precondition(lambda self: self.cfg is not None and self.pending)
-    @rule(index=st.integers(0, 50), slow=st.booleans())
-    def record_failure(self, index: int, slow: bool) -> None:
-        self._record(True, slow, index)
+    @rule(index=st.integers(0, 50), slow=st.booleans(), session=st.sampled_from([None, "s1", "s2", "s3"]))
+    def record_failure(self, index: int, slow: bool, session: str | None) -> None:
+        self._record(True, slow, index, session)
 
     @precondition(lambda self: self.cfg is not None and any(sp is not None for sp, _ in self.pending))
     @rule(failed=st.booleans())
@@ -200,6 +210,7 @@ class BreakerMachine(RuleBasedStateMachine):
             a.probe_successes,
             a.consecutive_failures,
             a.changed_at,
+            a.failing,
         ) == (
             b.state,
             b.opened_at,
@@ -209,6 +220,7 @@ class BreakerMachine(RuleBasedStateMachine):
             b.probe_successes,
             b.consecutive_failures,
             b.changed_at,
+            b.failing,
         )
         wa, wb = a.window, b.window
         assert (wa is None) == (wb is None)
@@ -265,14 +277,16 @@ def test_the_machine_reaches_every_automatic_transition():
     m = BreakerMachine()
     m.setup(
         k=1, open_s=5.0, multiplier=2.0, cap=4.0, probe_timeout_s=30.0,
-        consecutive=1, threshold=None, rate=None, min_calls=1, window_s=60.0,
+        consecutive=1, threshold=None, rate=None, min_calls=1, window_s=60.0, min_sessions=2,
     )  # fmt: skip
     m.acquire()
-    m.record_failure(0, False)  # CLOSED -> OPEN
+    m.acquire()
+    m.record_failure(0, False, "s1")  # one session's failure: still closed
+    m.record_failure(0, False, "s2")  # a second session's: CLOSED -> OPEN
     m.acquire()  # refused
     m.advance_clock(5.0)
     m.acquire()  # OPEN -> HALF_OPEN, probe
-    m.record_failure(0, False)  # HALF_OPEN -> OPEN (10 s)
+    m.record_failure(0, False, "s1")  # HALF_OPEN -> OPEN (10 s)
     m.advance_clock(10.0)
     m.acquire()  # OPEN -> HALF_OPEN
     m.record_success(0, False)  # HALF_OPEN -> CLOSED

@@ -69,8 +69,8 @@ class RecordingStore(MemoryStore):
             self.transitions.append(p.transition)
         return p
 
-    def breaker_record(self, key, cfg, now, *, failed, slow, probe):
-        recorded = super().breaker_record(key, cfg, now, failed=failed, slow=slow, probe=probe)
+    def breaker_record(self, key, cfg, now, *, failed, slow, probe, session=None):
+        recorded = super().breaker_record(key, cfg, now, failed=failed, slow=slow, probe=probe, session=session)
         if recorded.transition is not None:
             self.transitions.append(recorded.transition)
         return recorded

@@ -193,7 +193,8 @@ def test_a_call_cancelled_by_a_timeout_is_recorded_as_the_dependencys_failure(ma
         return await fetch_rates("2026-11-30")
 
     out = asyncio.run(main())
-    # five timeouts in a row: the dependency's breaker is open and refuses the sixth call (the
-    # session's own identical_failure would only warn it first)
-    assert engine.breaker_state("fetch_rates") is BreakerStateName.OPEN
+    # five timeouts in a row: the session's own breaker is open and refuses the sixth call (its
+    # identical_failure would only warn it first); the tenant's shared breaker waits for a second
+    # session failing before it shuts the tool for everyone
     assert out["error"] == "CIRCUIT_OPEN" and out["tool"] == "fetch_rates"
+    assert engine.breaker_state("fetch_rates") is BreakerStateName.CLOSED

@@ -3,6 +3,11 @@
 `acquire` decides whether one call may run now; `record` takes its outcome. Both take the
 state, the config and `now`, change the state in place and say which transition happened, if
 any. Storage backends run them under a lock (memory) or mirror them in Lua (Redis).
+
+A shared breaker (one tool's, for every session of a tenant) is told which session each
+failure came from, and opens only once `min_sessions` sessions failed within its window: one
+session's failures, however many, are that session's business (its own breaker, kept in its
+state, stops it), not an outage to shut the tool for everyone.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ class BreakerState:
     probe_successes: int = 0
     consecutive_failures: int = 0
     changed_at: float = 0.0
+    # a shared breaker's latest failing sessions: [session tag, last failed at], newest last
+    failing: list[list[Any]] = field(default_factory=list)
 
     def to_wire(self) -> dict[str, Any]:
         """The one encoding of a breaker: what store/breaker.lua reads and writes, and what a
@@ -47,6 +54,7 @@ class BreakerState:
             "probe_successes": self.probe_successes,
             "consecutive_failures": self.consecutive_failures,
             "changed_at": self.changed_at,
+            "failing": self.failing,
         }
 
     @classmethod
@@ -63,6 +71,7 @@ class BreakerState:
             int(d["probe_successes"]),
             int(d["consecutive_failures"]),
             d["changed_at"],
+            [list(f) for f in d.get("failing") or []],  # none in a breaker stored before it existed
         )
 
     def failures_in_window(self, now: float) -> int:
@@ -147,7 +156,8 @@ def acquire(st: BreakerState, cfg: BreakerConfig, now: float) -> Permission:
     if state is S.DISABLED:
         return _DISABLED
     if state is S.METRICS_ONLY:
-        return Permission(True, state, would_refuse=_should_trip(st, cfg, now) is not None)
+        # sessions named with the failures: the breaker is shared, and would refuse as it would open
+        return Permission(True, state, would_refuse=_should_trip(st, cfg, now, bool(st.failing)) is not None)
     if state is S.FORCED_OPEN:
         return _FORCED_OPEN
     transition = None
@@ -170,7 +180,22 @@ def acquire(st: BreakerState, cfg: BreakerConfig, now: float) -> Permission:
     return Permission(False, S.HALF_OPEN, retry_after_s=max(0.0, oldest + cfg.probe_timeout_s - now), transition=transition)
 
 
-def _should_trip(st: BreakerState, cfg: BreakerConfig, now: float) -> str | None:
+def _should_trip(st: BreakerState, cfg: BreakerConfig, now: float, shared: bool) -> str | None:
+    reason = _threshold_met(st, cfg, now)
+    if reason is None or not shared:
+        return reason
+    since = now - cfg.window_s
+    sessions = sum(1 for _tag, at in st.failing if at > since)
+    return reason if sessions >= cfg.min_sessions else None
+
+
+def _note_failing(st: BreakerState, cfg: BreakerConfig, now: float, session: str) -> None:
+    """Remember `session` among the latest failing ones (as many as `min_sessions` asks for)."""
+    others = [f for f in st.failing if f[0] != session and f[1] > now - cfg.window_s]
+    st.failing = [*others[max(0, len(others) - cfg.min_sessions + 1) :], [session, now]]
+
+
+def _threshold_met(st: BreakerState, cfg: BreakerConfig, now: float) -> str | None:
     if cfg.consecutive_failures is not None and st.consecutive_failures >= cfg.consecutive_failures:
         return f"{st.consecutive_failures} failures in a row (threshold {cfg.consecutive_failures})"
     calls, failures, _slow, failed_or_slow = st.ensure_window(cfg).read(now)
@@ -191,9 +216,12 @@ def record(
     slow: bool = False,
     probe: int | None = None,
     rng: random.Random | None = None,
+    session: str | None = None,
 ) -> Transition | None:
     """Take one call's outcome. `probe` is the id from its Permission: only a probe of the
-    current half-open round counts there (a late or timed-out probe's result is ignored)."""
+    current half-open round counts there (a late or timed-out probe's result is ignored).
+    `session`: the calling session's tag, when the breaker is shared (the engine always names
+    it; without one, the outcome opens the breaker by the thresholds alone)."""
     state = st.state
     if state is S.DISABLED or state is S.FORCED_OPEN or state is S.OPEN:
         # open: a late result of a call admitted before the breaker opened tells nothing new
@@ -214,8 +242,10 @@ def record(
     bad = failed or (slow and cfg.slow_calls_are_failures)
     st.consecutive_failures = st.consecutive_failures + 1 if bad else 0
     st.ensure_window(cfg).add(now, 1.0, 1.0 if failed else 0.0, 1.0 if slow else 0.0, 1.0 if failed or slow else 0.0)
+    if bad and session is not None:
+        _note_failing(st, cfg, now, session)
     if state is S.CLOSED:
-        reason = _should_trip(st, cfg, now)
+        reason = _should_trip(st, cfg, now, session is not None)
         if reason is not None:
             return _open(st, cfg, now, cfg.open_s, reason, rng or random.Random())
     return None
@@ -257,3 +287,4 @@ def _reset(st: BreakerState, cfg: BreakerConfig) -> None:
     st.probes.clear()
     st.probe_successes = 0
     st.consecutive_failures = 0
+    st.failing.clear()

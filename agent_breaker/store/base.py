@@ -100,8 +100,10 @@ class Store(Protocol):
     def breaker_acquire(self, key: str, cfg: BreakerConfig, now: float) -> Permission: ...
 
     def breaker_record(
-        self, key: str, cfg: BreakerConfig, now: float, *, failed: bool, slow: bool, probe: int | None
-    ) -> Recorded: ...
+        self, key: str, cfg: BreakerConfig, now: float, *, failed: bool, slow: bool, probe: int | None, session: str | None = None
+    ) -> Recorded:
+        """Take a call's outcome; `session`: the calling session's tag (a shared breaker opens
+        only once `min_sessions` sessions failed)."""
 
     def breaker_release(self, key: str, cfg: BreakerConfig, probe: int) -> None:
         """Free a half-open probe slot whose call was refused for another reason."""

@@ -9,7 +9,7 @@
 -- ARGV[1]  op: "acquire" | "record" | "release" | "force" | "get"
 -- ARGV[2]  now (seconds)
 -- ARGV[3]  config (JSON)
--- ARGV[4]  op arguments (JSON): record {failed, slow, probe}; release {probe}; force {state}
+-- ARGV[4]  op arguments (JSON): record {failed, slow, probe, session}; release {probe}; force {state}
 -- ARGV[5]  key TTL in seconds
 -- ARGV[6]  pub/sub channel for transitions
 -- ARGV[7]  jitter draw in [-1, 1] (the script stays deterministic)
@@ -35,6 +35,7 @@ if raw then
   local valid = ok and type(decoded) == "table" and STATES[decoded.state] and type(decoded.probes) == "table"
     and (decoded.window == nil or decoded.window == cjson.null
       or (type(decoded.window) == "table" and type(decoded.window.buckets) == "table" and type(decoded.window.totals) == "table"))
+  if valid and decoded.failing ~= nil and type(decoded.failing) ~= "table" then valid = false end
   if valid then
     for _, field in ipairs({"opened_at", "open_interval_s", "next_probe", "probe_successes", "consecutive_failures", "changed_at"}) do
       if type(decoded[field]) ~= "number" then valid = false end
@@ -44,9 +45,10 @@ if raw then
     return redis.error_reply("CORRUPT")
   end
   st = decoded
+  if st.failing == nil then st.failing = {} end  -- a breaker stored before sessions were told apart
 else
   st = {state = "closed", window = cjson.null, opened_at = 0, open_interval_s = 0, probes = {},
-        next_probe = 0, probe_successes = 0, consecutive_failures = 0, changed_at = 0}
+        next_probe = 0, probe_successes = 0, consecutive_failures = 0, changed_at = 0, failing = {}}
 end
 
 local transition = nil
@@ -109,7 +111,7 @@ local function window_add(calls, failed, slow, bad)
   end
 end
 
-local function should_trip()
+local function threshold_met()
   if cfg.consecutive_failures ~= cjson.null and st.consecutive_failures >= cfg.consecutive_failures then
     return g(st.consecutive_failures) .. " failures in a row (threshold " .. g(cfg.consecutive_failures) .. ")"
   end
@@ -128,6 +130,30 @@ local function should_trip()
   return nil
 end
 
+-- a breaker told which sessions failed (`shared`) needs enough of them in the window
+local function should_trip(shared)
+  local reason = threshold_met()
+  if reason == nil or not shared then return reason end
+  local since, sessions = now - cfg.window_s, 0
+  for _, f in ipairs(st.failing) do
+    if f[2] > since then sessions = sessions + 1 end
+  end
+  if sessions >= cfg.min_sessions then return reason end
+  return nil
+end
+
+-- remember `session` among the latest failing ones (as many as min_sessions asks for)
+local function note_failing(session)
+  local others = {}
+  for _, f in ipairs(st.failing) do
+    if f[1] ~= session and f[2] > now - cfg.window_s then table.insert(others, f) end
+  end
+  local kept = {}
+  for i = math.max(1, #others - cfg.min_sessions + 2), #others do table.insert(kept, others[i]) end
+  table.insert(kept, {session, now})
+  st.failing = kept
+end
+
 local function reset()
   ensure_window()
   st.window.buckets = {}
@@ -136,6 +162,7 @@ local function reset()
   st.probes = {}
   st.probe_successes = 0
   st.consecutive_failures = 0
+  st.failing = {}
 end
 
 local function open(interval, reason)
@@ -165,6 +192,11 @@ local function lists(list)
   for i, x in ipairs(list) do out[i] = nums(x) end
   return "[" .. table.concat(out, ",") .. "]"
 end
+local function failing_list()
+  local out = {}
+  for i, f in ipairs(st.failing) do out[i] = "[" .. cjson.encode(f[1]) .. "," .. num(f[2]) .. "]" end
+  return "[" .. table.concat(out, ",") .. "]"
+end
 local function encode_state()
   local w = "null"
   if st.window ~= nil and st.window ~= cjson.null then
@@ -175,7 +207,7 @@ local function encode_state()
   return '{"state":' .. cjson.encode(st.state) .. ',"window":' .. w .. ',"opened_at":' .. num(st.opened_at)
     .. ',"open_interval_s":' .. num(st.open_interval_s) .. ',"probes":' .. lists(st.probes)
     .. ',"next_probe":' .. num(st.next_probe) .. ',"probe_successes":' .. num(st.probe_successes)
-    .. ',"consecutive_failures":' .. num(st.consecutive_failures) .. ',"changed_at":' .. num(st.changed_at) .. '}'
+    .. ',"consecutive_failures":' .. num(st.consecutive_failures) .. ',"changed_at":' .. num(st.changed_at) .. ',"failing":' .. failing_list() .. '}'
 end
 
 local result = {}
@@ -185,7 +217,7 @@ if op == "acquire" then
   if state == "closed" or state == "disabled" then
     result = {allowed = true, state = state}
   elseif state == "metrics_only" then
-    result = {allowed = true, state = state, would_refuse = should_trip() ~= nil}
+    result = {allowed = true, state = state, would_refuse = should_trip(#st.failing > 0) ~= nil}
   elseif state == "forced_open" then
     result = {allowed = false, state = state}
   else
@@ -253,8 +285,10 @@ elseif op == "record" then
     if slow then s = 1 end
     if failed or slow then b = 1 end
     window_add(1, f, s, b)
+    local shared = args.session ~= nil and args.session ~= cjson.null
+    if bad and shared then note_failing(args.session) end
     if state == "closed" then
-      local reason = should_trip()
+      local reason = should_trip(shared)
       if reason ~= nil then
         local err = open(cfg.open_s, reason)
         if err then return err end

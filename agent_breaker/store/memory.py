@@ -214,11 +214,11 @@ class MemoryStore:
             return breaker_core.acquire(self._breaker(key), cfg, now)
 
     def breaker_record(
-        self, key: str, cfg: BreakerConfig, now: float, *, failed: bool, slow: bool, probe: int | None
+        self, key: str, cfg: BreakerConfig, now: float, *, failed: bool, slow: bool, probe: int | None, session: str | None = None
     ) -> Recorded:
         with self._lock:
             st = self._breaker(key)
-            t = breaker_core.record(st, cfg, now, failed=failed, slow=slow, probe=probe, rng=self._rng)
+            t = breaker_core.record(st, cfg, now, failed=failed, slow=slow, probe=probe, rng=self._rng, session=session)
             return _UNMOVED[st.state] if t is None else Recorded(st.state, t)
 
     def breaker_release(self, key: str, cfg: BreakerConfig, probe: int) -> None:

@@ -130,6 +130,7 @@ class _Outcome:
     ts: float
     failed: bool
     slow: bool
+    session: str | None = None
     sent: str | None = None
 
 
@@ -458,19 +459,21 @@ class RedisStore:
         return self._redis_or_local(remote, lambda: self._local_breaker(key, lambda: self._local.breaker_acquire(key, cfg, now)))
 
     def breaker_record(
-        self, key: str, cfg: BreakerConfig, now: float, *, failed: bool, slow: bool, probe: int | None
+        self, key: str, cfg: BreakerConfig, now: float, *, failed: bool, slow: bool, probe: int | None, session: str | None = None
     ) -> Recorded:
         def remote() -> Recorded:
-            out = self._run("record", key, cfg, now, {"failed": failed, "slow": slow, "probe": probe})
+            out = self._run("record", key, cfg, now, {"failed": failed, "slow": slow, "probe": probe, "session": session})
             return Recorded(_S(out["state"]), self._transition(key, out))
 
-        return self._redis_or_local(remote, lambda: self._local_record(key, cfg, now, failed, slow, probe))
+        return self._redis_or_local(remote, lambda: self._local_record(key, cfg, now, failed, slow, probe, session))
 
-    def _local_record(self, key: str, cfg: BreakerConfig, now: float, failed: bool, slow: bool, probe: int | None) -> Recorded:
+    def _local_record(
+        self, key: str, cfg: BreakerConfig, now: float, failed: bool, slow: bool, probe: int | None, session: str | None
+    ) -> Recorded:
         with self._lock:
-            self._outcomes.append(_Outcome(key, cfg, now, failed, slow))
+            self._outcomes.append(_Outcome(key, cfg, now, failed, slow, session))
             return self._local_breaker(
-                key, lambda: self._local.breaker_record(key, cfg, now, failed=failed, slow=slow, probe=probe)
+                key, lambda: self._local.breaker_record(key, cfg, now, failed=failed, slow=slow, probe=probe, session=session)
             )
 
     def breaker_release(self, key: str, cfg: BreakerConfig, probe: int) -> None:
@@ -595,7 +598,14 @@ class RedisStore:
             if o.sent is None or not self.redis.exists(o.sent):
                 o.sent = self._marker(self.breaker_key(o.key))
                 try:
-                    self._run("record", o.key, o.cfg, o.ts, {"failed": o.failed, "slow": o.slow, "probe": None}, o.sent)
+                    self._run(
+                        "record",
+                        o.key,
+                        o.cfg,
+                        o.ts,
+                        {"failed": o.failed, "slow": o.slow, "probe": None, "session": o.session},
+                        o.sent,
+                    )
                     done += 1
                 except CorruptState as exc:  # that breaker stays refused; the rest is written back
                     log.warning("agent-breaker: %s", exc)

@@ -472,6 +472,24 @@ def test_one_tenants_failures_do_not_open_a_tool_for_another(server, config_id):
 
 
 @pytest.mark.parametrize("config_id", CONFIGS)
+def test_one_sessions_failures_stop_that_session_and_open_the_tool_for_nobody_else(server, config_id):
+    """However many outages one session reports (made up, or a host of its own choosing), its
+    own breaker stops it and the tenant's shared one stays closed; a second session failing
+    too is an outage, and opens the tool for everyone."""
+    tool, alone, other = f"crm_{uuid.uuid4().hex[:6]}", sid(), sid()
+    for i in range(12):
+        verdicts = server.verdicts(alone, call(i, tool, {"n": i}), result(i, tool, error=OUTAGE), config_id=config_id)
+        if verdicts[0]["allowed"] is False:
+            break
+    assert verdicts[0]["heuristic"] == "circuit_open", verdicts  # the failing session is stopped
+    [v] = server.verdicts(other, call(50, tool, {"n": 50}), config_id=config_id)
+    assert v["allowed"] is True, v  # everyone else still reaches the tool
+    server.verdicts(other, result(50, tool, error=OUTAGE), config_id=config_id)
+    [v] = server.verdicts(sid(), call(60, tool, {"n": 60}), config_id=config_id)
+    assert (v["allowed"], v["heuristic"]) == (False, "circuit_open"), v  # two sessions failing: an outage
+
+
+@pytest.mark.parametrize("config_id", CONFIGS)
 def test_calls_that_fail_on_their_own_open_the_tool_for_nobody(server, config_id):
     """Bad calls (a missing table, a failing command) are the caller's, not an outage: however
     many a tenant makes, the tool stays closed, for it and for everyone else."""

@@ -255,7 +255,9 @@ def test_one_session_hammered_by_identical_failing_calls_stays_consistent(make_e
     if blocked:
         assert len(warned) == 1
         assert s.halted is not None and s.halted[0] == "identical_failure"
-        assert [(i.heuristic, i.severity) for i in incidents] == [("identical_failure", "warn"), ("identical_failure", "block")]
+        # each call tells its listeners after its own write: racing calls may tell in either order
+        told = sorted((i.heuristic, i.severity) for i in incidents)
+        assert told == [("identical_failure", "block"), ("identical_failure", "warn")]
     else:
         assert s.halted is None
         assert [(i.heuristic, i.severity) for i in incidents] == [("identical_failure", "warn")] * len(warned)

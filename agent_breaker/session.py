@@ -19,8 +19,9 @@ from .windows import BucketWindow
 # caps on per-session collections: together they bound a session's stored size (the codec's
 # test builds the largest session these allow; see README "Sessions and what is kept")
 #: bytes of a session's parts in memory, roughly (weight()): an int kept in a tuple or list, a
-#: dict entry with its int key, and the fixed part of each record
-_INT, _ENTRY = 36, 70
+#: dict entry with its int key, a hash in a reference pool (two arrays), and the fixed part of
+#: each record
+_INT, _ENTRY, _POOLED, _POOL = 36, 70, 18, 250
 _BASE, _PENDING, _KEY, _CHAIN, _ANSWER, _ROW, _DONE, _TURN = 2_400, 700, 330, 420, 200, 150, 200, 160
 _BREAKER, _BUCKET, _RECEIPT = 900, 120, 1_200
 
@@ -388,7 +389,7 @@ class SessionState:
         w += _DONE * len(lp.done) + _INT * (len(lp.sig_common) + len(lp.fail_sig or ()) + len(lp.sig_shape or ()))
         w += sum(_TURN + _INT * len(t[1]) for t in self.turns)
         w += sum(_BREAKER + _BUCKET * (len(b.window.buckets) if b.window is not None else 0) for b in self.breakers.values())
-        w += _RECEIPT * len(led.receipts) + _ENTRY * (len(led.references) + len(led.confirmed) + len(led.runs))
+        w += _RECEIPT * len(led.receipts) + 3 * _POOL + _POOLED * (len(led.references) + len(led.confirmed) + len(led.runs))
         w += _ENTRY * (len(led.mutating) + len(self.spend.tool_tokens))
         if self.churn is not None:
             w += sum(_CHAIN + _INT * len(c.common) + _ENTRY * len(c.members) for c in self.churn.chains)

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent_breaker.breaker import BreakerState, BreakerStateName
-from agent_breaker.receipts import Ledger
+from agent_breaker.receipts import HashPool, Ledger
 from agent_breaker.session import (
     MAX_CHURN_CHAINS,
     MAX_VALUES,
@@ -124,7 +124,7 @@ churn_chains = st.builds(
     st.booleans(),
 )
 # insertion-ordered sets of hashes (the oldest are evicted first): their order is part of them
-ordered_hashes = st.lists(u64, max_size=5, unique=True).map(dict.fromkeys)
+ordered_hashes = st.lists(u64, max_size=5, unique=True).map(lambda hs: HashPool(4096, hs))
 
 
 @st.composite
@@ -179,7 +179,7 @@ def sessions(draw) -> SessionState:
             draw(st.lists(receipts, max_size=2)),
             draw(ordered_hashes),
             draw(st.dictionaries(ids, st.booleans(), max_size=3)),
-            draw(ordered_hashes),
+            draw(ordered_hashes.map(lambda p: HashPool(1024, p))),
             draw(ordered_hashes),
         ),
         churn=draw(st.one_of(st.none(), st.builds(ChurnView, st.lists(churn_chains, max_size=MAX_CHURN_CHAINS)))),
@@ -269,6 +269,6 @@ def test_a_session_stored_before_warnings_error_streaks_and_model_steps_reads_wi
         wire["pending"] = {"c1": [loops.to_wire()["pending"]["c1"][0][:n], "c1", "b", None, False, False, 0]}
         f = Loops.from_wire(wire).pending["c1"].facts
         assert (f.effect, f.writes) == (effect, writes)
-    ledger = Ledger.from_wire(Ledger([], {1: None, 2: None}, {"t": True}, {3: None}, {4: None}).to_wire()[:3])
-    assert (list(ledger.references), ledger.confirmed, ledger.runs) == ([1, 2], {}, {})
+    ledger = Ledger.from_wire(Ledger([], HashPool(9, [1, 2]), {"t": True}, HashPool(9, [3]), HashPool(9, [4])).to_wire()[:3])
+    assert (list(ledger.references), list(ledger.confirmed), list(ledger.runs)) == ([1, 2], [], [])
     assert ChurnView.from_wire([7, -1, 3, 2, "s9", 100.0]) == ChurnView()  # an agent view: dropped

@@ -7,8 +7,11 @@ import math
 
 import pytest
 from conftest import call, not_on_cluster, result, run, say, user
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agent_breaker import MemoryStore
+from agent_breaker.receipts import HashPool
 from agent_breaker.session import MAX_KEYS, MAX_SEEN
 
 SECRETS = [
@@ -190,3 +193,25 @@ def test_the_sessions_byte_budget_is_config(make_engine):
         assert (engine.store.max_bytes, engine.store.max_sessions_per_tenant) == (64 << 20, 500)
     with pytest.raises(ConfigError, match="max_bytes"):
         parse_config({"sessions": {"max_bytes": 1000}})
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    cap=st.integers(1, 64),
+    batches=st.lists(st.lists(st.integers(0, 2**64 - 1) | st.integers(0, 40), max_size=80), max_size=12),
+)
+def test_a_reference_pool_keeps_the_newest_hashes_as_an_ordered_set_would(cap, batches):
+    """The compact pool (two arrays) against the plain model: an insertion-ordered dict where a
+    hash seen again is new again and the oldest go past the cap; batches of one and of many
+    (which take the pool's two paths)."""
+    pool, model = HashPool(cap), {}
+    for batch in batches:
+        pool.remember(batch)
+        for h in batch:
+            model.pop(h, None)
+            model[h] = None
+        while len(model) > cap:
+            del model[next(iter(model))]
+        assert list(pool) == list(model)
+        assert all(h in pool for h in model) and all(h not in pool for h in batch if h not in model)
+    assert HashPool.unpacked(cap, pool.packed()) == pool

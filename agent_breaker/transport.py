@@ -103,6 +103,7 @@ def raise_fd_limit() -> int:
 
 def guarded_protocol(transport: Transport) -> type[Any]:
     """uvicorn's h11 protocol with the head timeout and the connection cap of `transport`."""
+    import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class GuardedH11Protocol(H11Protocol):
@@ -128,7 +129,13 @@ def guarded_protocol(transport: Transport) -> type[Any]:
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
-            if not self.transport.is_closing() and self.waiting():
+            if self.transport.is_closing():
+                return
+            if self.conn.their_state is h11.SEND_BODY:
+                # answered before its body was read (a refusal): reading the rest to reuse the
+                # connection would buffer whatever an unauthorized client sends
+                self.transport.close()
+            elif self.waiting():
                 self._await_head()  # idle keep-alive, or the next head arriving slowly
 
         def waiting(self) -> bool:

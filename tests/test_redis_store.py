@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
-from conftest import redis_or_skip
+from conftest import REDIS_URL, redis_or_skip, run
 
 from agent_breaker import Engine, FakeClock, MemoryStore, ReceiptKeys
 from agent_breaker.breaker import BreakerStateName as S
@@ -88,3 +90,25 @@ def test_operator_reads_and_moves_do_not_leak_driver_errors_when_redis_is_down()
     assert engine.store.peek_session("nobody") is None
     assert store.failures > 0
     store.close()
+
+
+def test_a_workers_copies_of_fleet_sessions_stay_within_its_byte_budget():
+    """The mirror a worker keeps of sessions it used (for an outage) holds at most a quarter of
+    sessions.max_bytes, however many heavy sessions one tenant makes; the outage state the rest."""
+    redis_or_skip()
+    from agent_breaker.store.redis import RedisStore
+
+    budget = 4 << 20
+    store = RedisStore(REDIS_URL, prefix=f"abunit-{uuid.uuid4().hex[:12]}", listen=False, max_bytes=budget)
+    clock = FakeClock(1_000_000.0)
+    engine = Engine(store=store, clock=clock, listeners=[], receipt_keys=ReceiptKeys.parse("k1:" + "ab" * 32, source="test"))
+    try:
+        assert (store.mirror_bytes, store._local.max_bytes) == (budget // 4, budget - budget // 4)
+        for i in range(150):  # each session cites 1,000 ids: about 20 KB encoded, 3 MB in all
+            ids = " ".join(f"ORD-{i * 1000 + j}" for j in range(1000))
+            run(engine, clock, "get_orders", {"page": i}, True, {"text": ids}, session=f"heavy-{i}")
+        assert 0 < store._sessions_seen_bytes <= budget // 4
+        assert len(store._sessions_seen) < 150  # the oldest went
+    finally:
+        store.delete_all()
+        store.close()

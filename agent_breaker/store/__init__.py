@@ -11,8 +11,8 @@ from .memory import MemoryStore
 
 __all__ = ["CorruptState", "MemoryStore", "StorageError", "Store", "store_from_uri"]
 
-_IN_PROCESS_ONLY = ("max_bytes", "max_sessions_per_tenant")
-_MEMORY_OPTIONS = ("ttl_s", "max_sessions", *_IN_PROCESS_ONLY)
+_IN_PROCESS_ONLY = ("max_sessions_per_tenant",)
+_MEMORY_OPTIONS = ("ttl_s", "max_sessions", "max_bytes", *_IN_PROCESS_ONLY)
 
 
 def store_from_uri(uri: str, **kwargs: object) -> Store:
@@ -25,7 +25,8 @@ def store_from_uri(uri: str, **kwargs: object) -> Store:
         require("redis", "redis", f"storage.url {scheme}://")
         from .redis import RedisStore
 
-        # Redis holds the sessions (its own memory policy and each key's TTL bound them)
+        # Redis holds the sessions (its own memory policy and each key's TTL bound them); the
+        # worker's mirror and outage state stay within max_bytes
         return RedisStore(uri, **{k: v for k, v in kwargs.items() if k not in _IN_PROCESS_ONLY})  # type: ignore[arg-type]
     # no part of the URI in the message: without a known scheme it may still hold a password
     raise ValueError(f"unsupported store URI: supported schemes are memory://, {REDIS_URLS_TEXT}")

@@ -18,7 +18,8 @@
 
 An outage without amnesia (`on_error="local"`):
 - Mirror: the store keeps the last state it read from or wrote to Redis for the most recently
-  used MIRROR_SESSIONS sessions (at most MIRROR_SESSION_BYTES of them), MIRROR_BREAKERS
+  used MIRROR_SESSIONS sessions (at most MIRROR_SESSION_BYTES of them, and a quarter of
+  `max_bytes`: the outage state gets the rest of that budget), MIRROR_BREAKERS
   breakers and MIRROR_SPEND_WINDOWS spend keys.
   During an outage a key's in-process state starts from its mirror on first use, so a halted
   session stays halted, an open breaker stays open and a spend window keeps its total. A
@@ -67,7 +68,7 @@ from urllib.parse import unquote
 import redis as redis_lib
 
 from ..breaker import TRANSITIONS, BreakerState, BreakerStateName, IllegalTransition, Permission, Recorded, Transition
-from ..config import BreakerConfig
+from ..config import DEFAULT_MAX_SESSION_BYTES, BreakerConfig
 from ..session import MAX_TOOLS, SessionState, put_bounded
 from . import codec
 from .base import CorruptState, StorageError, checked_prefix, escape_key_part, without_password
@@ -177,6 +178,7 @@ class RedisStore:
         prefix: str = "ab",
         ttl_s: float = 3600.0,
         max_sessions: int = 100_000,
+        max_bytes: int = DEFAULT_MAX_SESSION_BYTES,
         timeout_s: float = 0.25,
         on_error: str = "local",
         retry_s: float = 1.0,
@@ -199,7 +201,10 @@ class RedisStore:
         self._breaker_script = register_script(self.redis, breaker_script())
         self._cas_script = register_script(self.redis, _script("session_cas.lua"))
         self._spend_script = register_script(self.redis, _script("spend.lua"))
-        self._local = MemoryStore(ttl_s=ttl_s, max_sessions=max_sessions)
+        # what this worker holds of sessions, within sessions.max_bytes: the mirror (encoded, a
+        # quarter at most) and what an outage keeps in process (the rest)
+        self.mirror_bytes = min(MIRROR_SESSION_BYTES, max_bytes // 4)
+        self._local = MemoryStore(ttl_s=ttl_s, max_sessions=max_sessions, max_bytes=max_bytes - self.mirror_bytes)
         self._rng = rng or random.Random()
         self._cfg_json: dict[BreakerConfig, str] = {}
         # breaker key -> (state, open until (event time), fresh until (monotonic))
@@ -313,7 +318,7 @@ class RedisStore:
                 return
             seen[key] = (now, raw)
             self._sessions_seen_bytes += len(raw)
-            while len(seen) > MIRROR_SESSIONS or self._sessions_seen_bytes > MIRROR_SESSION_BYTES:
+            while len(seen) > MIRROR_SESSIONS or self._sessions_seen_bytes > self.mirror_bytes:
                 self._sessions_seen_bytes -= len(seen.popitem(last=False)[1][1])
 
     def _local_update(self, key: str, now: float, fn: Callable[[object | None], tuple[object, R]]) -> R:

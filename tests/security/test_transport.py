@@ -133,6 +133,24 @@ def _stalled_body(server: Server, token: str) -> socket.socket:
     return _open(server, head + b'{"session_id": "' + b"x" * 60_000)
 
 
+@pytest.mark.parametrize("token", [None, "not-a-token-of-this-server-at-all"], ids=["no_token", "wrong_token"])
+def test_a_body_refused_before_it_is_read_closes_its_connection_at_once(server, token):
+    """A refusal answered before the body is read (401 here) closes the connection: kept open for
+    the next request, the server would buffer whatever the client goes on sending until the
+    head timeout, about a body's worth per connection."""
+    auth = f"Authorization: Bearer {token}\r\n" if token else ""
+    head = (
+        f"POST {CHECK} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Content-Type: application/json\r\nContent-Length: 1000000\r\n\r\n"
+    ).encode()
+    refused = [_open(server, head + b"x" * 200_000) for _ in range(20)]
+    try:
+        answers = [_closed_within(s, HEAD_TIMEOUT_S / 2) for s in refused]  # long before the head timeout
+        assert all(a is not None and a.startswith(b"HTTP/1.1 401") for a in answers), answers
+    finally:
+        for s in refused:
+            s.close()
+
+
 def test_stalled_bodies_hold_only_their_own_tokens_slots_and_time_out(server):
     stalled = [_stalled_body(server, ACME) for _ in range(3 * BODIES_PER_TOKEN)]
     try:

@@ -47,9 +47,9 @@ def store_kind(request) -> str:
     return request.param
 
 
-#: the slowest size tests run on memory and one Redis server only: a cluster runs the very
-#: same store code, and their cluster copies would add ~20 s to the suite
-not_on_cluster = pytest.mark.parametrize("store_kind", ["memory", "redis"])
+#: the slowest size tests: on memory in the fast tier, on one Redis server in the full suite (a
+#: cluster runs the very same store code, and their cluster copies would add ~20 s)
+size_test = pytest.mark.parametrize("store_kind", ["memory", pytest.param("redis", marks=pytest.mark.slow)])
 
 
 @pytest.fixture(scope="session")
@@ -192,3 +192,48 @@ def run(
         failure = {"error": error} if error is not None else {}
         engine.record_tool_result(result(tool, ok, payload, call_id=verdict.call_id, session=session, **tenant, **failure))
     return verdict
+
+
+#: modules whose tests each start a server or a worker process, run the NeMo runtime, a browser,
+#: a notebook kernel or the CLI in a subprocess: the slow tier as a whole
+SLOW_MODULES = frozenset(
+    {
+        "test_demo",
+        "test_examples",
+        "test_light_import",
+        "test_native_tool_calls",
+        "test_nemo_flows",
+        "test_notebook",
+        "test_operating_server",
+        "test_outbox_durability",
+        "test_payload",
+        "test_redis_cluster",
+        "test_redis_fleet",
+        "test_report",
+        "test_serve_concurrency",
+        "test_serve_workers",
+        "test_server_and_chat",
+        "test_server_attacks",
+        "test_tracing",
+        "test_transport",
+    }
+)
+#: fixtures that start a server process or a Redis Cluster
+SLOW_FIXTURES = frozenset({"redis_cluster", "served", "server"})
+
+
+def pytest_collection_modifyitems(config, items):
+    """`slow`: servers, the NeMo runtime, clusters, browsers and long property runs; the rest is
+    the fast tier (`pytest -m "not slow"`), which still runs every decider and store contract on
+    memory and one Redis server."""
+    slow = pytest.mark.slow
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        long_property = getattr(getattr(item, "obj", None), "_hypothesis_internal_use_settings", None)
+        if (
+            item.module.__name__.rpartition(".")[2] in SLOW_MODULES
+            or SLOW_FIXTURES & set(item.fixturenames)
+            or "cluster" in params.values()
+            or (long_property is not None and long_property.max_examples > 100)
+        ):
+            item.add_marker(slow)

@@ -196,6 +196,7 @@ def fail_until_open(server: Server, tool: str, config_id: str) -> None:
         server.verdicts(session, result(i, tool, error=OUTAGE), config_id=config_id)
 
 
+@pytest.mark.slow  # a subprocess or a server
 def test_the_admin_routes_are_off_without_an_admin_token():
     srv = start(args=("--config", str(ROOT / "config" / "agent_breaker")))
     try:
@@ -305,6 +306,7 @@ def test_bad_admin_input_gets_a_4xx_that_says_why_and_changes_nothing(server):
     assert not [b for b in rows if b["tool"] in ("run_sql", "t", "x" * 300)]
 
 
+@pytest.mark.slow  # a subprocess or a server
 def test_one_served_config_needs_no_config_id(lone):
     tool = tool_name()
     assert forced(lone, tool, "metrics_only", None).json() == {

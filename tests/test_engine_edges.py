@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import call, not_on_cluster, say
+from conftest import call, say, size_test
 
 from agent_breaker.breaker import BreakerStateName as S
 
@@ -29,7 +29,7 @@ def test_an_operator_reaches_a_tenants_own_breaker(make_engine):
     assert engine.check_tool_call(call("search", {"q": 1}, tenant="globex", session="b")).allowed
 
 
-@not_on_cluster
+@size_test
 def test_per_tool_session_state_stays_bounded_however_many_tools_a_run_calls(make_engine, clock):
     engine = make_engine(share_breakers=False)
     for i in range(300):

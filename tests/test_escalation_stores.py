@@ -338,6 +338,7 @@ def test_workers_racing_to_escalate_one_session_open_one_escalation_and_operator
     assert [kind for kind, _ in outbox(workers[1])] == ["escalation", "resolution"]
 
 
+@pytest.mark.slow  # a subprocess or a server
 def test_operators_in_other_processes_resolve_once_through_the_cli(store):
     e = store.escalate(escalation())
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_BREAKER_")}
@@ -567,6 +568,7 @@ def test_the_stream_is_trimmed_only_below_what_every_group_acknowledged(redis_st
     client.close()
 
 
+@pytest.mark.slow  # a subprocess or a server
 def test_the_cli_lists_shows_resolves_and_relays_on_redis(redis_store, tmp_path):
     a = redis_store.escalate(escalation(session="s-a", now=NOW))
     b = redis_store.escalate(escalation(session="s-b", heuristic="step_limit", now=NOW + 1))
@@ -629,6 +631,7 @@ def rabbit_queue() -> Iterator[tuple[Any, str]]:
         connection.close()
 
 
+@pytest.mark.slow  # a subprocess or a server
 def test_a_relay_killed_mid_batch_and_restarted_loses_nothing_and_dedup_sees_each_once(
     redis_store, rabbit_queue, tmp_path, capsys
 ):

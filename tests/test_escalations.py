@@ -180,6 +180,7 @@ except AlreadyResolved:
 """
 
 
+@pytest.mark.slow  # a subprocess or a server
 def test_operators_in_other_processes_resolve_once_too(store, tmp_path):
     e = store.escalate(escalation())
     go = tmp_path / "go"
@@ -373,6 +374,7 @@ def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
     )
 
 
+@pytest.mark.slow  # a subprocess or a server
 def test_the_cli_lists_shows_and_resolves(tmp_path):
     path = tmp_path / "escalations.db"
     s = SqliteEscalations(path)
@@ -405,6 +407,7 @@ def test_the_cli_lists_shows_and_resolves(tmp_path):
     s.close()
 
 
+@pytest.mark.slow  # a subprocess or a server
 def test_the_cli_says_what_went_wrong_and_exits_2(tmp_path):
     path = tmp_path / "escalations.db"
     s = SqliteEscalations(path)
@@ -430,6 +433,7 @@ def test_the_cli_says_what_went_wrong_and_exits_2(tmp_path):
     assert (r.returncode, r.stdout) == (0, "") and not missing.exists()
 
 
+@pytest.mark.slow  # a subprocess or a server
 def test_the_cli_relay_delivers_to_the_configured_sinks_once(tmp_path):
     path = tmp_path / "escalations.db"
     s = SqliteEscalations(path)
@@ -534,6 +538,7 @@ def test_bad_input_gets_a_4xx_that_says_why_and_changes_nothing(served):
     s.close()
 
 
+@pytest.mark.slow  # a subprocess or a server
 def test_the_routes_are_off_without_an_admin_token(tmp_path):
     pytest.importorskip("nemoguardrails")
     from _server import start

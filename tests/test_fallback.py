@@ -4,6 +4,7 @@ recovers through its probes meanwhile. On both stores."""
 
 from __future__ import annotations
 
+import pytest
 from conftest import OUTAGE, call, result, run
 
 from agent_breaker import BreakerStateName
@@ -90,6 +91,7 @@ def test_only_a_tool_that_is_down_is_routed(make_engine, clock, tmp_path):
 # ----------------------------------------------------------------------------- over HTTP
 
 
+@pytest.mark.slow  # a subprocess or a server
 def test_the_route_reaches_the_events_and_check_answers_of_the_real_server(tmp_path):
     import shutil
 

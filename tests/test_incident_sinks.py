@@ -299,6 +299,7 @@ def test_slack_text_names_what_happened():
 pytest.importorskip("nemoguardrails")
 
 
+@pytest.mark.slow  # a subprocess or a server
 def test_the_server_posts_a_runaway_and_a_breaker_opening_to_the_webhook_within_seconds():
     from _server import call as scall
     from _server import result as sresult

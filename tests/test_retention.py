@@ -6,7 +6,7 @@ import dataclasses
 import math
 
 import pytest
-from conftest import call, not_on_cluster, result, run, say, user
+from conftest import call, result, run, say, size_test, user
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -78,7 +78,7 @@ def test_the_least_recently_used_session_goes_past_the_cap(make_engine, clock):
     assert store.peek_session("s149") is None and store.peek_session("s249") is not None
 
 
-@not_on_cluster
+@size_test
 def test_a_long_session_stays_small(engine, clock):
     for i in range(3000):
         run(engine, clock, f"tool{i % 7}", {"i": i}, True, {"r": i}, step_s=0.01)
@@ -137,7 +137,7 @@ def _grow(engine, clock, shape: str, n: int, session: str = "s1") -> None:
             run(engine, clock, "read_file", {"path": f"src/m{i}.py"}, True, {"text": f"def f{i}(): pass"}, session=session)
 
 
-@not_on_cluster
+@size_test
 @pytest.mark.parametrize(("shape", "n"), [("references", 400), ("distinct_calls", 300), ("conversation", 80), ("references", 1)])
 def test_a_sessions_weight_is_close_to_what_it_takes_in_memory(engine, clock, shape, n):
     _grow(engine, clock, shape, n)

@@ -9,7 +9,7 @@ import secrets
 import uuid
 
 import pytest
-from conftest import OUTAGE, call, final, not_on_cluster, result, run
+from conftest import OUTAGE, call, final, result, run, size_test
 
 from agent_breaker import InvalidEventError
 from agent_breaker.store import codec
@@ -298,7 +298,7 @@ def test_a_reference_quoted_inside_a_result_sentence_may_be_cited(engine, clock)
 MAX_SESSION_BYTES = 640 * 1024
 
 
-@not_on_cluster
+@size_test
 def test_a_session_cannot_grow_past_its_bound(make_engine, clock):
     engine = make_engine(
         {

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from _server import child_env
 
 
@@ -43,6 +44,7 @@ def test_bad_lines_are_reported_by_number_and_the_replay_goes_on(tmp_path):
     assert b'"session": "b"' in proc.stdout  # the line after them was replayed
 
 
+@pytest.mark.slow  # a subprocess or a server
 def test_a_reader_that_stops_early_is_no_error(tmp_path):
     trace = tmp_path / "trace.jsonl"
     trace.write_text("".join(f'{{"session": "s{i}", "type": "tool_call", "tool": "t", "args": {{}}}}\n' for i in range(20_000)))

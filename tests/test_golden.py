@@ -1,4 +1,5 @@
-"""Golden files: `agent-breaker replay` on every trace of shared/traces/, with the shipped
+"""Golden files: `agent-breaker replay` on every trace of tests/traces/ (the shared sample and
+real runs, copied with their licences, tests/traces/SOURCES.md), with the shipped
 defaults, must print exactly what tests/golden/<trace>.out holds. A change of behaviour updates
 a golden file in a commit that says which behaviour changed and why."""
 
@@ -13,15 +14,14 @@ import pytest
 from agent_breaker import AgentBreakerConfig
 from agent_breaker.replay import replay_engine, replay_lines
 
-TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+TRACES = Path(__file__).resolve().parent / "traces"
 GOLDEN = Path(__file__).resolve().parent / "golden"
 
 
 def _traces() -> list[Path]:
-    return sorted(p for p in TRACES.glob("*.jsonl") if not p.name.endswith(".labels.jsonl")) if TRACES.is_dir() else []
+    return sorted(p for p in TRACES.glob("*.jsonl") if not p.name.endswith(".labels.jsonl"))
 
 
-@pytest.mark.skipif(not _traces(), reason="shared/traces is not beside the checkout")
 @pytest.mark.parametrize("trace", _traces(), ids=lambda p: p.stem)
 def test_replay_output_is_byte_identical_to_its_golden_file(trace):
     golden = GOLDEN / f"{trace.stem}.out"
@@ -34,6 +34,5 @@ def test_replay_output_is_byte_identical_to_its_golden_file(trace):
 
 
 def test_every_golden_file_has_its_trace():
-    if not _traces():
-        pytest.skip("shared/traces is not beside the checkout")
+    assert _traces()
     assert {p.stem for p in GOLDEN.glob("*.out")} == {p.stem for p in _traces()}

@@ -13,9 +13,9 @@ from conftest import CALL_ERROR
 
 from agent_breaker.cli import main
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-SAMPLE = SHARED / "traces" / "synthetic-sample.jsonl"
-LABELS = SHARED / "traces" / "synthetic-sample.labels.jsonl"
+TRACES = Path(__file__).resolve().parent / "traces"  # the shared sample and its scorer, copied
+SAMPLE = TRACES / "synthetic-sample.jsonl"
+LABELS = TRACES / "synthetic-sample.labels.jsonl"
 
 
 def replay(tmp_path, events, *args, capsys):
@@ -164,12 +164,11 @@ def test_replay_does_not_import_nemo(tmp_path):
     assert subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
 
 
-@pytest.mark.skipif(not SAMPLE.exists(), reason="shared/ traces are not beside the checkout")
 def test_shipped_defaults_catch_every_runaway_of_the_sample_and_no_legit_session(tmp_path):
     out = tmp_path / "verdicts.jsonl"
     with out.open("w") as fh:
         subprocess.run([sys.executable, "-m", "agent_breaker.cli", "replay", str(SAMPLE)], stdout=fh, check=True)
-    spec = importlib.util.spec_from_file_location("score", SHARED / "tools" / "score.py")
+    spec = importlib.util.spec_from_file_location("score", TRACES / "score.py")
     assert spec and spec.loader
     score = subprocess.run(
         [sys.executable, spec.origin, str(SAMPLE), str(LABELS), str(out), "--json"], capture_output=True, text=True, check=True

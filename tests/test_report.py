@@ -14,8 +14,7 @@ import pytest
 from agent_breaker.cli import main
 from agent_breaker.report import RULES, Rule, percentile
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-TAU = SHARED / "traces" / "real-tau-bench.jsonl"
+TAU = Path(__file__).resolve().parent / "traces" / "real-tau-bench.jsonl"
 HOSTILE = "<script>alert(1)</script>"
 
 
@@ -455,7 +454,6 @@ def test_every_plot_renders_in_a_browser(trace, tmp_path, capsys):
     assert rendered(blank) == (n, n - 1)
 
 
-@pytest.mark.skipif(not TAU.exists(), reason="shared/traces is not beside the checkout")
 def test_the_report_of_a_real_run_renders_in_a_browser(tmp_path):
     out_html = tmp_path / "tau.html"
     proc = subprocess.run(

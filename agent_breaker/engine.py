@@ -190,7 +190,7 @@ def _outcome(verdict: Verdict | ResultVerdict) -> str:
 
 class Engine:
     """Decides on each agent event: may this tool call run, what does this result, turn or
-    answer change. See the README for the heuristics and their settings."""
+    answer change. See docs/heuristics.md for the heuristics and their settings."""
 
     def __init__(
         self,

@@ -4,7 +4,7 @@
     {"config_id": "agent_breaker", "session_id": "S", "events": [{"type": "ToolCallRequested", ...}]}
  -> {"session_id": "S", "events": [{"type": "ToolCallVerdict", ...}]}
 
-What it adds to the stock server (see README, "Security"):
+What it adds to the stock server (see docs/security.md):
 - every config is built once, at start-up (a bad one stops start-up), verbose logging off, and
   one engine serves each config whatever `model` a chat-completions request names;
 - an ASGI guard in front of every route: the Host header, a bearer token (tokens may be bound

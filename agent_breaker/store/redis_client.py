@@ -3,7 +3,7 @@
 `redis+cluster://[user:password@]host:port[,host:port...][/0][?options]`).
 
 Every key the store and the escalation queue use carries a hash tag, and every script's keys
-share one slot (README, "Redis Cluster"), so the same code runs on either client."""
+share one slot (docs/redis.md, "Redis Cluster"), so the same code runs on either client."""
 
 from __future__ import annotations
 

@@ -12,9 +12,8 @@ import logging
 
 from . import heuristics as H
 from .config import StorageConfig
-from .detectors.base import Trip
 from .store import CorruptState, StorageError
-from .verdicts import ResultVerdict, Severity, Verdict, verdict_for
+from .verdicts import ResultVerdict, Severity, Trip, Verdict, verdict_for
 
 log = logging.getLogger("agent_breaker")
 

@@ -16,10 +16,10 @@ from ._churn import ChurnMask, is_timing_key
 from ._text import caseless_matcher
 from .config import DEFAULT_AUTO_REPLY_PATTERNS, AgentBreakerConfig, Mode
 from .detectors import loops
-from .detectors.base import Trip
 from .governor import budget
 from .receipts import ClaimChecker
 from .session import CallFacts, SessionState
+from .verdicts import Trip
 
 RESULT_MAX_BYTES = 16 * 1024 * 1024
 RESULT_MAX_DEPTH = 64

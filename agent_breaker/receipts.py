@@ -31,8 +31,8 @@ from typing import Any, NamedTuple
 from ._canonical import Fingerprinter
 from ._text import fold_text, normalize_text
 from .config import DEFAULT_REFERENCE_PATTERNS, AgentBreakerConfig, ConfigError, ReceiptsConfig
-from .detectors.base import Trip
 from .heuristics import EMPTY_MUTATION_RESULT, UNVERIFIED_CLAIM
+from .verdicts import Trip
 
 log = logging.getLogger("agent_breaker")
 

@@ -1,15 +1,28 @@
-"""What the engine answers: verdicts, the synthetic observation, and incidents."""
+"""What the engine answers: a check's trip, verdicts, the synthetic observation, and incidents."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
-
-if TYPE_CHECKING:
-    from .detectors.base import Trip
+from typing import Any, Literal
 
 Severity = Literal["warn", "block"]
 Scope = Literal["call", "tool", "session"]
+
+
+@dataclass(frozen=True, slots=True)
+class Trip:
+    """What a check returns when it trips: the heuristic, its scope, why, and what the agent should do."""
+
+    heuristic: str
+    scope: Scope
+    reason: str
+    instruction: str
+    counters: dict[str, Any] = field(default_factory=dict)
+    retry_after_s: float | None = None
+    #: a graduated heuristic's first trips in a pattern: the call runs, the agent is warned
+    advisory: bool = False
+    #: the heuristic is sure (a duplicate of a call still in flight): never only a warning
+    certain: bool = False
 
 
 @dataclass(frozen=True, slots=True)

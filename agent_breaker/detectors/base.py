@@ -1,29 +1,13 @@
-"""What a detector returns when it trips, and the similarity all fuzzy detectors share."""
+"""The similarity all fuzzy detectors share; `Trip`, what a detector returns when it trips,
+lives in verdicts (re-exported here for the callers that import it from this module)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
-
 from rapidfuzz.distance import Indel
 
-from ..verdicts import Scope
+from ..verdicts import Trip
 
-
-@dataclass(frozen=True, slots=True)
-class Trip:
-    """What a check returns when it trips: the heuristic, its scope, why, and what the agent should do."""
-
-    heuristic: str
-    scope: Scope
-    reason: str
-    instruction: str
-    counters: dict[str, Any] = field(default_factory=dict)
-    retry_after_s: float | None = None
-    #: a graduated heuristic's first trips in a pattern: the call runs, the agent is warned
-    advisory: bool = False
-    #: the heuristic is sure (a duplicate of a call still in flight): never only a warning
-    certain: bool = False
+__all__ = ["Trip", "similarity"]
 
 
 def similarity(a: tuple[int, ...], b: tuple[int, ...]) -> float:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from ..config import AgentBreakerConfig
 from ..heuristics import SESSION_CHURN
 from ..session import MAX_CHURN_CHAINS, MAX_CHURN_MEMBERS, ChurnChain, ChurnView
-from .base import Trip
+from ..verdicts import Trip
 
 #: the argument values of a call without any: the tool alone is what stays
 NO_VALUES = (0,)

@@ -9,7 +9,8 @@ from typing import NamedTuple
 from ..config import AgentBreakerConfig
 from ..heuristics import AGENT_DEADLOCK, SEMANTIC_ECHO
 from ..session import MAX_TURNS, SessionState
-from .base import Trip, similarity
+from ..verdicts import Trip
+from .base import similarity
 
 
 class Turn(NamedTuple):

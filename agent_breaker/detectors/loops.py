@@ -36,7 +36,8 @@ from ..session import (
     SessionState,
     put_bounded,
 )
-from .base import Trip, similarity
+from ..verdicts import Trip
+from .base import similarity
 
 
 def failure_limit(cfg: AgentBreakerConfig, limit: int, transient: bool) -> int:

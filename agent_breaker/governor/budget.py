@@ -9,7 +9,6 @@ more model call to read its result.
 from __future__ import annotations
 
 from ..config import AgentBreakerConfig
-from ..detectors.base import Trip
 from ..heuristics import (
     BUDGET_SOFT_LIMIT,
     COST_BUDGET,
@@ -21,6 +20,7 @@ from ..heuristics import (
     TOOL_TOKEN_BUDGET,
 )
 from ..session import MAX_TOOLS, SessionState, put_bounded
+from ..verdicts import Trip
 from ..windows import BucketWindow
 
 _FINISH = "Stop calling tools and write your final answer from what you already have."

@@ -1,0 +1,167 @@
+"""The package's layers: no import cycle among agent_breaker's modules.
+
+Read from the source with `ast`, not by importing: a module's imports at module level count
+(also under `if`/`try`/`with`); imports inside functions and under `if TYPE_CHECKING:` do not,
+since they run after every module has loaded (or never). Importing a submodule runs its
+parents' `__init__` too, but that is Python's doing, not an edge of ours: a module depends on a
+package only when it imports from the package itself (`from agent_breaker import Engine`).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+#: where each package's source lives (pyproject's package-dir: the NeMo actions live in actions/)
+SOURCES = {"agent_breaker": ROOT / "agent_breaker", "agent_breaker.actions": ROOT / "actions"}
+
+
+def _modules() -> dict[str, tuple[Path, bool]]:
+    """Dotted name -> (file, is a package)."""
+    out: dict[str, tuple[Path, bool]] = {}
+    for prefix, folder in SOURCES.items():
+        for path in folder.rglob("*.py"):
+            parts = [*prefix.split("."), *path.relative_to(folder).with_suffix("").parts]
+            package = parts[-1] == "__init__"
+            out[".".join(parts[:-1] if package else parts)] = (path, package)
+    return out
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _module_level_imports(body: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
+    """The imports that run when the module loads: not in functions or classes' methods, not
+    under `if TYPE_CHECKING:` (its `else:` does run)."""
+    for node in body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        elif isinstance(node, ast.If):
+            if not _is_type_checking(node.test):
+                yield from _module_level_imports(node.body)
+            yield from _module_level_imports(node.orelse)
+        elif isinstance(node, ast.Try):
+            for block in (node.body, node.orelse, node.finalbody, *(h.body for h in node.handlers)):
+                yield from _module_level_imports(block)
+        elif isinstance(node, (ast.With, ast.ClassDef)):
+            yield from _module_level_imports(node.body)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each of agent_breaker's modules -> the modules of agent_breaker it imports at load."""
+    modules = _modules()
+
+    def owner(name: str) -> str | None:
+        """The module a dotted name is or lives in (`a.b.func` -> `a.b`)."""
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for name, (path, package) in modules.items():
+        here = name if package else name.rpartition(".")[0]
+        deps: set[str] = set()
+        for node in _module_level_imports(ast.parse(path.read_text(), str(path)).body):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                base = node.module or ""
+                if node.level:
+                    parts = here.split(".")[: len(here.split(".")) - (node.level - 1)]
+                    base = ".".join([*parts, base] if base else parts)
+                # `from pkg import sub` imports the submodule; `from mod import name`, the module
+                targets = [f"{base}.{alias.name}" for alias in node.names]
+            for target in targets:
+                dep = owner(target)
+                if dep is not None and dep != name:
+                    deps.add(dep)
+        graph[name] = deps
+    return graph
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle (as a path a -> b -> ... -> a) per strongly connected component of size > 1
+    (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[set[str]] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    components.append(component)
+    return [_path_within(graph, component) for component in components]
+
+
+def _path_within(graph: dict[str, set[str]], component: set[str]) -> list[str]:
+    """A cycle through the component's first module, for the failure message."""
+    start = min(component)
+    seen = {start: [start]}
+    frontier = [start]
+    while frontier:
+        node = frontier.pop(0)
+        for dep in sorted(graph[node] & component):
+            if dep == start:
+                return [*seen[node], start]
+            if dep not in seen:
+                seen[dep] = [*seen[node], dep]
+                frontier.append(dep)
+    raise AssertionError(f"no cycle through {start}")  # unreachable for a strong component
+
+
+def test_no_import_cycle_among_the_packages_modules():
+    graph = import_graph()
+    assert "agent_breaker.verdicts" in graph and "agent_breaker.actions.guards" in graph  # it read the package
+    cycles = find_cycles(graph)
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(cycle) for cycle in cycles)
+
+
+def test_the_cycle_finder_finds_a_cycle_and_ignores_type_checking_imports(tmp_path, monkeypatch):
+    pkg = tmp_path / "agent_breaker"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("from .a import A\n")
+    (pkg / "a.py").write_text("from .sub.b import B\nA = 1\n")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "b.py").write_text("from ..c import C\nB = 2\n")
+    (pkg / "c.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import A\ndef f():\n    from . import a\nC = 3\n"
+    )
+    monkeypatch.setitem(SOURCES, "agent_breaker", pkg)
+    monkeypatch.setitem(SOURCES, "agent_breaker.actions", tmp_path / "none")
+    assert find_cycles(import_graph()) == []
+    (pkg / "c.py").write_text("from agent_breaker.a import A\nC = 3\n")
+    assert find_cycles(import_graph()) == [["agent_breaker.a", "agent_breaker.sub.b", "agent_breaker.c", "agent_breaker.a"]]

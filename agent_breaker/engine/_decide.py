@@ -1,0 +1,458 @@
+"""The deciders: one pure function per event, of the session's state and what was read before
+(the event as facts, the policy in force, the time, the shared breaker's permission, the tool
+view). Each changes the state it is given and returns the state to write (None: write nothing)
+and a `Decided`: the verdict, the trips to report, and what must happen outside the session. A
+shared store may run a decider more than once (a compare-and-set conflict), so it touches
+nothing but the state it is given."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Generic, TypeVar
+
+from .. import heuristics as H
+from .._canonical import Fingerprinter
+from ..breaker import BreakerStateName, Permission, Transition
+from ..breaker import core as breaker_core
+from ..config import AgentBreakerConfig
+from ..detectors import churn, conversation, loops
+from ..detectors.base import Trip
+from ..escalations.records import new_id as new_escalation_id
+from ..events import ToolResult
+from ..governor import budget
+from ..outcomes import Outcome, is_acknowledgement
+from ..policy import CheckContext, Policy, judge, run_checks
+from ..receipts import ReceiptKeys, Refs, empty_mutation_trip, is_empty_result, mint
+from ..session import MAX_PENDING, MAX_SAID, MIXED, CallFacts, ChurnView, Pending, SessionState, put_bounded
+from ..verdicts import ALLOW, ResultVerdict, Verdict, verdict_for
+from ._facts import ResultFacts, echo_masked, effect_hash, view_key_of
+
+#: the prefix of the ids the engine gives calls made without one (paired by their tool)
+UNNAMED_CALL = "~"
+
+V = TypeVar("V", Verdict, ResultVerdict)
+#: a change of a tool view (session_churn), given the view and the session as its chains name it
+ViewChange = Callable[[ChurnView, int], "bool | None"]
+
+
+@dataclass(slots=True)
+class Decided(Generic[V]):
+    """What a decider returns besides the new state: the verdict, the trips to report, and what
+    must happen outside the session once it is written."""
+
+    verdict: V
+    trips: list[tuple[Trip, str]] = field(default_factory=list)
+    breaker: tuple[str, int | None, Outcome] | None = None  # a shared breaker outcome to record: key, probe
+    view: tuple[str, ViewChange] | None = None  # a tool view change
+    mixed: bool = False  # the session has now made more than one distinct call
+    transitions: list[Transition] = field(default_factory=list)  # of the session's own breakers
+    frozen: str | None = None  # refused for this escalation: is it still open?
+    resumed: str | None = None  # a user turn with news lifted the loop halt this escalation froze
+    escalating: tuple[Trip, str] | None = None  # the trip that froze the session, and the id it froze it as
+
+
+# ----------------------------------------------------------------- tool calls
+@dataclass(slots=True)
+class CallInput:
+    """What the tool-call decider reads besides the session."""
+
+    call_id: str | None
+    f: CallFacts
+    p: Policy
+    now: float
+    tenant: str | None
+    polling_tool: bool  # the tool is configured as a poll
+    global_trip: Trip | None  # the tenant's shared spend window, over
+    schema_trip: Trip | None  # the arguments break the tool's schema
+    view: ChurnView | None  # the tool's view (session_churn), while the session called it alone
+    tool_key: int
+    bkey: str  # the breaker the call goes through
+    breaker_on: bool
+    churn_on: bool
+    share_breakers: bool
+    permission: Permission | None  # the shared breaker's answer
+    confirmation: int  # the hash of the user's "yes" (duplicate_mutation asks for one)
+    escalates: bool  # session-terminal trips go to a human
+
+
+def decide_tool_call(s: SessionState, x: CallInput) -> tuple[SessionState | None, Decided[Verdict]]:
+    """May this tool call run?"""
+    f, cfg, now, permission = x.f, x.p.cfg, x.now, x.permission
+    decided = Decided(ALLOW)
+    if s.escalation is not None:
+        # frozen for a human: refused, and nothing of the call is kept
+        decided.frozen = s.escalation
+        decided.verdict = frozen_verdict(s, f.tool)
+        return None, decided
+    if x.call_id is not None and x.call_id in s.loops.pending:
+        # a call id names one call: a second one under it would take the first's result
+        reason = f"call_id {x.call_id!r} names a call of {s.loops.pending[x.call_id].facts.tool} still in flight"
+        decided.verdict = Verdict(False, H.INVALID_EVENT, "block", "call", reason)
+        return None, decided
+    budget.account(s, cfg, now, f.tokens, f.cost_usd, f.tool)
+    if f.mutating:
+        s.ledger.attempt(f.tool)
+    halted = halted_verdict(s, cfg, f.tool)
+    if halted is not None:
+        decided.verdict = halted
+        return s, decided
+    similar = loops.chain_similarity(s, f, cfg, now)
+    polling = x.polling_tool or loops.polled_by_result(s, f)
+    block, warn = judge(cfg, [x.global_trip, x.schema_trip]) if x.global_trip or x.schema_trip else (None, None)
+    if block is None:
+        block, call_warn = run_checks(x.p.call_checks, CheckContext(s, f, cfg, now, polling, similar))
+        warn = warn or call_warn
+        tripped = block or warn
+        if tripped is not None and tripped.heuristic == H.DUPLICATE_MUTATION:
+            # the agent is told to ask the user: the next "yes" is an answer again
+            s.loops.said.pop(x.confirmation, None)
+    if block is None and x.view is not None and s.loops.only_key in (None, x.tool_key):
+        block, churn_warn = judge(cfg, [churn.check(x.view, f.values, f.tool, cfg, now)], s)
+        warn = warn or churn_warn
+    granted, own_probe = permission, None
+    if block is None and x.breaker_on and (permission is None or (permission.allowed and permission.probe is None)):
+        # the session's own breaker: its failures alone open it, for it alone (a shared one
+        # waits for breaker.min_sessions sessions). Asked only when the shared one lets the
+        # call through unprobed, so neither holds a probe slot for nothing.
+        own = breaker_core.acquire(s.breaker(x.bkey), cfg.breaker, now)
+        own_probe = own.probe
+        if own.transition is not None and not x.share_breakers:
+            decided.transitions.append(own.transition)  # shared: the tool's breaker did not move
+        if permission is None or breaker_trip(permission, f.tool) is None:
+            granted = own
+    if block is None and granted is not None:
+        trip = breaker_trip(granted, f.tool)
+        if trip is not None:
+            # a metrics-only breaker lets the call through and only reports
+            if granted.allowed is False and cfg.mode_of(H.CIRCUIT_OPEN) == "enforce":
+                block = trip
+            else:
+                warn = warn or trip
+    if block is not None:
+        decided.verdict = settle(s, decided, block, warn, f.tool, escalates=x.escalates)
+        return s, decided
+    call_id = x.call_id
+    if call_id is None:
+        s.loops.auto_ids += 1
+        call_id = f"{UNNAMED_CALL}{s.loops.auto_ids}"
+    if len(s.loops.pending) >= MAX_PENDING and not forget_lost(s, now - cfg.duplicate_mutation.in_flight_s):
+        # never evict a call in flight: 64 decoys would push a failing call out, and its
+        # failure would never count
+        reason = f"{MAX_PENDING} calls of this session are in flight; report their results first"
+        decided.verdict = Verdict(False, H.INVALID_EVENT, "block", "call", reason)
+        return s, decided
+    probe = permission.probe if permission is not None else None
+    s.loops.pending[call_id] = Pending(
+        f, call_id, x.bkey, probe, similar.text, similar.shape, loops.record_call(s, f, cfg), now, own_probe
+    )
+    if s.loops.only_key is None:
+        s.loops.only_key = x.tool_key
+    elif s.loops.only_key != x.tool_key:
+        if s.loops.only_key != MIXED and x.churn_on:
+            # the calls of the one tool it made so far leave that tool's chains
+            decided.view = (view_key_of(x.tenant, s.loops.only_key), churn.leave)
+        s.loops.only_key = MIXED
+    decided.mixed = s.loops.only_key == MIXED
+    decided.verdict = settle(s, decided, None, warn, f.tool, escalates=x.escalates, call_id=call_id)
+    return s, decided
+
+
+def decide_model_call(s: SessionState, p: Policy, now: float) -> tuple[None, Decided[Verdict]]:
+    """May the session pay for one more model call? Refused when it is frozen, halted, or the
+    step the call would produce is over a session ceiling. Nothing is written."""
+    decided = Decided(ALLOW)
+    if s.escalation is not None:
+        decided.frozen = s.escalation
+        decided.verdict = frozen_verdict(s, None)
+        return None, decided
+    halted = halted_verdict(s, p.cfg, None)
+    if halted is not None:
+        decided.verdict = halted
+        return None, decided
+    # the ceilings as the call's step will meet them: one more step, its spend not known yet
+    upcoming = replace(s, spend=replace(s.spend, steps=s.spend.steps + 1))
+    block, _ = run_checks(p.session_limits, CheckContext(upcoming, None, p.cfg, now, False, loops.NOT_SIMILAR))
+    if block is not None:
+        decided.verdict = verdict_for(block, "block", None)
+    return None, decided
+
+
+# ----------------------------------------------------------------- tool results
+@dataclass(slots=True)
+class ResultInput:
+    """What the tool-result decider reads besides the session."""
+
+    ev: ToolResult
+    p: Policy
+    now: float
+    out: Outcome  # the result classified: failed, whose fault, slow
+    r: ResultFacts
+    result_trips: list[Trip]  # the result breaks its schema (schema_violation, schema_drift)
+    polling: bool
+    churn_on: bool
+    share_breakers: bool
+    fp: Fingerprinter  # echoes are masked against the call's own facts, known only from the state
+    receipt_keys: ReceiptKeys | None
+    escalates: bool
+
+
+#: the placeholder verdict of a result until its fields are known (a frozen dataclass costs ~1 us to build)
+_ACCEPTED = ResultVerdict(True)
+
+
+def decide_tool_result(s: SessionState, x: ResultInput) -> tuple[SessionState | None, Decided[ResultVerdict]]:
+    """Record what a tool returned; mint a receipt for a mutating tool's success."""
+    ev, out, r, cfg, now, fp = x.ev, x.out, x.r, x.p.cfg, x.now, x.fp
+    pending = pop_pending(s, ev)
+    if pending is None:
+        # a result of a call the guard never let through (or already recorded) counts toward
+        # nothing and mints nothing: the session is not even written
+        which = f"with call_id {ev.call_id!r}" if ev.call_id is not None else "without a call_id"
+        reason = f"no call of {ev.tool} {which} was allowed in this session and awaits its result"
+        return None, Decided(ResultVerdict(False, H.INVALID_EVENT, reason))
+    decided = Decided(_ACCEPTED)
+    heuristic: str | None = None
+    breaker_state: str | None = None
+    reason = ""
+    for trip in x.result_trips:
+        decided.trips.append((trip, "block" if trip.heuristic == H.SCHEMA_VIOLATION and out.failed else "warn"))
+        heuristic, reason = trip.heuristic, trip.reason
+    f = pending.facts
+    if ev.mutating and not f.mutating:
+        f.mutating = True  # the result says so (the facts were taken out of the state: a copy)
+    if r.references is not None:
+        s.ledger.observe(r.references)
+    if x.share_breakers:
+        decided.breaker = (pending.breaker_key, pending.probe, out)
+    st = s.breaker(pending.breaker_key)
+    # a breaker judges the dependency: the call's own failures count neither way
+    if out.breaker_ignores:
+        if pending.own_probe is not None:
+            breaker_core.release(st, pending.own_probe)
+    else:
+        moved = breaker_core.record(st, cfg.breaker, now, failed=out.dependency, slow=out.slow, probe=pending.own_probe)
+        if moved is not None and not x.share_breakers:
+            decided.transitions.append(moved)
+    if not x.share_breakers:
+        breaker_state = st.state.value
+    decided.verdict = ResultVerdict(True, heuristic, reason, failed=out.failed, breaker_state=breaker_state)
+    if s.loops.only_key == r.tool_key and x.churn_on and not out.dependency:  # an outage is the breaker's
+        outcome = r.repeat_hash if r.failure is None else r.failure
+
+        def record(view: ChurnView, member: int) -> None:
+            churn.record_outcome(view, member, f.values, outcome, out.failed, now, cfg)
+
+        decided.view = (view_key_of(ev.tenant, r.tool_key), record)
+    # the answer (to compare with the tool's answers to other calls) and the news (whether the
+    # tool said it before), an echo of the call's own argument masked in both
+    echoed = echo_masked(fp, x.p, r.timed, ev.result, f)
+    answer = r.timed_hash if echoed == r.timed else fp.hash64(echoed)
+    echoed_masked = r.masked if echoed == r.timed else echo_masked(fp, x.p, r.masked, ev.result, f)
+    news = r.repeat_hash if echoed_masked == r.masked else fp.hash64(echoed_masked)
+    effect = effect_hash(fp, r.masked) if f.effect is not None and not out.failed else None
+    ack = is_acknowledgement(ev.result)
+    heard = loops.Heard(r.repeat_hash, answer, r.tool_key, r.failure, r.failure_shape, ack, effect, news)
+    if loops.record_result(s, pending, heard, out, r.blank, x.polling, now, cfg):
+        # new information: assistant turns start a new stretch, and so do this session's own
+        # breaker streaks
+        s.turns.clear()
+        s.restart_breaker_streaks()
+    if out.failed or not f.mutating:
+        return s, decided
+    s.ledger.attempt(f.tool)
+    _receipt(s, decided, x, pending)
+    return s, decided
+
+
+def _receipt(s: SessionState, decided: Decided[ResultVerdict], x: ResultInput, pending: Pending) -> None:
+    """A mutating tool's success: a receipt, unless its empty payload is refused; the
+    references of a receipted result may be cited as confirmations."""
+    f = pending.facts
+    anomaly = None
+    if is_empty_result(x.ev.result):
+        block, warn = judge(x.p.cfg, [empty_mutation_trip(f.tool)])
+        anomaly = settle(s, decided, block, warn, f.tool, escalates=x.escalates)
+        if block is not None:  # enforce: no receipt for an action that may not have happened
+            decided.verdict = replace(decided.verdict, accepted=False, heuristic=anomaly.heuristic, reason=anomaly.reason)
+            return
+    receipt = None
+    if x.receipt_keys is not None:
+        receipt = mint(
+            x.receipt_keys,
+            tenant=s.tenant,
+            session=s.sid,
+            call_id=pending.call_id,
+            tool=f.tool,
+            args_hash=f.key,
+            result_hash=x.r.canonical_hash,
+            ts=x.now,
+        )
+        s.ledger.add(receipt, f.tool)
+        if x.r.references is not None:
+            s.ledger.confirm(x.r.references)
+    if anomaly is not None and anomaly.heuristic is not None:  # observed: reported, not withheld
+        decided.verdict = replace(decided.verdict, heuristic=anomaly.heuristic, reason=anomaly.reason, receipt=receipt)
+    else:
+        decided.verdict = replace(decided.verdict, receipt=receipt)
+
+
+# ----------------------------------------------------------------- turns
+@dataclass(slots=True)
+class TurnInput:
+    """What the assistant-turn decider reads besides the session."""
+
+    p: Policy
+    now: float
+    tokens: int
+    cost_usd: float
+    fingerprint: tuple[int, ...]  # the turn's token hashes
+    agent: int  # keyed 32-bit hash of the agent's name
+    global_trip: Trip | None
+    escalates: bool
+
+
+def decide_assistant(s: SessionState, x: TurnInput) -> tuple[SessionState, Decided[Verdict]]:
+    """An assistant turn with text and no tool call: spend, echo and deadlock checks."""
+    cfg, now = x.p.cfg, x.now
+    decided = Decided(ALLOW)
+    budget.account(s, cfg, now, x.tokens, x.cost_usd, None)
+    halted = halted_verdict(s, cfg, None)
+    if halted is not None:
+        decided.verdict = halted
+        return s, decided
+    turn = conversation.record_turn(s, x.agent, x.fingerprint, cfg)
+    block, warn = judge(cfg, [x.global_trip]) if x.global_trip is not None else (None, None)
+    if block is None:
+        block, limit_warn = run_checks(x.p.session_limits, CheckContext(s, None, cfg, now, False, loops.NOT_SIMILAR))
+        warn = warn or limit_warn
+    if block is None:
+        block, turn_warn = judge(cfg, list[Trip | None](conversation.check_turn(turn, cfg)), s)
+        warn = warn or turn_warn
+    decided.verdict = settle(s, decided, block, warn, None, escalates=x.escalates)
+    return s, decided
+
+
+def decide_user(s: SessionState, references: Refs, said: int | None) -> tuple[SessionState, Decided[Verdict]]:
+    """A user turn. With new information (`said`: the hash of what it says, None for a nudge or
+    an auto-reply) loop streaks start over and loop halts are lifted; what the user already said
+    restarts nothing."""
+    s.ledger.observe(references)  # the user's own references may be quoted back
+    decided = Decided(ALLOW)
+    if said is not None and said not in s.loops.said:
+        s.reset_streaks()
+        if s.halted is not None and s.halted[0] in H.LOOPS:  # budget halts stay
+            s.halted = None
+            # the user is a human too: what they said resumes the escalation of a loop
+            decided.resumed, s.escalation = s.escalation, None
+        put_bounded(s.loops.said, said, None, MAX_SAID)
+    return s, decided
+
+
+def decide_final(s: SessionState, p: Policy, text: str, escalates: bool) -> tuple[SessionState | None, Decided[Verdict]]:
+    """A final answer: every reference it cites must come from a tool result of this session,
+    every completed action it claims needs a receipt. A frozen session's answers are still
+    checked (an honest one may reach the user); a rejected one escalates nothing more."""
+    decided = Decided(ALLOW)
+    block, warn = judge(p.cfg, [p.claims.check(text, s.ledger)])
+    decided.verdict = settle(s, decided, block, warn, None, escalates=escalates)
+    # reading an answer changes no state, unless it froze the session for a human
+    return (s if decided.escalating else None), decided
+
+
+# ----------------------------------------------------------------- shared by the deciders
+def settle(
+    s: SessionState,
+    decided: Decided[V],
+    block: Trip | None,
+    warn: Trip | None,
+    tool: str | None,
+    *,
+    escalates: bool,
+    call_id: str | None = None,
+) -> Verdict:
+    """Turn the checks' outcome into a verdict; a session-terminal block halts the session,
+    and one that goes to a human freezes it in the same update (the record follows it)."""
+    if block is not None:
+        if warn is not None and warn.advisory:
+            decided.trips.append((warn, "warn"))  # spent beside the refusal: counted and reported
+        if block.heuristic in H.SESSION_TERMINAL:
+            s.halted = (block.heuristic, block.reason)
+        if block.heuristic in H.ESCALATING and s.escalation is None and escalates:
+            s.escalation = new_escalation_id()
+            decided.escalating = (block, s.escalation)
+        decided.trips.append((block, "block"))
+        return verdict_for(block, "block", tool)
+    if warn is not None:
+        decided.trips.append((warn, "warn"))
+        return verdict_for(warn, "warn", tool, call_id)
+    return ALLOW if call_id is None else Verdict(True, call_id=call_id)
+
+
+def frozen_verdict(s: SessionState, tool: str | None) -> Verdict:
+    handed = f"handed to a human ({s.escalation}); every call waits for their decision"
+    if s.halted is not None:
+        heuristic, reason = s.halted[0], f"session halted earlier: {s.halted[1]}; {handed}"
+    else:
+        heuristic, reason = H.ESCALATED, f"session {handed}"
+    trip = Trip(heuristic, "session", reason, "Stop and tell the user a person is looking into it.")
+    return replace(verdict_for(trip, "block", tool), route={"tier": "escalate", "escalation_id": s.escalation})
+
+
+def halted_verdict(s: SessionState, cfg: AgentBreakerConfig, tool: str | None) -> Verdict | None:
+    if s.halted is None:
+        return None
+    heuristic, reason = s.halted
+    if cfg.mode_of(heuristic) != "enforce":
+        return None
+    return verdict_for(
+        Trip(heuristic, "session", f"session halted earlier: {reason}", "Write your final answer now."), "block", tool
+    )
+
+
+def breaker_trip(permission: Permission, tool: str) -> Trip | None:
+    if permission.allowed and not permission.would_refuse:
+        return None
+    state = permission.state.value
+    if permission.state is BreakerStateName.HALF_OPEN:
+        heuristic, reason = H.CIRCUIT_HALF_OPEN, f"{tool} is recovering: its probe calls are in flight"
+        instruction = f"Wait for {tool} to recover, or use another tool."
+    else:
+        heuristic, reason = H.CIRCUIT_OPEN, f"{tool} is failing for every session; its circuit breaker is {state}"
+        instruction = f"Do not call {tool} now. Use another tool, or tell the user the service is unavailable."
+    return Trip(heuristic, "tool", reason, instruction, {"state": state}, permission.retry_after_s)
+
+
+def schema_violation(tool: str, what: str, problem: str) -> Trip:
+    """Arguments (before the call) or a result (after it) that break the tool's schema: the
+    observation names the field and what is wrong, so the agent can fix the call."""
+    fix = (
+        f"Fix the arguments and call {tool} again: {problem}."
+        if what == "arguments"
+        else f"{tool} returned a result that does not meet its schema: do not rely on it; try again or use another tool."
+    )
+    return Trip(H.SCHEMA_VIOLATION, "call", f"{tool} {what}: {problem}", fix, {"part": what})
+
+
+def forget_lost(s: SessionState, before: float) -> bool:
+    """Forget the calls let through before `before` that never answered (taken as lost);
+    True if any was."""
+    lost = [cid for cid, p in s.loops.pending.items() if p.ts < before]
+    for cid in lost:
+        del s.loops.pending[cid]
+    return bool(lost)
+
+
+def pop_pending(s: SessionState, ev: ToolResult) -> Pending | None:
+    if ev.call_id is not None:
+        pending = s.loops.pending.get(ev.call_id)
+        if pending is None or pending.facts.tool != ev.tool:
+            return None  # unknown, or a result of another tool: not ours
+        del s.loops.pending[ev.call_id]
+        return pending
+    # no call_id: the oldest call of this tool that had none
+    for cid, pending in s.loops.pending.items():
+        if cid.startswith(UNNAMED_CALL) and pending.facts.tool == ev.tool:
+            del s.loops.pending[cid]
+            return pending
+    return None

@@ -1,7 +1,7 @@
 """Hostile load against the real `agent-breaker serve`: what each attack costs the server, and
 whether authorized clients are still served.
 
-    python benchmarks/bench_attacks.py [--attacks slow_heads,stalled_bodies,...] [--configs memory,redis]
+    python -m benchmarks.bench_attacks [--attacks slow_heads,stalled_bodies,...] [--configs memory,redis]
         [--slow-heads 1100] [--stalled 300] [--sessions 2000] [--budget-mib 64] [--tool-calls 10000]
         [--trips 1200] [--escalations 2000] [--junk-tools 200] [--out benchmarks/results/attacks.json]
 
@@ -41,27 +41,23 @@ settings are the server's defaults (head timeout 10 s, body timeout 30 s, 16 bod
    while they wait for the head timeout to close them, and globex's events meanwhile.
 
 Figures only, nothing asserted: each attack's record says whether it "held" by its criterion.
-Written to --out as JSON (with the machine's facts and the UTC date), and a table printed.
+Written to --out as JSON (with the machine's facts, the UTC date and the load average at start
+and end), and a table printed. Percentiles are nearest-rank.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import hashlib
 import itertools
 import json
 import math
 import os
-import platform
 import re
 import selectors
 import shutil
 import socket
-import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -72,23 +68,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests" / "security"))
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT))
+import httpx
+import redis
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from benchmarks._harness import ROOT, Run, checkout, out_argument, percentile, process_tree, rss_bytes, shown, tests_module
 
 os.environ.setdefault("NEMO_GUARDRAILS_NO_USAGE_STATS", "1")
 
-import httpx  # noqa: E402
-import redis  # noqa: E402
-import yaml  # noqa: E402
-from _receiver import receiving  # noqa: E402
-from _server import TOKEN, Server, _flush, call, db_url, result, start  # noqa: E402
-from bench_workers import children  # noqa: E402
-from conftest import CALL_ERROR, OUTAGE  # noqa: E402
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
-from test_serve_concurrency import served_root  # noqa: E402
-from test_transport import HALF_HEAD  # noqa: E402
+# the security tests' server, receiver and figures (tests/_server.py, _receiver.py, conftest.py, ...)
+_server = tests_module("_server")
+TOKEN = _server.TOKEN
+Server = _server.Server
+call, result = _server.call, _server.result
+db_url, start = _server.db_url, _server.start
+_flush = _server._flush
+receiving = tests_module("_receiver").receiving
+CALL_ERROR, OUTAGE = tests_module("conftest").CALL_ERROR, tests_module("conftest").OUTAGE
+served_root = tests_module("test_serve_concurrency").served_root
+HALF_HEAD = tests_module("security.test_transport").HALF_HEAD
 
 ACME = "acme-token-" + "b" * 24  # the attacker
 GLOBEX = "globex-token-" + "c" * 24  # the victim
@@ -216,41 +215,19 @@ def address(server: Server) -> tuple[str, int]:
 # ----------------------------------------------------------------------------- measuring
 
 
-def process_tree(pid: int) -> list[int]:
-    """The process and its descendants (serve's worker processes, if it forked any)."""
-    tree, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        tree.append(p)
-        todo.extend(children(p))
-    return tree
-
-
-def rss(pids: list[int]) -> int:
-    """VmRSS of these processes together, in bytes."""
-    total = 0
-    for pid in pids:
-        with contextlib.suppress(OSError), open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1]) * 1024
-                    break
-    return total
-
-
 class PeakRss:
     """The server's RSS sampled every `every_s` on a thread of its own while in the block."""
 
     def __init__(self, server: Server, every_s: float = 0.05) -> None:
         self.pids = process_tree(server.proc.pid)
         self.every_s = every_s
-        self.start = self.peak = rss(self.pids)
+        self.start = self.peak = rss_bytes(self.pids)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self._stop.wait(self.every_s):
-            self.peak = max(self.peak, rss(self.pids))
+            self.peak = max(self.peak, rss_bytes(self.pids))
 
     def __enter__(self) -> PeakRss:
         self._thread.start()
@@ -259,20 +236,18 @@ class PeakRss:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-        self.peak = max(self.peak, rss(self.pids))
+        self.peak = max(self.peak, rss_bytes(self.pids))
 
 
 def summary(seconds: list[float]) -> dict[str, Any]:
-    """p50 / p99 / max in ms (p99: nearest rank)."""
+    """p50 / p99 / max in ms (nearest rank)."""
     if not seconds:
         return {"n": 0, "p50_ms": None, "p99_ms": None, "max_ms": None}
-    ordered = sorted(seconds)
-    p99 = ordered[min(len(ordered) - 1, math.ceil(len(ordered) * 0.99) - 1)]
     return {
-        "n": len(ordered),
-        "p50_ms": round(statistics.median(ordered) * 1000, 1),
-        "p99_ms": round(p99 * 1000, 1),
-        "max_ms": round(ordered[-1] * 1000, 1),
+        "n": len(seconds),
+        "p50_ms": round(percentile(seconds, 50) * 1000, 1),
+        "p99_ms": round(percentile(seconds, 99) * 1000, 1),
+        "max_ms": round(max(seconds) * 1000, 1),
     }
 
 
@@ -536,7 +511,7 @@ def stalled_bodies(bench: Bench, config: str) -> None:
             # the held ones are answered at the body timeout (30 s by default); every one is closed some time
             later = watch(stalled, args.body_timeout_s + 10 - (time.monotonic() - started), until_closed=True)
             waited_s = time.monotonic() - started
-            rss_after = rss(memory.pids)
+            rss_after = rss_bytes(memory.pids)
         for s in stalled:
             s.close()
     refused = [s for s in stalled if s not in held]
@@ -575,10 +550,10 @@ def refused_bodies(bench: Bench, config: str) -> None:
             sent_s = time.monotonic() - started
             at_once = watch(conns, 1.0)
             fds = len(os.listdir(f"/proc/{srv.proc.pid}/fd"))
-            rss_held = rss(memory.pids)
+            rss_held = rss_bytes(memory.pids)
             legit = legit_requests(srv, CONFIGS[config], args.legit, "refused")
             later = watch(conns, args.head_timeout_s + 5 - (time.monotonic() - started), until_closed=True)
-            rss_after = rss(memory.pids)
+            rss_after = rss_bytes(memory.pids)
         for s in conns:
             s.close()
     growth = memory.peak - memory.start
@@ -652,7 +627,7 @@ def flood_in_parts(
         size = n * (part + 1) // parts - done
         took, not_accepted = flood_sessions(srv, config_id, f"{prefix}{part}", size, ids, ids_per_result)
         seconds, refused, done = seconds + took, refused + not_accepted, done + size
-        checkpoints.append([done, rss(pids)])
+        checkpoints.append([done, rss_bytes(pids)])
     return seconds, refused, checkpoints
 
 
@@ -674,10 +649,10 @@ def session_weight(bench: Bench, config: str) -> None:
         config_id = CONFIGS[config]
         flood_sessions(srv, config_id, "warm", 16, ids, args.ids)  # first use: imports, caches
         pids = process_tree(srv.proc.pid)
-        before, redis_before = rss(pids), redis_key_bytes(bench)
+        before, redis_before = rss_bytes(pids), redis_key_bytes(bench)
         with PeakRss(srv) as memory:
             seconds, refused, checkpoints = flood_in_parts(srv, config_id, "heavy", args.sessions, ids, args.ids)
-        after, redis_after = rss(pids), redis_key_bytes(bench)
+        after, redis_after = rss_bytes(pids), redis_key_bytes(bench)
         sessions = {name: value for name, _, value in metric_samples(srv) if name.startswith("agent_breaker_sessions")}
     per_session = (after - before) / args.sessions
     first_part = (checkpoints[0][1] - before) / max(checkpoints[0][0], 1)
@@ -1024,44 +999,6 @@ def short(rec: dict[str, Any]) -> str:
     return ""
 
 
-def shown(path: Path) -> str:
-    """A path inside the checkout relative to it."""
-    resolved = path.resolve()
-    return str(resolved.relative_to(ROOT)) if resolved.is_relative_to(ROOT) else str(resolved)
-
-
-def checkout() -> dict[str, Any]:
-    """The commit of the checkout, its package's tree and the package files modified in the
-    working tree (git, read only)."""
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.rstrip("\n")
-
-    changed = git("status", "--porcelain", "--", "agent_breaker", "config").split("\n")  # "XY path" lines
-    return {
-        "git_commit": git("rev-parse", "HEAD") or None,
-        "package_tree": git("rev-parse", "HEAD:agent_breaker") or None,
-        "modified_package_files": sorted(line[3:] for line in changed if line.strip()),
-    }
-
-
-def machine() -> dict[str, Any]:
-    where = subprocess.run(
-        [sys.executable, "-c", "import agent_breaker; print(agent_breaker.__file__)"], capture_output=True, text=True, cwd="/"
-    ).stdout.strip()
-    return {
-        "cpu_count": os.cpu_count(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
-        "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
-        **checkout(),
-        "package_digest_at_start": package_digest(),
-        "agent_breaker": where,
-    }
-
-
 def main(argv: list[str] | None = None) -> int:
     assert __doc__
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -1091,7 +1028,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--junk-tools", type=int, default=200, help="made-up tools whose breakers open")
     ap.add_argument("--junk-failures", type=int, default=5, help="failures of each junk tool (5 open its breaker)")
     ap.add_argument("--redis-db", type=int, default=10, help="the Redis database of the Redis config (its ab:* keys are removed)")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "attacks.json")
+    out_argument(ap, "attacks")
     args = ap.parse_args(argv)
     attacks = [a for a in args.attacks.split(",") if a]
     configs = [c for c in args.configs.split(",") if c]
@@ -1099,8 +1036,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"unknown attacks or configs: {unknown}")
     redis.Redis.from_url(db_url(args.redis_db), socket_timeout=2).ping()
-    started = time.monotonic()
-    facts = machine()
+    run = Run("bench_attacks", args, argv)
+    facts = run.machine
+    facts["package_digest_at_start"] = package_digest()
     print(f"agent-breaker serve under attack ({facts['date_utc']}, {facts['cpu_count']} CPUs, Python {facts['python']})")
     print(f"  {'attack':17} {'config':6} {'held':8} figures")
     with tempfile.TemporaryDirectory(prefix="bench-attacks-") as work:
@@ -1111,24 +1049,15 @@ def main(argv: list[str] | None = None) -> int:
             if attack == "session_memory":  # after the weights: the flood's size comes from the in-memory one
                 for config in configs:
                     session_budget(bench, config)
-    total_s = time.monotonic() - started
-    facts["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     facts["checkout_at_end"] = checkout()
     digests = sorted({r["package_digest"] for r in bench.records})
     facts["package_digests"] = digests
     if len(digests) > 1:
         # the checkout changed under the run: each record names the code its server ran
         print(f"warning: the package changed during the run: its servers ran {len(digests)} versions ({', '.join(digests)})")
-    out = {
-        "machine": facts,
-        "settings": {k: (shown(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "total_seconds": round(total_s, 1),
-        "attacks": bench.records,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=2) + "\n")
+    doc = run.write({"attacks": bench.records}, args.out)
     not_held = [f"{r['name']}/{r['config']}" for r in bench.records if r["held"] is False]
-    print(f"\n{len(bench.records)} records in {total_s:.0f} s -> {shown(args.out)}")
+    print(f"\n{len(bench.records)} records in {doc['total_seconds']:.0f} s -> {shown(args.out)}")
     print("did not hold: " + (", ".join(not_held) if not_held else "none"))
     return 0
 

@@ -1,7 +1,7 @@
 """Load: do large or hostile requests block small ones, and does server memory stay bounded?
 
-    python3 benchmarks/bench_load.py --clients 200 --duration-s 120
-    python3 benchmarks/bench_load.py --clients 50 --duration-s 20 --baseline-s 10 --json-out load.json
+    python -m benchmarks.bench_load --clients 200 --duration-s 120
+    python -m benchmarks.bench_load --clients 50 --duration-s 20 --baseline-s 10 --out /tmp/load.json
 
 Starts `agent-breaker serve` (with an API token) on a free loopback port and runs two phases:
 
@@ -39,7 +39,8 @@ spends on other requests, rejected ones included, lengthens each hold. Chat comp
 the runtime without that semaphore. --attacks runs a subset of the kinds, to tell their costs
 apart.
 
-One summary table, then one JSON line with every figure (also written to --json-out).
+One summary table; every figure goes to --out as JSON (default benchmarks/results/load.json), with
+the machine's facts and the load average at start and end. Percentiles are nearest-rank.
 Reports figures and flags what breaks the expectations; nothing is asserted.
 """
 
@@ -48,14 +49,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import os
-import platform
 import random
 import secrets
 import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -67,16 +64,33 @@ from typing import Any
 
 import httpx
 
+from benchmarks._harness import (
+    CALLS_PER_SESSION,
+    MAX_EVENT_BYTES,
+    MAX_EVENTS_PER_REQUEST,
+    MAX_JSON_DEPTH,
+    MAX_REQUEST_BYTES,
+    REQUEST_TIMEOUT_S,
+    Run,
+    args_for,
+    cpu_s,
+    describe_machine,
+    free_port,
+    ms_percentile,
+    out_argument,
+    result_for,
+    rss_bytes,
+    save,
+    serve,
+    stop_process,
+    tool_call,
+    tool_result,
+    wait_ready,
+)
+
 EVENTS_PATH = "/v1/agent-breaker/events"
 CHAT_PATH = "/v1/chat/completions"
-READY_PATH = "/v1/agent-breaker/configs"
 CONFIG_ID = "agent_breaker"
-
-# the server's documented limits (agent_breaker/server.py); the server is started with them
-MAX_REQUEST_BYTES = 1_048_576
-MAX_EVENT_BYTES = 262_144
-MAX_EVENTS_PER_REQUEST = 100
-MAX_JSON_DEPTH = 64
 
 OVERSIZE_BYTES = 10 * 1024 * 1024  # a body ten times the request limit
 CHUNK_BYTES = 64 * 1024  # chunk size of the chunked upload
@@ -84,34 +98,8 @@ DEEP_LEVELS = 900
 MANY_EVENTS = 5_000
 NEAR_LIMIT_MARGIN = 16 * 1024  # the ~1 MB event's request stays this far under the request limit
 
-CALLS_PER_SESSION = 200  # a small client starts a new session after this many calls (max_steps is 500)
-REQUEST_TIMEOUT_S = 120.0
-STARTUP_TIMEOUT_S = 120.0
-STOP_TIMEOUT_S = 15.0
 RSS_INTERVAL_S = 1.0
 RSS_SERIES_EVERY_S = 10.0
-WORDS = (
-    "invoice",
-    "orders",
-    "refund",
-    "shipping",
-    "weather",
-    "python",
-    "kernel",
-    "garden",
-    "museum",
-    "harbor",
-    "violin",
-    "glacier",
-    "copper",
-    "meadow",
-    "lantern",
-    "saffron",
-    "quartz",
-    "falcon",
-    "tundra",
-    "velvet",
-)
 
 # attack kind -> the status the server must answer
 ATTACKS = {
@@ -129,15 +117,6 @@ PLACEHOLDER = "<placeholder>"
 
 
 # ----------------------------------------------------------------------------- figures
-
-
-def percentile(values: list[float], pct: float) -> float | None:
-    """Nearest-rank percentile, in ms (values are seconds); None when there are none."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = min(len(ordered), max(1, math.ceil(pct / 100 * len(ordered))))
-    return round(ordered[rank - 1] * 1000, 1)
 
 
 def outcome(response: httpx.Response | None, exc: BaseException | None) -> str:
@@ -178,8 +157,8 @@ class Phase:
                 "expected": expected,
                 "statuses": dict(seen),
                 "unexpected": sum(n for s, n in seen.items() if s != str(expected)),
-                "p50_ms": percentile(self.attack_latencies[kind], 50),
-                "p99_ms": percentile(self.attack_latencies[kind], 99),
+                "p50_ms": ms_percentile(self.attack_latencies[kind], 50),
+                "p99_ms": ms_percentile(self.attack_latencies[kind], 99),
             }
         return {
             "phase": self.name,
@@ -188,10 +167,10 @@ class Phase:
             "requests_per_s": round((small + hostile) / self.elapsed, 1) if self.elapsed else None,
             "small_requests": small,
             "small_per_s": round(small / self.elapsed, 1) if self.elapsed else None,
-            "small_p50_ms": percentile(self.small_latencies, 50),
-            "small_p95_ms": percentile(self.small_latencies, 95),
-            "small_p99_ms": percentile(self.small_latencies, 99),
-            "small_max_ms": percentile(self.small_latencies, 100),
+            "small_p50_ms": ms_percentile(self.small_latencies, 50),
+            "small_p95_ms": ms_percentile(self.small_latencies, 95),
+            "small_p99_ms": ms_percentile(self.small_latencies, 99),
+            "small_max_ms": ms_percentile(self.small_latencies, 100),
             "small_statuses": dict(self.small_status),
             "small_refused": sum(self.small_refused.values()),
             "small_refused_by": dict(self.small_refused),
@@ -210,92 +189,10 @@ class Phase:
 # ----------------------------------------------------------------------------- the server
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def server_env(token: str) -> dict[str, str]:
-    return {
-        **os.environ,
-        # the shipped agent_breaker_redis config (shared store) refuses to load without it,
-        # and `serve` builds every shipped config at start-up
-        "AGENT_BREAKER_FINGERPRINT_SECRET": os.environ.get("AGENT_BREAKER_FINGERPRINT_SECRET") or secrets.token_hex(32),
-        "AGENT_BREAKER_API_TOKEN": token,
-        "AGENT_BREAKER_RECEIPT_KEYS": "k1:" + secrets.token_hex(32),
-        "NEMO_GUARDRAILS_NO_USAGE_STATS": "1",
-        "AGENT_BREAKER_MAX_REQUEST_BYTES": str(MAX_REQUEST_BYTES),
-        "AGENT_BREAKER_MAX_EVENT_BYTES": str(MAX_EVENT_BYTES),
-        "AGENT_BREAKER_MAX_EVENTS_PER_REQUEST": str(MAX_EVENTS_PER_REQUEST),
-        "AGENT_BREAKER_MAX_JSON_DEPTH": str(MAX_JSON_DEPTH),
-    }
-
-
-def start_server(port: int, token: str, log: Any) -> subprocess.Popen:
-    # a session of its own: Ctrl-C reaches the benchmark, which stops the server by PID
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "agent_breaker.cli",
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-        ],
-        env=server_env(token),
-        stdout=subprocess.DEVNULL,
-        stderr=log,
-        start_new_session=True,
-    )
-
-
-def wait_ready(proc: subprocess.Popen, base: str, token: str, log: Any) -> None:
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while True:
-        try:
-            if httpx.get(base + READY_PATH, headers={"authorization": f"Bearer {token}"}, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            log.seek(0)
-            tail = log.read().decode(errors="replace")[-2000:]
-            raise SystemExit(f"bench_load: the server did not start (exit {proc.poll()}):\n{tail}")
-        time.sleep(0.3)
-
-
-def stop_server(proc: subprocess.Popen) -> None:
-    if proc.poll() is not None:
-        return
-    os.kill(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=STOP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-
 def rss_mb(pid: int) -> float | None:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return None
-
-
-def cpu_s(pid: int) -> float:
-    """User + system CPU time of a process (/proc/<pid>/stat)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """The process's RSS in MB, None when it is gone."""
+    rss = rss_bytes([pid])
+    return rss / 1024 / 1024 if rss else None
 
 
 class RssSampler(threading.Thread):
@@ -365,14 +262,6 @@ def events_body(session: str, events: list[dict[str, Any]]) -> dict[str, Any]:
     return {"config_id": CONFIG_ID, "session_id": session, "events": events}
 
 
-def tool_call(n: int, args: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "ToolCallRequested", "call_id": f"c{n}", "tool_name": "search", "tool_args": args}
-
-
-def tool_result(n: int, result: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "ToolResultReceived", "call_id": f"c{n}", "tool_name": "search", "ok": True, "result": result}
-
-
 @dataclass(frozen=True)
 class HostileBodies:
     """The large bodies, built once (the clients share the machine with the server)."""
@@ -413,15 +302,6 @@ def lone_surrogate_body(session: str) -> bytes:
 async def chunks(body: bytes) -> AsyncIterator[bytes]:
     for i in range(0, len(body), CHUNK_BYTES):
         yield body[i : i + CHUNK_BYTES]
-
-
-def args_for(rng: random.Random, n: int) -> dict[str, Any]:
-    """New words every call: legitimate work, no loop detector trips."""
-    return {"q": f"{rng.choice(WORDS)} {rng.choice(WORDS)} {rng.choice(WORDS)} {n}", "limit": rng.randint(5, 50)}
-
-
-def result_for(rng: random.Random, n: int) -> dict[str, Any]:
-    return {"hits": [n, n + rng.randint(1, 1000)], "title": f"{rng.choice(WORDS)} {n}"}
 
 
 # ----------------------------------------------------------------------------- clients
@@ -588,14 +468,14 @@ def fmt(value: Any) -> str:
 
 
 def print_table(result: dict[str, Any]) -> None:
-    cfg = result["setup"]
+    cfg, machine = result["setup"], result["machine"]
     print(
         f"\nLoad: {cfg['clients']} clients ({cfg['small_clients']} small, {cfg['hostile_clients']} hostile), "
         f"baseline {cfg['baseline_s']:g}s + mixed {cfg['duration_s']:g}s, think {cfg['think_ms']:g} ms, "
         f"attack interval {cfg['attack_interval_ms']:g} ms, "
         f"{len(cfg['attacks'])} attack kinds | "
-        f"python {cfg['python']} | cpus {cfg['cpus']} | load avg {cfg['loadavg_1min_before']} before, "
-        f"{cfg['loadavg_1min_after']} after | {cfg['date']}"
+        f"python {machine['python']} | cpus {machine['cpu_count']} | load avg {machine['load_average_at_start'][0]} before, "
+        f"{machine['load_average_at_end'][0]} after | {machine['date_utc']}"
     )
     print(
         f"  {'phase':9} {'req/s':>7} {'small/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'max ms':>8} "
@@ -660,16 +540,15 @@ def findings(phases: list[dict[str, Any]], server_exit: int | None) -> list[str]
     return out
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
+async def load(args: argparse.Namespace) -> dict[str, Any]:
     hostile = round(args.clients * args.hostile_share)
     small = args.clients - hostile
     bodies = HostileBodies.build()
-    load_before = os.getloadavg()[0]  # other work on the machine skews every figure
     token = secrets.token_urlsafe(32)
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryFile() as log:
-        proc = start_server(port, token, log)
+        proc = serve(port, token, log)
         sampler = None
         try:
             wait_ready(proc, base, token, log)  # nothing else runs yet: blocking is fine
@@ -709,7 +588,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             if sampler is not None and sampler.is_alive():
                 sampler.stop()
-            stop_server(proc)
+            stop_process(proc)
     return {
         "setup": {
             "clients": args.clients,
@@ -721,11 +600,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "think_ms": args.think_ms,
             "attack_interval_ms": args.attack_interval_ms,
             "attacks": args.attacks,
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "loadavg_1min_before": round(load_before, 2),
-            "loadavg_1min_after": round(os.getloadavg()[0], 2),
             "limits": {
                 "max_request_bytes": MAX_REQUEST_BYTES,
                 "max_event_bytes": MAX_EVENT_BYTES,
@@ -762,7 +636,7 @@ def main() -> None:
         default=",".join(ATTACKS),
         help=f"comma-separated attack kinds the attackers cycle through (default all: {','.join(ATTACKS)})",
     )
-    ap.add_argument("--json-out", metavar="FILE", help="also write the JSON figures to FILE")
+    out_argument(ap, "load")
     args = ap.parse_args()
     if not 0 <= args.hostile_share <= 1 or args.clients < 1:
         ap.error("--clients must be at least 1 and --hostile-share between 0 and 1")
@@ -771,17 +645,16 @@ def main() -> None:
         ap.error(f"--attacks takes kinds among {', '.join(ATTACKS)}")
     # SIGTERM stops the run like Ctrl-C: the server is stopped on the way out
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+    run = Run("bench_load", args)
+    print(describe_machine(run.machine), file=sys.stderr, flush=True)
     try:
-        result = asyncio.run(run(args))
+        result = asyncio.run(load(args))
     except KeyboardInterrupt:
         print("bench_load: interrupted; the server was stopped", file=sys.stderr)
         sys.exit(130)
-    print_table(result)
-    line = json.dumps(result)
-    print(line)
-    if args.json_out:
-        with open(args.json_out, "w", encoding="utf-8") as f:
-            f.write(line + "\n")
+    doc = run.document(result)
+    print_table(doc)
+    save(doc, args.out)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """What the agent-breaker flows cost inside NeMo Guardrails, and events/s over HTTP.
 
-    python benchmarks/bench_nemo.py [--events 2000] [--http-events 600]
+    python -m benchmarks.bench_nemo [--events 2000] [--http-events 600] [--out FILE]
 
 1. Colang path: per-event wall time of the shipped `agent_breaker` config against a no-op
    config in the same runtime (a flow that matches the same event and sends a constant
@@ -8,7 +8,8 @@
 2. HTTP: `agent-breaker serve` on a free loopback port; events/s through
    POST /v1/agent-breaker/events, one event per request, sequential and with 8 concurrent
    sessions.
-Reports figures only; nothing is asserted.
+Percentiles are nearest-rank. Every figure goes to --out as JSON (default
+benchmarks/results/nemo.json), with the machine's facts. Reports figures only; nothing is asserted.
 """
 
 from __future__ import annotations
@@ -16,16 +17,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import platform
 import secrets
-import socket
-import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
+
+from benchmarks._harness import (
+    Run,
+    describe_machine,
+    free_port,
+    out_argument,
+    percentile,
+    serve,
+    stop_process,
+    version,
+    wait_ready,
+)
 
 os.environ.setdefault("NEMO_GUARDRAILS_NO_USAGE_STATS", "1")
 os.environ.setdefault("AGENT_BREAKER_RECEIPT_KEYS", "bench:" + secrets.token_hex(32))
@@ -89,7 +98,7 @@ def per_event_ms(rails, evs) -> list[float]:
     return asyncio.run(run())
 
 
-def colang_path(n: int) -> None:
+def colang_path(n: int) -> dict[str, Any]:
     from agent_breaker.configs import config_path
     from nemoguardrails import LLMRails, RailsConfig
 
@@ -108,8 +117,8 @@ def colang_path(n: int) -> None:
         rows = []
         for label, rails in (("no-op flow", noop), ("no-op action flow", noop_action), ("agent-breaker flows", ours)):
             t = per_event_ms(rails, evs)
-            first, last = statistics.median(t[:200]), statistics.median(t[-200:])
-            rows.append((label, statistics.median(t), sorted(t)[int(len(t) * 0.99)], first, last))
+            first, last = percentile(t[:200], 50), percentile(t[-200:], 50)
+            rows.append((label, percentile(t, 50), percentile(t, 99), first, last))
     print(f"Colang path, {n} events in one session, one event per step (ms per event)")
     print(f"  {'config':22} {'p50':>7} {'p99':>7} {'first 200':>10} {'last 200':>9}")
     for label, p50, p99, first, last in rows:
@@ -121,73 +130,72 @@ def colang_path(n: int) -> None:
         f"  ratio agent-breaker / no-op action flow (p50): {ratio_action:.2f}  -> the guards themselves add "
         f"{100 * (ratio_action - 1):.0f}% over NeMo's cost of any flow that awaits an action"
     )
+    return {
+        "events": n,
+        "ms_per_event": {
+            label: {"p50": round(p50, 3), "p99": round(p99, 3), "first_200_p50": round(first, 3), "last_200_p50": round(last, 3)}
+            for label, p50, p99, first, last in rows
+        },
+        "ratio_p50_vs_noop_flow": round(ratio, 3),
+        "ratio_p50_vs_noop_action_flow": round(ratio_action, 3),
+    }
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def http_path(n: int) -> None:
+def http_path(n: int) -> dict[str, Any]:
     import httpx
 
     port = free_port()
     token = secrets.token_urlsafe(24)
     headers = {"Authorization": f"Bearer {token}"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "agent_breaker.cli", "serve", "--port", str(port), "--log-level", "warning"],
-        env={**os.environ, "AGENT_BREAKER_API_TOKEN": token},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
     base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{base}/v1/agent-breaker/configs", headers=headers, timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.3)
-        url = f"{base}/v1/agent-breaker/events"
+    with tempfile.TemporaryFile() as log:
+        proc = serve(port, token, log)
+        try:
+            wait_ready(proc, base, token, log)
+            url = f"{base}/v1/agent-breaker/events"
 
-        def session(sid: str, count: int) -> None:
-            with httpx.Client(timeout=30, headers=headers) as client:
-                for ev in events(count):
-                    r = client.post(url, json={"session_id": sid, "events": [ev]})
-                    r.raise_for_status()
+            def session(sid: str, count: int) -> None:
+                with httpx.Client(timeout=30, headers=headers) as client:
+                    for ev in events(count):
+                        r = client.post(url, json={"session_id": sid, "events": [ev]})
+                        r.raise_for_status()
 
-        session("warmup", 50)
-        t = time.perf_counter()
-        session("seq", n)
-        seq = n / (time.perf_counter() - t)
-        workers = 8
-        t = time.perf_counter()
-        with ThreadPoolExecutor(workers) as pool:
-            list(pool.map(lambda i: session(f"par{i}", n // workers), range(workers)))
-        par = (n // workers * workers) / (time.perf_counter() - t)
-        print("HTTP, POST /v1/agent-breaker/events, one event per request, loopback")
-        print(f"  sequential, 1 session:      {seq:7.1f} events/s")
-        print(f"  {workers} concurrent sessions:     {par:7.1f} events/s")
-    finally:
-        proc.terminate()
-        proc.wait(timeout=15)
+            session("warmup", 50)
+            t = time.perf_counter()
+            session("seq", n)
+            seq = n / (time.perf_counter() - t)
+            workers = 8
+            t = time.perf_counter()
+            with ThreadPoolExecutor(workers) as pool:
+                list(pool.map(lambda i: session(f"par{i}", n // workers), range(workers)))
+            par = (n // workers * workers) / (time.perf_counter() - t)
+        finally:
+            stop_process(proc)
+    print("HTTP, POST /v1/agent-breaker/events, one event per request, loopback")
+    print(f"  sequential, 1 session:      {seq:7.1f} events/s")
+    print(f"  {workers} concurrent sessions:     {par:7.1f} events/s")
+    return {
+        "events": n,
+        "sequential_events_per_s": round(seq, 1),
+        "concurrent_sessions": workers,
+        "concurrent_events_per_s": round(par, 1),
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--events", type=int, default=2000)
     ap.add_argument("--http-events", type=int, default=600)
+    out_argument(ap, "nemo")
     args = ap.parse_args()
-    import nemoguardrails
-
-    print(
-        f"python {platform.python_version()} | nemoguardrails {nemoguardrails.__version__} | cpus {os.cpu_count()} | "
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
-    )
-    colang_path(args.events)
-    http_path(args.http_events)
+    run = Run("bench_nemo", args)
+    print(f"{describe_machine(run.machine)} | nemoguardrails {version('nemoguardrails')}")
+    figures = {
+        "versions": {"nemoguardrails": version("nemoguardrails")},
+        "colang": colang_path(args.events),
+        "http": http_path(args.http_events),
+    }
+    run.write(figures, args.out)
 
 
 if __name__ == "__main__":

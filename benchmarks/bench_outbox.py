@@ -1,8 +1,8 @@
 """Escalation outbox benchmark: how many escalations per second, and how long until they are
 on the queue.
 
-    python benchmarks/bench_outbox.py [--escalations 3000] [--rate 100] [--seconds 10]
-        [--queue-url amqp://guest:guest@127.0.0.1:5672/%2F] [--redis redis://127.0.0.1:6379/0]
+    python -m benchmarks.bench_outbox [--escalations 3000] [--rate 100] [--seconds 10]
+        [--queue-url amqp://guest:guest@127.0.0.1:5672/%2F] [--redis redis://127.0.0.1:6379/0] [--out FILE]
 
 Printed, each in a temporary SQLite file and a RabbitMQ queue of its own (deleted after):
 1. `escalate()` per second, one thread, with `synchronous=FULL` (the default) and NORMAL: an
@@ -18,6 +18,9 @@ Printed, each in a temporary SQLite file and a RabbitMQ queue of its own (delete
 With `--redis URL`, the same on `RedisEscalations` instead (a key prefix of its own, deleted
 after): `escalate()` is one Lua script (the record, its indexes and the stream entry), and the
 delay is created -> confirmed by the broker (a stream entry keeps no delivery time).
+
+Percentiles are nearest-rank. Every figure goes to --out as JSON (default
+benchmarks/results/outbox_sqlite.json, or outbox_redis.json with --redis), with the machine's facts.
 """
 
 from __future__ import annotations
@@ -31,11 +34,13 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pika
 
 from agent_breaker.escalations import Escalation, RedisEscalations, Relay, Spend, SqliteEscalations, Target, ToolOutcome
 from agent_breaker.escalations.rabbitmq import RabbitPublisher
+from benchmarks._harness import Run, describe_machine, percentile, result_path
 
 Store = SqliteEscalations | RedisEscalations
 
@@ -66,8 +71,7 @@ def frozen_us(store: Store, n: int, prefix: str) -> tuple[float, float]:
         t0 = time.perf_counter_ns()
         store.frozen("acme", f"{prefix}{i}")
         lat.append(time.perf_counter_ns() - t0)
-    lat.sort()
-    return lat[len(lat) // 2] / 1000, lat[int(len(lat) * 0.99)] / 1000
+    return percentile(lat, 50) / 1000, percentile(lat, 99) / 1000
 
 
 def delays_ms(path: Path) -> list[float]:
@@ -79,7 +83,7 @@ def delays_ms(path: Path) -> list[float]:
     return sorted(r[0] for r in rows)
 
 
-def drain(store: Store, url: str, queue: str) -> None:
+def drain(store: Store, url: str, queue: str) -> dict[str, Any]:
     """The relay to RabbitMQ through a backlog: messages per second."""
     publisher = RabbitPublisher(url, queue)
     relay = Relay(store, {"rabbitmq": publisher})
@@ -91,6 +95,7 @@ def drain(store: Store, url: str, queue: str) -> None:
     publisher.close()
     rate = relay.delivered / took
     print(f"relay -> RabbitMQ (quorum queue, confirms): {relay.delivered:,} messages in {took:.2f} s, {rate:,.0f}/s")
+    return {"messages": relay.delivered, "seconds": round(took, 2), "messages_per_s": round(rate)}
 
 
 def steady(store: Store, target: Target, rate: float, seconds: float, wake: bool) -> None:
@@ -138,19 +143,35 @@ def steady_redis(store: RedisEscalations, url: str, queue: str, rate: float, sec
     return sorted(delays)
 
 
-def pct(xs: list[float], q: float) -> float:
-    return xs[min(len(xs) - 1, int(q * len(xs)))]
-
-
-def print_delays(d: list[float], rate: float, wake: bool) -> None:
+def print_delays(d: list[float], rate: float, wake: bool) -> dict[str, Any]:
     how = "woken by the writer" if wake else "polling every 0.25 s"
+    p50, p99, high = percentile(d, 50), percentile(d, 99), percentile(d, 100)
     print(
-        f"relay delay at {rate:g} escalations/s, {how}: {len(d)} delivered, p50 {pct(d, 0.5):.1f} ms, "
-        f"p99 {pct(d, 0.99):.1f} ms, max {d[-1]:.1f} ms (mean {statistics.fmean(d):.1f})"
+        f"relay delay at {rate:g} escalations/s, {how}: {len(d)} delivered, p50 {p50:.1f} ms, "
+        f"p99 {p99:.1f} ms, max {high:.1f} ms (mean {statistics.fmean(d):.1f})"
     )
+    return {
+        "relay": "woken" if wake else "polling",
+        "delivered": len(d),
+        "p50_ms": round(p50, 1),
+        "p99_ms": round(p99, 1),
+        "max_ms": round(high, 1),
+        "mean_ms": round(statistics.fmean(d), 1),
+    }
 
 
-def on_sqlite(args: argparse.Namespace, queue: str) -> None:
+def escalate_figures(rate: float, hit: tuple[float, float], miss: tuple[float, float]) -> dict[str, Any]:
+    return {
+        "escalate_per_s": round(rate),
+        "frozen_us": {
+            "frozen_session": {"p50": round(hit[0], 1), "p99": round(hit[1], 1)},
+            "free_session": {"p50": round(miss[0], 1), "p99": round(miss[1], 1)},
+        },
+    }
+
+
+def on_sqlite(args: argparse.Namespace, queue: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"store": "sqlite"}
     with tempfile.TemporaryDirectory(prefix="bench-outbox-") as tmp:
         folder = Path(tmp)
         for sync in ("FULL", "NORMAL"):
@@ -162,11 +183,15 @@ def on_sqlite(args: argparse.Namespace, queue: str) -> None:
                 f"escalate() synchronous={sync}: {rate:,.0f}/s; frozen() p50 / p99: a frozen session "
                 f"{hit[0]:.0f} / {hit[1]:.0f} us, a free one {miss[0]:.0f} / {miss[1]:.0f} us"
             )
+            out[f"synchronous_{sync}"] = escalate_figures(rate, hit, miss)
             if sync == "FULL":
-                drain(store, args.queue_url, queue)
+                out["drain"] = drain(store, args.queue_url, queue)
             store.close()
-        for wake in (False, True):
+        out["delay"] = [
             print_delays(steady_sqlite(folder, args.queue_url, queue, args.rate, args.seconds, wake), args.rate, wake)
+            for wake in (False, True)
+        ]
+    return out
 
 
 @contextlib.contextmanager
@@ -183,7 +208,8 @@ def fresh_redis(url: str) -> Iterator[RedisEscalations]:
         store.close()
 
 
-def on_redis(args: argparse.Namespace, queue: str) -> None:
+def on_redis(args: argparse.Namespace, queue: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"store": "redis"}
     with fresh_redis(args.redis) as store:
         rate = escalate_rate(store, args.escalations)
         hit = frozen_us(store, 2000, "s")
@@ -192,10 +218,14 @@ def on_redis(args: argparse.Namespace, queue: str) -> None:
             f"escalate() on Redis: {rate:,.0f}/s; frozen() p50 / p99: a frozen session "
             f"{hit[0]:.0f} / {hit[1]:.0f} us, a free one {miss[0]:.0f} / {miss[1]:.0f} us"
         )
-        drain(store, args.queue_url, queue)
+        out["redis"] = escalate_figures(rate, hit, miss)
+        out["drain"] = drain(store, args.queue_url, queue)
+    out["delay"] = []
     for wake in (False, True):
         with fresh_redis(args.redis) as store:
-            print_delays(steady_redis(store, args.queue_url, queue, args.rate, args.seconds, wake), args.rate, wake)
+            delays = steady_redis(store, args.queue_url, queue, args.rate, args.seconds, wake)
+            out["delay"].append(print_delays(delays, args.rate, wake))
+    return out
 
 
 def main() -> None:
@@ -205,17 +235,23 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--queue-url", default="amqp://guest:guest@127.0.0.1:5672/%2F")
     parser.add_argument("--redis", metavar="URL", help="measure RedisEscalations on this Redis instead of SQLite")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="write the figures here as JSON (default benchmarks/results/outbox_sqlite.json or outbox_redis.json)",
+    )
     args = parser.parse_args()
+    out = args.out or result_path("outbox_redis" if args.redis else "outbox_sqlite")
+    run = Run("bench_outbox", args)
+    print(describe_machine(run.machine))
     queue = f"agent-breaker-bench-{uuid.uuid4().hex}"
     try:
-        if args.redis:
-            on_redis(args, queue)
-        else:
-            on_sqlite(args, queue)
+        figures = on_redis(args, queue) if args.redis else on_sqlite(args, queue)
     finally:
         connection = pika.BlockingConnection(pika.URLParameters(args.queue_url))
         connection.channel().queue_delete(queue)
         connection.close()
+    run.write(figures, out)
 
 
 if __name__ == "__main__":

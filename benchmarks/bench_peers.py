@@ -1,11 +1,11 @@
 """Peers benchmark: agent-breaker's replay against the reference detectors, on the same traces, in one run.
 
-    python benchmarks/bench_peers.py [--events 66000] [--seed 1] [--sessions 500] [--repeat 3]
+    python -m benchmarks.bench_peers [--events 66000] [--seed 1] [--sessions 500] [--repeat 3]
                                      [--peers seed000,seed004,seed002,openhands] [--seed000-max-events 5000]
                                      [--seed000-budget-s 30] [--shared DIR] [--no-real] [--no-synthetic]
-                                     [--breaker-calls 200000] [--profile [N]] [--json-out FILE]
+                                     [--breaker-calls 200000] [--profile [N]] [--out FILE]
 
-Inputs: the payload-heavy synthetic trace of bench_engine.py (`generate_trace(..., payload="heavy")`:
+Inputs: the benchmarks' payload-heavy synthetic trace (benchmarks/_trace.py, `generate_trace(..., payload="heavy")`:
 tool results of 1-8 KB, thoughts of 200-2,000 characters), and every ../shared/traces/real-*.jsonl
 plus synthetic-sample.jsonl (the shared folder beside the repository; skipped with a note when absent,
 as on a CI clone). Each input is held in memory as its list of JSONL lines, and every engine replays
@@ -29,7 +29,8 @@ Also the bare breaker path: pybreaker's CircuitBreaker.call against agent-breake
 acquire / record functions, and MemoryStore.breaker_acquire / breaker_record), configured alike (open after
 5 failures in a row, one trial call after the open interval), on the same seeded sequences of successes and
 failures (all successes; bursts of failures with an open interval of ~0, where both make the very same
-moves; the same with 1 ms open), in ns per call. Figures only, nothing asserted; --json-out writes them all.
+moves; the same with 1 ms open), in ns per call. Figures only, nothing asserted; every figure goes to --out as
+JSON (default benchmarks/results/peers.json), with the machine's facts and the load average at start and end.
 """
 
 from __future__ import annotations
@@ -37,14 +38,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
-import datetime as _dt
 import gc
 import hashlib
 import importlib.util
 import io
 import json
 import os
-import platform
 import pstats
 import random
 import sys
@@ -55,12 +54,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from bench_engine import cpu_name, describe_payloads, generate_trace, payload_stats, version
-
 from agent_breaker.breaker import BreakerState, BreakerStateName, acquire, record
 from agent_breaker.config import BreakerConfig, parse_config
 from agent_breaker.replay import replay_engine, replay_lines
 from agent_breaker.store import MemoryStore
+from benchmarks._harness import Run, describe_machine, out_argument, version
+from benchmarks._trace import describe_payloads, generate_trace, payload_stats
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_SHARED = REPO.parent / "shared"
@@ -502,8 +501,9 @@ def main(argv: list[str] | None = None) -> int:
         metavar="N",
         help="also cProfile one agent-breaker replay of the synthetic trace and print the top N functions (default 15)",
     )
-    ap.add_argument("--json-out", type=Path, help="write every figure to this JSON file")
+    out_argument(ap, "peers")
     args = ap.parse_args(argv)
+    run = Run("bench_peers", args, argv)
     t0 = time.perf_counter()
     peers_wanted = [p.strip() for p in args.peers.split(",") if p.strip()]
     unknown = sorted(set(peers_wanted) - set(PEERS))
@@ -532,20 +532,12 @@ def main(argv: list[str] | None = None) -> int:
     gc.collect()
     gc.freeze()
 
-    load0 = os.getloadavg()
-    print("agent-breaker vs reference detectors (benchmarks/bench_peers.py)")
-    print(
-        f"python {platform.python_version()} ({platform.python_implementation()}) | {platform.system()} {platform.release()} "
-        f"{platform.machine()}"
-    )
-    print(f"cpu: {cpu_name()} | os.cpu_count() = {os.cpu_count()} | load average {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}")
-    if load0[0] > (os.cpu_count() or 1):
+    load0 = run.machine["load_average_at_start"]
+    print("agent-breaker vs reference detectors (python -m benchmarks.bench_peers)")
+    print(describe_machine(run.machine))
+    if load0[0] > (run.machine["cpu_count"] or 1):
         print("     (the machine is busy: wall times are inflated and noisy; compare the cpu s column too)")
-    print(f"date: {_dt.datetime.now(_dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}")
-    print(
-        f"agent_breaker {version('agent-breaker')} | pydantic {version('pydantic')} | rapidfuzz {version('rapidfuzz')} "
-        f"| pybreaker {version('pybreaker')}"
-    )
+    print(f"pydantic {version('pydantic')} | rapidfuzz {version('rapidfuzz')} | pybreaker {version('pybreaker')}")
     print(f"peers: {peers_note}")
     print(f"shared traces: {shared_note}")
     print(
@@ -660,31 +652,19 @@ def main(argv: list[str] | None = None) -> int:
         stats.sort_stats("tottime").print_stats(args.profile)
         stats.sort_stats("cumulative").print_stats("agent_breaker", args.profile)
 
-    load1 = os.getloadavg()
     wall = time.perf_counter() - t0
-    print(f"\nwall time of this benchmark {wall:.0f} s; load average at the end {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}")
-
-    if args.json_out:
-        doc = {
-            "benchmark": "benchmarks/bench_peers.py",
-            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(),
-            "argv": sys.argv[1:] if argv is None else argv,
-            "python": platform.python_version(),
-            "platform": f"{platform.system()} {platform.release()} {platform.machine()}",
-            "cpu": cpu_name(),
-            "cpu_count": os.cpu_count(),
-            "load_average_start": load0,
-            "load_average_end": load1,
-            "versions": {d: version(d) for d in ("agent-breaker", "pydantic", "rapidfuzz", "pybreaker")},
-            "peers": peers_note,
-            "shared_traces": shared_note,
-            "repeat": args.repeat,
-            "engine_build_s": engine_build_s,
-            "inputs": results,
-            "breakers": breakers,
-        }
-        args.json_out.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-        print(f"figures written to {args.json_out}")
+    load1 = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"\nwall time of this benchmark {wall:.0f} s; load average at the end {load1}")
+    figures = {
+        "versions": {d: version(d) for d in ("pydantic", "rapidfuzz", "pybreaker")},
+        "peers": peers_note,
+        "shared_traces": shared_note,
+        "repeat": args.repeat,
+        "engine_build_s": engine_build_s,
+        "inputs": results,
+        "breakers": breakers,
+    }
+    run.write(figures, args.out)
     return 0
 
 

@@ -1,8 +1,8 @@
 """Where a payload-heavy event's time goes, piece by piece.
 
-    python benchmarks/bench_pieces.py [--events 20000] [--seed 1] [--repeat 5]
+    python -m benchmarks.bench_pieces [--events 20000] [--seed 1] [--repeat 5] [--out FILE]
 
-On the payload-heavy trace of bench_engine.py (`generate_trace(..., payload="heavy")`), in us:
+On the benchmarks' payload-heavy trace (benchmarks/_trace.py, `generate_trace(..., payload="heavy")`), in us:
 
   * per event: JSON parsing of the lines alone, and a whole replay (`replay_lines`, JSON parsing
     included) with the default config, with `mode: off` (the replay's floor: parsing, event
@@ -14,6 +14,7 @@ On the payload-heavy trace of bench_engine.py (`generate_trace(..., payload="hea
 
 Best of --repeat passes of each, wall clock, one process, GC on (the trace frozen out of it).
 Figures only, nothing asserted. The pieces call the engine's internals as it calls them.
+Every figure goes to --out as JSON (default benchmarks/results/pieces.json), with the machine's facts.
 """
 
 from __future__ import annotations
@@ -24,12 +25,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
-
-from bench_engine import generate_trace
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent_breaker import Engine, ReceiptKeys, ToolCall, ToolResult, parse_event
 from agent_breaker import heuristics as H
@@ -38,6 +34,8 @@ from agent_breaker._json import loads
 from agent_breaker.config import parse_config
 from agent_breaker.outcomes import classify
 from agent_breaker.replay import replay_engine, replay_lines
+from benchmarks._harness import Run, describe_machine, out_argument, percentile
+from benchmarks._trace import generate_trace
 
 
 def best_us(fn: Callable[[], Any], n: int, repeat: int) -> float:
@@ -56,7 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--events", type=int, default=20_000, help="events of the heavy trace (default 20000)")
     ap.add_argument("--seed", type=int, default=1, help="seed of the trace (default 1)")
     ap.add_argument("--repeat", type=int, default=5, help="runs of each piece; the best counts (default 5)")
+    out_argument(ap, "pieces")
     args = ap.parse_args(argv)
+    run = Run("bench_pieces", args, argv)
 
     raw = generate_trace(args.events, args.seed, payload="heavy")
     lines = [json.dumps(ev) for ev in raw]
@@ -65,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     results = [ev for ev in events if isinstance(ev, ToolResult)]
     gc.collect()
     gc.freeze()
+    print(describe_machine(run.machine))
     print(f"bench_pieces: heavy trace, {len(lines):,} events ({len(calls):,} calls, {len(results):,} results), seed {args.seed}")
     print(f"best of {args.repeat}, us\n")
 
@@ -84,6 +85,10 @@ def main(argv: list[str] | None = None) -> int:
     ]
     for label, us in rows:
         print(f"  {label:<44}{us:>9.1f}")
+    figures: dict[str, Any] = {
+        "trace": {"events": len(lines), "calls": len(calls), "results": len(results), "seed": args.seed, "payload": "heavy"},
+        "per_event_us": {label: round(us, 2) for label, us in rows},
+    }
 
     engine = Engine(receipt_keys=ReceiptKeys.ephemeral())
     p = engine.policies.get(None, None, None)
@@ -92,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     thoughts = [normalize_text(c.thought) for c in calls if c.thought]
     shapes = [fp.shapes(t) for t in thoughts]
     print(f"\nper tool call ({len(thoughts):,} of {len(calls):,} with a thought; thought pieces per thought)")
+    figures["calls_with_thought"] = len(thoughts)
+    figures["per_call_us"] = per_call = {}
     for label, fn, count in (
         ("canonical args", lambda: [p.canon.canonical(c.args) for c in calls], len(calls)),
         ("word fingerprint of the args", lambda: [fp.tokens(c) for c in args_canon], len(calls)),
@@ -100,11 +107,15 @@ def main(argv: list[str] | None = None) -> int:
         ("sorting them", lambda: [tuple(sorted(s)) for s in shapes], len(thoughts)),
         ("the facts whole (Engine._facts)", lambda: [engine._facts(c, p) for c in calls], len(calls)),
     ):
-        print(f"  {label:<44}{best_us(fn, max(count, 1), args.repeat):>9.1f}")
+        per_call[label] = us = best_us(fn, max(count, 1), args.repeat)
+        print(f"  {label:<44}{us:>9.1f}")
 
     canon = [p.result_canon.canonical(r.result) for r in results]
     timed = [p.churn.timing(c) for c in canon]
-    print(f"\nper tool result (canonical JSON p50 {sorted(map(len, canon))[len(canon) // 2]:,} characters)")
+    canon_p50 = percentile(map(len, canon), 50)
+    print(f"\nper tool result (canonical JSON p50 {canon_p50:,} characters)")
+    figures["result_canonical_json_chars_p50"] = canon_p50
+    figures["per_result_us"] = per_result = {}
     for label, fn in (
         ("canonical JSON, volatile fields out", lambda: [p.result_canon.canonical(r.result) for r in results]),
         ("its BLAKE2b hash", lambda: [fp.hash64(c) for c in canon]),
@@ -113,7 +124,11 @@ def main(argv: list[str] | None = None) -> int:
         ("reference ids", lambda: [p.claims.result_references(c) for c in canon]),
         ("failure classification", lambda: [classify(r, p.cfg, p.in_progress, None) for r in results]),
     ):
-        print(f"  {label:<44}{best_us(fn, len(results), args.repeat):>9.1f}")
+        per_result[label] = us = best_us(fn, len(results), args.repeat)
+        print(f"  {label:<44}{us:>9.1f}")
+    for table in (per_call, per_result):
+        table.update((k, round(v, 2)) for k, v in table.items())
+    run.write(figures, args.out)
     return 0
 
 

@@ -1,7 +1,7 @@
 """The Redis store on loopback: round trips per decision, decision latency, decisions/s.
 
-    python benchmarks/bench_redis.py [--url redis://127.0.0.1:6379/15] [--decisions 5000]
-    python benchmarks/bench_redis.py --url redis+cluster://127.0.0.1:7000   # a Redis Cluster
+    python -m benchmarks.bench_redis [--url redis://127.0.0.1:6379/15] [--decisions 5000] [--out FILE]
+    python -m benchmarks.bench_redis --url redis+cluster://127.0.0.1:7000   # a Redis Cluster
 
 Round trips are read from the server, not assumed: INFO commandstats (which also counts the
 commands scripts run inside Redis) and MONITOR (which tells client commands from script ones),
@@ -9,7 +9,8 @@ per decision and per recorded result. Latency: p50/p99 of check_tool_call
 with a shared Redis store, one process. Throughput: decisions/s with 4 processes on one Redis.
 On a Redis Cluster, round trips are not counted (MONITOR and INFO are per node; the commands
 are those of one server). Reports figures only; nothing is asserted. Uses its own key prefix
-and deletes its keys.
+and deletes its keys. Percentiles are nearest-rank. Every figure goes to --out as JSON (default
+benchmarks/results/redis.json, or redis_cluster.json on a cluster), with the machine's facts.
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
-import platform
-import statistics
 import threading
 import time
 import uuid
+from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -29,6 +30,7 @@ from agent_breaker import Engine, ReceiptKeys
 from agent_breaker.store.base import without_password
 from agent_breaker.store.redis import RedisStore
 from agent_breaker.store.redis_client import is_cluster_url, node_urls
+from benchmarks._harness import Run, describe_machine, percentile, result_path
 
 
 def commandstats(client: redis.Redis) -> dict[str, int]:
@@ -91,7 +93,7 @@ class Monitor:
         return self.counts
 
 
-def round_trips(url: str, prefix: str, n: int) -> None:
+def round_trips(url: str, prefix: str, n: int) -> dict[str, Any]:
     client = redis.Redis.from_url(url)
     engine = make_engine(url, prefix)
     for i in range(20):  # warm: scripts loaded, breakers known closed
@@ -117,6 +119,7 @@ def round_trips(url: str, prefix: str, n: int) -> None:
         stats = commandstats(client)
         rows.append((label, counts, monitor.inside_scripts, stats))
     print(f"round trips per event, read from the server ({n} events each)")
+    out: dict[str, Any] = {"events": n}
     for label, counts, inside, stats in rows:
         total = sum(counts.values())
         detail = ", ".join(f"{k} {v / n:.2f}" for k, v in sorted(counts.items()))
@@ -128,19 +131,24 @@ def round_trips(url: str, prefix: str, n: int) -> None:
             f"plus {inside / n:.2f} run inside scripts)"
         )
         print(f"  {'':20} INFO commandstats: {cmd}  (counts the commands scripts run too)")
+        out[label] = {
+            "round_trips": round(total / n, 2),
+            "client_commands": {k: round(v / n, 2) for k, v in sorted(counts.items())},
+            "commands_inside_scripts": round(inside / n, 2),
+        }
     engine.store.close()
+    return out
 
 
-def latency(url: str, prefix: str, n: int) -> None:
+def latency(url: str, prefix: str, n: int) -> dict[str, Any]:
     engine = make_engine(url, prefix)
     for i in range(200):
         legit_step(engine, "warm2", i)
-    times = sorted(legit_step(engine, f"lat{i % 100}", i) * 1e6 for i in range(n))
-    print(
-        f"check_tool_call latency on loopback, one process, {n} decisions: p50 {statistics.median(times):.0f} us, "
-        f"p99 {times[int(n * 0.99)]:.0f} us"
-    )
+    times = [legit_step(engine, f"lat{i % 100}", i) * 1e6 for i in range(n)]
+    p50, p99 = percentile(times, 50), percentile(times, 99)
+    print(f"check_tool_call latency on loopback, one process, {n} decisions: p50 {p50:.0f} us, p99 {p99:.0f} us")
     engine.store.close()
+    return {"decisions": n, "check_tool_call_p50_us": round(p50), "check_tool_call_p99_us": round(p99)}
 
 
 def worker(url: str, prefix: str, n: int, barrier, out) -> None:
@@ -155,7 +163,7 @@ def worker(url: str, prefix: str, n: int, barrier, out) -> None:
     engine.store.close()
 
 
-def throughput(url: str, prefix: str, n: int, procs: int = 4) -> None:
+def throughput(url: str, prefix: str, n: int, procs: int = 4) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     barrier, out = ctx.Barrier(procs), ctx.Queue()
     ps = [ctx.Process(target=worker, args=(url, prefix, n, barrier, out)) for _ in range(procs)]
@@ -170,30 +178,36 @@ def throughput(url: str, prefix: str, n: int, procs: int = 4) -> None:
         f"throughput, {procs} processes on one Redis (or cluster): {total / wall:,.0f} decisions/s "
         f"(each a check_tool_call plus its recorded result)"
     )
+    return {"processes": procs, "decisions": total, "decisions_per_s": round(total / wall)}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--url", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/15"))
     ap.add_argument("--decisions", type=int, default=5000)
+    ap.add_argument(
+        "--out", type=Path, help="write the figures here as JSON (default benchmarks/results/redis.json or redis_cluster.json)"
+    )
     args = ap.parse_args()
+    cluster = is_cluster_url(args.url)
+    out = args.out or result_path("redis_cluster" if cluster else "redis")
+    run = Run("bench_redis", args)
     prefix = f"abbench-{uuid.uuid4().hex[:8]}"
     server = redis.Redis.from_url(node_urls(args.url)[0]).info("server")["redis_version"]
-    print(
-        f"python {platform.python_version()} | redis-server {server} at {without_password(args.url)} | cpus {os.cpu_count()} | "
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
-    )
+    print(f"{describe_machine(run.machine)} | redis-server {server} at {without_password(args.url)}")
+    figures: dict[str, Any] = {"redis_server": server, "cluster": cluster}
     try:
-        if is_cluster_url(args.url):
+        if cluster:
             print("round trips: not counted on a cluster (MONITOR and INFO are per node)")
         else:
-            round_trips(args.url, prefix, 1000)
-        latency(args.url, prefix, args.decisions)
-        throughput(args.url, prefix, args.decisions // 4)
+            figures["round_trips_per_event"] = round_trips(args.url, prefix, 1000)
+        figures["latency"] = latency(args.url, prefix, args.decisions)
+        figures["throughput"] = throughput(args.url, prefix, args.decisions // 4)
     finally:
         cleanup = RedisStore(args.url, prefix=prefix, listen=False)
         print(f"deleted {cleanup.delete_all()} keys")
         cleanup.close()
+    run.write(figures, out)
 
 
 if __name__ == "__main__":

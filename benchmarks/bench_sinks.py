@@ -1,6 +1,6 @@
 """Incident sinks benchmark: does a webhook that is slow or down slow the decisions?
 
-    python benchmarks/bench_sinks.py [--sessions 300] [--refused 10]
+    python -m benchmarks.bench_sinks [--sessions 300] [--refused 10] [--out FILE]
 
 Each session makes one identical failing call three times, then keeps calling it: every later
 call is refused by identical_failure and raises an incident. The same workload runs through a
@@ -9,7 +9,9 @@ request); a receiver that hangs (never answers); a closed port (connection refus
 check_tool_call latency (p50 / p99 / max, microseconds) over every call, and the sink's
 delivered / failed / dropped counts right after the last decision (the queue holds 1000; an
 identical_failure trip halts its session, so each session raises one incident). For the healthy
-receiver, also how long the queue takes to drain.
+receiver, also how long the queue takes to drain. The receivers are the tests' (tests/_receiver.py).
+Percentiles are nearest-rank. Every figure goes to --out as JSON (default
+benchmarks/results/sinks.json), with the machine's facts.
 """
 
 from __future__ import annotations
@@ -18,15 +20,14 @@ import argparse
 import sys
 import threading
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-
-from _receiver import Receiver
+from typing import Any
 
 from agent_breaker import Engine, FakeClock, ReceiptKeys
 from agent_breaker.incidents import QueuedSink, webhook
 from agent_breaker.metrics import Metrics
+from benchmarks._harness import Run, describe_machine, out_argument, percentiles, tests_module
+
+Receiver = tests_module("_receiver").Receiver
 
 
 def workload(engine: Engine, clock: FakeClock, sessions: int, refused: int) -> list[int]:
@@ -55,11 +56,7 @@ def workload(engine: Engine, clock: FakeClock, sessions: int, refused: int) -> l
     return lat
 
 
-def pct(xs: list[int], q: float) -> float:
-    return sorted(xs)[min(len(xs) - 1, int(q * len(xs)))] / 1000.0
-
-
-def run(name: str, url: str | None, args: argparse.Namespace, *, drain: bool = False) -> None:
+def run(name: str, url: str | None, args: argparse.Namespace, *, drain: bool = False) -> dict[str, Any]:
     telemetry = Metrics()
     sink = QueuedSink("webhook", webhook(url, 5.0), retries=1, backoff_s=0.1, metrics=telemetry) if url else None
     clock = FakeClock(1_000_000.0)
@@ -71,14 +68,24 @@ def run(name: str, url: str | None, args: argparse.Namespace, *, drain: bool = F
     lat = workload(engine, clock, args.sessions, args.refused)
     decided_s = time.perf_counter() - t0
     counts = outcomes(telemetry)
+    p50, p99, high = (ns / 1000.0 for ns in percentiles(lat, (50, 99, 100)))
+    out: dict[str, Any] = {
+        "receiver": name,
+        "calls": len(lat),
+        "p50_us": round(p50, 1),
+        "p99_us": round(p99, 1),
+        "max_us": round(high, 1),
+        "total_s": round(decided_s, 2),
+        "sink_counts_after": counts,
+    }
     drained = ""
     if sink is not None and drain:
         sink.flush(60.0)
-        drained = f"; all delivered {time.perf_counter() - t0 - decided_s:.2f} s after the last decision: {outcomes(telemetry)}"
-    print(
-        f"  {name:<22}{len(lat):>8,}{pct(lat, 0.5):>9.1f}{pct(lat, 0.99):>9.1f}{max(lat) / 1000:>10.1f}"
-        f"{decided_s:>10.2f}   {counts or '-'}{drained}"
-    )
+        out["drained_after_s"] = round(time.perf_counter() - t0 - decided_s, 2)
+        out["sink_counts_drained"] = outcomes(telemetry)
+        drained = f"; all delivered {out['drained_after_s']:.2f} s after the last decision: {out['sink_counts_drained']}"
+    print(f"  {name:<22}{len(lat):>8,}{p50:>9.1f}{p99:>9.1f}{high:>10.1f}{decided_s:>10.2f}   {counts or '-'}{drained}")
+    return out
 
 
 def outcomes(telemetry: Metrics) -> dict[str, int]:
@@ -94,25 +101,29 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sessions", type=int, default=300)
     ap.add_argument("--refused", type=int, default=10, help="refused calls per session, each an incident")
+    out_argument(ap, "sinks")
     args = ap.parse_args()
-    print("agent-breaker incident sinks benchmark (benchmarks/bench_sinks.py)")
+    bench = Run("bench_sinks", args)
+    print("agent-breaker incident sinks benchmark (python -m benchmarks.bench_sinks)")
+    print(describe_machine(bench.machine))
     print(f"  {'receiver':<22}{'calls':>8}{'p50 us':>9}{'p99 us':>9}{'max us':>10}{'total s':>10}   sink counts after")
-    run("no sink", None, args)
+    rows = [run("no sink", None, args)]
     healthy = Receiver()
-    run("healthy", healthy.url, args, drain=True)
+    rows.append(run("healthy", healthy.url, args, drain=True))
     healthy.close()
     slow = Receiver(delay_s=1.0)
-    run("slow (1 s per request)", slow.url, args)
+    rows.append(run("slow (1 s per request)", slow.url, args))
     gate = threading.Event()
     hung = Receiver(gate=gate)
-    run("hung", hung.url, args)
+    rows.append(run("hung", hung.url, args))
     down = Receiver()
     url = down.url
     down.close()
-    run("down (refused)", url, args)
+    rows.append(run("down (refused)", url, args))
     gate.set()
     hung.close()
     slow.close()
+    bench.write({"check_tool_call": rows}, args.out)
     return 0
 
 

@@ -1,8 +1,8 @@
 """Scale-out: `agent-breaker serve --workers N` on the Redis config, and the engine called directly.
 
-    python benchmarks/bench_workers.py [--workers 1,2,4] [--rounds 1] [--clients 64] [--client raw|httpx]
+    python -m benchmarks.bench_workers [--workers 1,2,4] [--rounds 1] [--clients 64] [--client raw|httpx]
         [--duration-s 20] [--warmup-s 5] [--latency-s 10] [--redis-url redis://127.0.0.1:6379/9]
-        [--engine-steps 3000] [--json-out FILE]
+        [--engine-steps 3000] [--out FILE]
 
 For each N in --workers: the Redis database is emptied of the config's keys (`ab:*`), then
 `agent-breaker serve --workers N --config config/agent_breaker_redis` starts on a free loopback
@@ -37,8 +37,10 @@ Redis, one process, no HTTP): --engine-steps tool calls and their results, p50/p
 Reading the figures: a worker is one Python process, so at most one core (the interpreter
 lock): one worker at about 95% of a core is as fast as one process gets. N workers can use N
 cores, if the machine has them free: on 2 cores the client process, Redis and anything else
-running take their share first. The Redis database is emptied again at the end. One table, then one JSON line with
-every figure (also written to --json-out). Reports figures; nothing is asserted.
+running take their share first. The Redis database is emptied again at the end. One table; every
+figure goes to --out as JSON (default benchmarks/results/workers.json), with the machine's facts and
+the load average at start and end. Percentiles are nearest-rank; the medians over rounds too.
+Reports figures; nothing is asserted.
 """
 
 from __future__ import annotations
@@ -50,11 +52,9 @@ import contextlib
 import json
 import multiprocessing as mp
 import os
-import platform
 import random
 import secrets
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -65,18 +65,23 @@ from typing import Any
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-# the load benchmark's server and request helpers
-from bench_load import (
+from benchmarks._harness import (
     CALLS_PER_SESSION,
     REQUEST_TIMEOUT_S,
+    Run,
     args_for,
+    children,
     cpu_s,
+    describe_machine,
     free_port,
+    ms_percentile,
+    out_argument,
     percentile,
     result_for,
+    save,
+    serve,
     server_env,
-    stop_server,
+    stop_process,
     tool_call,
     tool_result,
     wait_ready,
@@ -108,51 +113,13 @@ def flush(url: str) -> int:
 
 def start_server(port: int, workers: int, token: str, redis_url: str, log: Any) -> subprocess.Popen:
     env = {
-        **server_env(token),
         "REDIS_URL": redis_url,
         # escalations (none expected) in a file of the run's own, never the user's queue
         "AGENT_BREAKER_ESCALATIONS_DB": os.path.join(tempfile.mkdtemp(prefix="bench-workers-"), "escalations.db"),
     }
-    # a session of its own: the benchmark stops the supervisor by PID (it stops its workers);
-    # the group is the safety net for a supervisor that had to be killed
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "agent_breaker.cli",
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-            "--config",
-            str(CONFIG),
-            "--workers",
-            str(workers),
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=log,
-        start_new_session=True,
-    )
-
-
-def children(pid: int) -> list[int]:
-    """The direct children of a process (/proc)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if ppid == pid:
-            found.append(int(entry))
-    return found
+    # the benchmark stops the supervisor by PID (it stops its workers); the group is the safety
+    # net for a supervisor that had to be killed
+    return serve(port, token, log, "--config", str(CONFIG), "--workers", str(workers), env=env)
 
 
 def machine_cpu_s() -> tuple[float, float]:
@@ -340,8 +307,8 @@ def phase_figures(raw: dict[str, Any], server_cpu: float, redis_cpu: float, mach
         "seconds": round(elapsed, 1),
         "events": events,
         "events_per_s": round(events / elapsed, 1),
-        "p50_ms": percentile(every, 50),
-        "p99_ms": percentile(every, 99),
+        "p50_ms": ms_percentile(every, 50),
+        "p99_ms": ms_percentile(every, 99),
         "statuses": raw["counts"],
         "refused": raw["counts"].get("refused", 0),
         "server_cpu_pct": round(100 * server_cpu / elapsed),
@@ -355,10 +322,10 @@ def phase_figures(raw: dict[str, Any], server_cpu: float, redis_cpu: float, mach
     if lat["check"]:
         out.update(
             checks_per_s=round(len(lat["check"]) / elapsed, 1),
-            check_p50_ms=percentile(lat["check"], 50),
-            check_p99_ms=percentile(lat["check"], 99),
-            result_p50_ms=percentile(lat["result"], 50),
-            result_p99_ms=percentile(lat["result"], 99),
+            check_p50_ms=ms_percentile(lat["check"], 50),
+            check_p99_ms=ms_percentile(lat["check"], 99),
+            result_p50_ms=ms_percentile(lat["result"], 50),
+            result_p99_ms=ms_percentile(lat["result"], 99),
         )
     return out
 
@@ -404,17 +371,18 @@ def run_server(workers: int, args: argparse.Namespace, pool: concurrent.futures.
                     every = raw["lat"]["call"] + raw["lat"]["result"] + raw["lat"]["check"]
                     out[f"alone_{mode}"] = {
                         "requests": len(every),
-                        "p50_ms": percentile(every, 50),
-                        "p99_ms": percentile(every, 99),
+                        "p50_ms": ms_percentile(every, 50),
+                        "p99_ms": ms_percentile(every, 99),
                         "refused": raw["counts"].get("refused", 0),
                     }
                     if mode == "check":
                         out["alone_check"].update(
-                            check_p50_ms=percentile(raw["lat"]["check"], 50), check_p99_ms=percentile(raw["lat"]["check"], 99)
+                            check_p50_ms=ms_percentile(raw["lat"]["check"], 50),
+                            check_p99_ms=ms_percentile(raw["lat"]["check"], 99),
                         )
             out["server_exit"] = proc.poll()
         finally:
-            stop_server(proc)
+            stop_process(proc)
             log.seek(0)
             # the store's warnings: Redis slower than storage.timeout_ms (a starved machine) means decisions on local state
             out["redis_failures_logged"] = log.read().decode(errors="replace").count("agent-breaker: Redis at")
@@ -469,12 +437,12 @@ def run_engine(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "steps": args.engine_steps,
         "events_per_s": round((len(calls) + len(results)) / elapsed, 1),
-        "check_p50_ms": percentile(calls, 50),
-        "check_p99_ms": percentile(calls, 99),
-        "result_p50_ms": percentile(results, 50),
-        "result_p99_ms": percentile(results, 99),
-        "p50_ms": percentile(calls + results, 50),
-        "p99_ms": percentile(calls + results, 99),
+        "check_p50_ms": ms_percentile(calls, 50),
+        "check_p99_ms": ms_percentile(calls, 99),
+        "result_p50_ms": ms_percentile(results, 50),
+        "result_p99_ms": ms_percentile(results, 99),
+        "p50_ms": ms_percentile(calls + results, 50),
+        "p99_ms": ms_percentile(calls + results, 99),
         "refused": refused,
     }
 
@@ -487,7 +455,7 @@ def medians(servers: list[dict[str, Any]], counts: list[int]) -> list[dict[str, 
     round's ratio to that round's first worker count (a round's servers share its conditions)."""
 
     def median(values: list[float]) -> float:
-        return round(statistics.median(values), 1)
+        return round(percentile(values, 50), 1)
 
     firsts = {r["round"]: r["events"]["events_per_s"] for r in servers if r["workers"] == counts[0]}
     out = []
@@ -501,7 +469,7 @@ def medians(servers: list[dict[str, Any]], counts: list[int]) -> list[dict[str, 
                 "rounds": len(runs),
                 "events_per_s": median(rates),
                 "events_per_s_range": [min(rates), max(rates)],
-                "ratio": round(statistics.median(ratios), 2),
+                "ratio": round(percentile(ratios, 50), 2),
                 "ratio_range": [round(min(ratios), 2), round(max(ratios), 2)],
                 "p50_ms": median([r["events"]["p50_ms"] for r in runs]),
                 "p99_ms": median([r["events"]["p99_ms"] for r in runs]),
@@ -518,12 +486,12 @@ def fmt(value: Any) -> str:
 
 
 def print_table(result: dict[str, Any]) -> None:
-    s = result["setup"]
+    s, machine = result["setup"], result["machine"]
     print(
         f"\nScale-out on the Redis config: {s['clients']} closed-loop clients ({s['client']}) in one process, "
         f"{s['duration_s']:g}s per phase "
-        f"(after {s['warmup_s']:g}s warm-up) | python {s['python']} | cpus {s['cpus']} | load avg {s['loadavg_1min_before']} "
-        f"before | {s['date']}"
+        f"(after {s['warmup_s']:g}s warm-up) | python {machine['python']} | cpus {machine['cpu_count']} | load avg "
+        f"{machine['load_average_at_start'][0]} before, {machine['load_average_at_end'][0]} after | {machine['date_utc']}"
     )
     print(
         f"  {'workers':>7} {'events/s':>9} {'x1':>5} {'p50 ms':>7} {'p99 ms':>7} | {'checks/s':>8} {'chk p50':>7} {'chk p99':>7} "
@@ -612,13 +580,14 @@ def main() -> None:
     ap.add_argument(
         "--rounds", type=int, default=1, help="run the worker counts this many times, in turn (default 1): medians below the rows"
     )
-    ap.add_argument("--json-out", metavar="FILE", help="also write the JSON figures to FILE")
+    out_argument(ap, "workers")
     args = ap.parse_args()
     counts = [int(w) for w in args.workers.split(",") if w.strip()]
     if not counts or min(counts) < 1 or args.clients < 1 or args.rounds < 1:
         ap.error("--workers takes whole numbers of at least 1, --clients and --rounds at least 1")
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops the run like Ctrl-C
-    load_before = os.getloadavg()[0]
+    run = Run("bench_workers", args)
+    print(describe_machine(run.machine), file=sys.stderr, flush=True)
     servers = []
     try:
         with concurrent.futures.ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as pool:
@@ -639,23 +608,15 @@ def main() -> None:
             "warmup_s": args.warmup_s,
             "latency_s": args.latency_s,
             "config": CONFIG_ID,
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "loadavg_1min_before": round(load_before, 2),
-            "loadavg_1min_after": round(os.getloadavg()[0], 2),
         },
         "servers": servers,
         "medians": medians(servers, counts),
         "engine": engine,
         "findings": findings(servers),
     }
-    print_table(result)
-    line = json.dumps(result)
-    print(line)
-    if args.json_out:
-        with open(args.json_out, "w", encoding="utf-8") as f:
-            f.write(line + "\n")
+    doc = run.document(result)
+    print_table(doc)
+    save(doc, args.out)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 """Render docs/performance.md from the benchmarks' JSON results.
 
-    python benchmarks/render_performance.py [--results benchmarks/results] [--out docs/performance.md]
+    python -m benchmarks.render_performance [--results benchmarks/results] [--out docs/performance.md]
 
-Each results file is one run of one benchmark, with the machine and the date it ran on; the
-page shows every figure as the run wrote it, nothing computed here but the layout.
+Each results file is one run of one benchmark (benchmarks/_harness.py writes it), with the machine,
+the date and the load average it ran at; the page has one section per file, each figure as the
+run wrote it, nothing computed here but the layout. The hostile-load run (attacks.json) has a
+layout of its own: a table of the attacks and whether each held, then each attack's figures.
 """
 
 from __future__ import annotations
@@ -14,12 +16,55 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+#: results files in page order, with their section titles; any other file follows, by name
+TITLES = {
+    "engine_light": "Engine, light payloads",
+    "engine_heavy": "Engine, payload-heavy",
+    "pieces": "Where a payload-heavy event's time goes",
+    "peers": "Against the reference detectors",
+    "nemo": "Inside NeMo Guardrails, and over HTTP",
+    "redis": "The Redis store",
+    "redis_cluster": "The Redis store on a Redis Cluster",
+    "workers": "Scale-out: serve --workers N",
+    "load": "Large and hostile requests against small ones",
+    "stall": "A slow Redis and the decisions that do not use it",
+    "sinks": "Incident sinks that are slow or down",
+    "outbox_sqlite": "Escalation outbox on SQLite",
+    "outbox_redis": "Escalation outbox on Redis",
+    "attacks": "Hostile load",
+}
+#: every benchmark, what it measures and what it needs besides the package (listed on the page)
+BENCHMARKS = (
+    ("bench_engine", "per-event latency and replay throughput of the engine (`--payload heavy`: 1-8 KB results)", ""),
+    ("bench_pieces", "where a payload-heavy event's time goes, piece by piece", ""),
+    ("bench_peers", "replay against the reference detectors; the bare breaker against pybreaker", "../shared, pybreaker"),
+    ("bench_nemo", "the flows inside NeMo's Colang runtime; events/s over HTTP", "nemoguardrails"),
+    ("bench_redis", "round trips, latency and decisions/s on the Redis store", "Redis"),
+    ("bench_workers", "`serve --workers N` on the Redis config; the engine called directly", "Redis"),
+    ("bench_load", "large and hostile requests against small ones; server memory", ""),
+    ("bench_stall", "a slow Redis against the decisions that do not use it", "Redis; the tests' helpers (pytest)"),
+    ("bench_sinks", "decision latency with a webhook sink slow, hung or down", ""),
+    ("bench_outbox", "escalations/s and relay delay, on SQLite or Redis (`--redis URL`)", "RabbitMQ (and Redis)"),
+    ("bench_attacks", "hostile load against the server: does each defence hold", "Redis; the tests' helpers (pytest)"),
+)
+#: what the harness writes besides the figures
+HEAD_KEYS = ("benchmark", "command", "machine", "settings", "total_seconds")
+#: the key that names an item of a list of records, in the order tried
+LABELS = ("name", "phase", "receiver", "input", "engine", "relay", "workers", "config")
 
 
 def flat(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
-    """Nested figures as (dotted name, value) rows."""
+    """Nested figures as (dotted name, value) rows; a list of records is one group of rows per record,
+    named by its label (LABELS) or its index."""
     if isinstance(value, dict):
         return [row for k, v in value.items() for row in flat(v, f"{prefix}.{k}" if prefix else str(k))]
+    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        rows = []
+        for i, item in enumerate(value):
+            key = next((k for k in LABELS if k in item), None)
+            label = str(item[key]) if key is not None else str(i)
+            rows += flat({k: v for k, v in item.items() if k != key}, f"{prefix}[{label}]")
+        return rows
     return [(prefix, value)]
 
 
@@ -32,47 +77,118 @@ def shown(value: Any) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def attacks_section(run: dict[str, Any]) -> list[str]:
-    machine = run.get("machine", {})
-    lines = [
-        "## Hostile load (`benchmarks/bench_attacks.py`)",
-        "",
-        f"Run {machine.get('date_utc', '?')} on {machine.get('cpu_count', '?')} cores, "
-        f"{machine.get('platform', '?')}, Python {machine.get('python', '?')}, commit "
-        f"`{str(machine.get('git_commit', '?'))[:12]}`; {shown(run.get('total_seconds', '?'))} s in all. Each attack runs "
-        "against a real `agent-breaker serve` (the in-memory config and the Redis one) while "
-        "authorized clients of another tenant keep working.",
-        "",
-        "| attack | config | held | criterion |",
-        "| --- | --- | --- | --- |",
-    ]
+def loads(machine: dict[str, Any]) -> str:
+    start, end = machine.get("load_average_at_start"), machine.get("load_average_at_end")
+    if not start:
+        return "load average not recorded"
+
+    def one(x: list[float] | None) -> str:
+        return " / ".join(f"{v:g}" for v in x) if x else "?"
+
+    return f"load average (1 / 5 / 15 min) {one(start)} at the start, {one(end)} at the end"
+
+
+def machine_line(run: dict[str, Any]) -> str:
+    """When and where a run ran: the date, the machine, the commit, the load average and the length."""
+    m = run.get("machine", {})
+    cpu = f" ({m['cpu']})" if m.get("cpu") else ""
+    modified = m.get("modified_package_files") or []
+    dirty = f" with {len(modified)} package files modified" if modified else ""
+    return (
+        f"Run {m.get('date_utc', '?')} on {m.get('cpu_count', '?')} cores{cpu}, {m.get('platform', '?')}, "
+        f"Python {m.get('python', '?')}, commit `{str(m.get('git_commit', '?'))[:12]}`{dirty}; "
+        f"{loads(m)}; {shown(run.get('total_seconds', '?'))} s in all."
+    )
+
+
+def settings_table(run: dict[str, Any]) -> list[str]:
+    settings = {k: v for k, v in (run.get("settings") or {}).items() if k != "out"}
+    if not settings:
+        return []
+    lines = ["", "Settings of the run:", "", "| setting | value |", "| --- | --- |"]
+    return lines + [f"| {k} | {shown(v)} |" for k, v in settings.items()]
+
+
+def script(name: str, run: dict[str, Any]) -> str:
+    """The benchmark that wrote a results file (files written before the harness: by the file's name)."""
+    return run.get("benchmark") or f"bench_{name.split('_')[0]}"
+
+
+def heading(name: str, run: dict[str, Any]) -> list[str]:
+    title = TITLES.get(name, name.replace("_", " ").capitalize())
+    lines = [f"## {title} (`benchmarks/{script(name, run)}.py`)", "", machine_line(run)]
+    if run.get("command"):
+        lines += ["", f"`{run['command']}`"]
+    return lines
+
+
+def attacks_section(name: str, run: dict[str, Any]) -> list[str]:
+    lines = heading(name, run)
+    lines[2] += (
+        " Each attack runs against a real `agent-breaker serve` (the in-memory config and the Redis one) "
+        "while authorized clients of another tenant keep working."
+    )
+    lines += ["", "| attack | config | held | criterion |", "| --- | --- | --- | --- |"]
     for a in run["attacks"]:
         held = {True: "yes", False: "**no**", None: "(figures only)"}[a.get("held")]
         lines.append(f"| {a['name']} | {a['config']} | {held} | {shown(a.get('criterion', ''))} |")
     for a in run["attacks"]:
         lines += ["", f"### {a['name']} ({a['config']})", "", "| figure | value |", "| --- | --- |"]
-        lines += [f"| {name} | {shown(v)} |" for name, v in flat(a.get("figures", {}))]
-    settings = run.get("settings")
-    if settings:
-        lines += ["", "Settings of the run:", "", "| setting | value |", "| --- | --- |"]
-        lines += [f"| {k} | {shown(v)} |" for k, v in settings.items() if k != "out"]
-    return lines
+        lines += [f"| {figure} | {shown(v)} |" for figure, v in flat(a.get("figures", {}))]
+    return lines + settings_table(run)
 
 
-SECTIONS = {"attacks.json": attacks_section}
+def generic_section(name: str, run: dict[str, Any]) -> list[str]:
+    lines = heading(name, run)
+    figures = {k: v for k, v in run.items() if k not in HEAD_KEYS}
+    lines += ["", "| figure | value |", "| --- | --- |"]
+    lines += [f"| {figure} | {shown(v)} |" for figure, v in flat(figures)]
+    return lines + settings_table(run)
+
+
+SECTIONS = {"attacks": attacks_section}
+
+
+def ordered(paths: list[Path]) -> list[Path]:
+    rank = {name: i for i, name in enumerate(TITLES)}
+
+    def key(path: Path) -> tuple[int, str]:
+        base = next((n for n in sorted(rank, key=len, reverse=True) if path.stem.startswith(n)), None)
+        return (rank[base] if base is not None else len(rank), path.stem)
+
+    return sorted(paths, key=key)
 
 
 def render(results: Path) -> str:
+    runs = [(path.stem, json.loads(path.read_text(encoding="utf-8"))) for path in ordered(list(results.glob("*.json")))]
     lines = [
         "# Performance",
         "",
-        "Figures measured by the scripts in `benchmarks/`, rendered from their JSON by",
-        "`benchmarks/render_performance.py`. Each section names the machine and the date of its run.",
+        "Figures measured by the scripts in `benchmarks/`, rendered from their JSON in `benchmarks/results/` by",
+        "`python -m benchmarks.render_performance`. Each section names the machine, the date and the load",
+        "average of its run: the machine may be shared, and a load average above its core count inflates",
+        "every latency. Percentiles are nearest-rank (benchmarks/_harness.py). Run a benchmark again with",
+        "the command under its heading, from the repository root.",
+        "",
+        "| run | measures | needs |",
+        "| --- | --- | --- |",
+        *(f"| `python -m benchmarks.{name}` | {what} | {needs or '-'} |" for name, what, needs in BENCHMARKS),
+        "",
+        "Each writes `benchmarks/results/<name>.json` (`--out FILE` to write elsewhere); then",
+        "`python -m benchmarks.render_performance` renders this page from every file there.",
+        "",
+        "| results file | benchmark | date (UTC) | cores | load average at start / end (1 min) | seconds |",
+        "| --- | --- | --- | --- | --- | --- |",
     ]
-    for name, section in SECTIONS.items():
-        path = results / name
-        if path.exists():
-            lines += ["", *section(json.loads(path.read_text(encoding="utf-8")))]
+    for name, run in runs:
+        m = run.get("machine", {})
+        start, end = (m.get(k) or ["?"] for k in ("load_average_at_start", "load_average_at_end"))
+        lines.append(
+            f"| {name}.json | {script(name, run)} | {m.get('date_utc', '?')} | {m.get('cpu_count', '?')} | "
+            f"{start[0]} / {end[0]} | {shown(run.get('total_seconds', '?'))} |"
+        )
+    for name, run in runs:
+        lines += ["", *SECTIONS.get(name, generic_section)(name, run)]
     return "\n".join(lines) + "\n"
 
 

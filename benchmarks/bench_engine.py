@@ -37,7 +37,6 @@ import io
 import json
 import math
 import pstats
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -170,8 +169,9 @@ def timer_overhead_ns() -> float:
 
 # --------------------------------------------------------------------------- CLI
 def cli_command() -> list[str]:
-    exe = shutil.which("agent-breaker")
-    return [exe] if exe else [sys.executable, "-m", "agent_breaker.cli"]
+    """The CLI of the agent_breaker this process benchmarks: `python -m` from the current directory,
+    never the `agent-breaker` script, whose interpreter would import the installed (editable) one."""
+    return [sys.executable, "-m", "agent_breaker.cli"]
 
 
 def run_cli(path: Path, config: list[str]) -> tuple[float, int, str]:

@@ -13,10 +13,10 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
-from nemoguardrails.actions import action
+from nemoguardrails.actions import action as _nemo_action
 
 from agent_breaker._aio import without_blocking
 from agent_breaker.engine import Engine, incident_log
@@ -24,6 +24,16 @@ from agent_breaker.events import InvalidEventError, is_id
 from agent_breaker.heuristics import INVALID_EVENT
 from agent_breaker.protocol import BY_COLANG, BY_NAME, BY_VERB, KINDS, EventKind, missing_fields, to_engine_event
 from agent_breaker.verdicts import BreakerIncident, Incident, observation
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def action(*, name: str) -> Callable[[_F], _F]:
+    """NeMo's `@action(name=...)` with its type (nemoguardrails ships none to type checkers):
+    it marks the function as an action and returns that same function."""
+    mark: Callable[[_F], _F] = _nemo_action(name=name)
+    return mark
+
 
 log = logging.getLogger("agent_breaker.nemo")
 
@@ -118,7 +128,8 @@ def run_event(engine: Engine, kind: EventKind | str, fields: Mapping[str, Any]) 
         missing = missing_fields(kind, fields)
         if missing:
             raise InvalidEventError.of([(name, "Field required") for name in missing])
-        out = getattr(engine, kind.handler)(to_engine_event(kind, fields)).to_dict()
+        # the handler the table names answers a Verdict or a ResultVerdict
+        out: dict[str, Any] = getattr(engine, kind.handler)(to_engine_event(kind, fields)).to_dict()
     except InvalidEventError as exc:
         reason = f"invalid {kind.colang} event: {exc.renamed(kind.colang_name)}"
         out = {

@@ -15,10 +15,12 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agent_breaker.actions.guards import decide, deliver_incidents, verdict_line
-from nemoguardrails.actions import action
+if TYPE_CHECKING:  # mypy reads actions/ as the package `actions` (pyproject's `files`), not by its installed name
+    from actions.guards import action, decide, deliver_incidents, verdict_line
+else:
+    from agent_breaker.actions.guards import action, decide, deliver_incidents, verdict_line
 
 from agent_breaker._aio import without_blocking
 from agent_breaker.engine import UNNAMED_CALL, Engine
@@ -111,7 +113,7 @@ async def record_native_tool_message(
         # the text is the error: it says whose failure it is (an outage or the call's own)
         "error": output.error,
     }
-    out = await decide(agent_breaker_engine, TOOL_RESULT, fields)
+    out: dict[str, Any] = await decide(agent_breaker_engine, TOOL_RESULT, fields)
     deliver_incidents(out["incidents"])
     return out
 

@@ -39,9 +39,9 @@ def checked_tool(tool: Any) -> str:
 
 
 def checked_tenant(tenant: Any) -> str | None:
-    if tenant is not None and not is_id(tenant):
-        raise AdminInputError(f"tenant: an id of 1 to {MAX_ID_CHARS} printable characters")
-    return tenant
+    if tenant is None or is_id(tenant):
+        return tenant
+    raise AdminInputError(f"tenant: an id of 1 to {MAX_ID_CHARS} printable characters")
 
 
 def operator_state(state: Any) -> BreakerStateName:
@@ -133,12 +133,14 @@ class ServerAdmin:
         self.query = urllib.parse.urlencode({k: v for k, v in (("config_id", config_id), ("tenant", tenant)) if v is not None})
 
     def breakers(self) -> list[dict[str, Any]]:
-        return self._call("GET", BREAKERS_PATH)["breakers"]
+        breakers: list[dict[str, Any]] = self._call("GET", BREAKERS_PATH)["breakers"]
+        return breakers
 
     def force(self, tool: str, state: BreakerStateName) -> dict[str, Any]:
         return self._call("POST", f"{BREAKERS_PATH}/{urllib.parse.quote(tool, safe='')}", {"state": state.value})
 
-    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The server's JSON answer (an object, on every admin route)."""
         request = urllib.request.Request(
             f"{self.url}{path}?{self.query}",
             method=method,
@@ -147,7 +149,8 @@ class ServerAdmin:
         )
         try:
             with urllib.request.urlopen(request, timeout=30) as response:
-                return json.load(response)
+                answer: dict[str, Any] = json.load(response)
+                return answer
         except urllib.error.HTTPError as exc:
             raise AdminError(f"the server at {self.url} answered {exc.code}: {_error_message(exc)}") from None
         except (urllib.error.URLError, OSError) as exc:

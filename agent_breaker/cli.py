@@ -598,7 +598,8 @@ def main(argv: list[str] | None = None) -> int:
     relay.set_defaults(func=_relay)
     args = parser.parse_args(argv)
     try:
-        return args.func(args)
+        code: int = args.func(args)  # each subcommand's handler returns its exit code
+        return code
     except (ConfigError, MissingExtra) as exc:
         print(f"agent-breaker: {exc}", file=sys.stderr)
         return 2

@@ -17,10 +17,13 @@ import secrets
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .clock import FakeClock
 from .replay import Replayer
+
+if TYPE_CHECKING:
+    from .engine import Engine
 
 _PRICE = 0.000003  # $ per token, for the scripted spend
 
@@ -142,7 +145,7 @@ class NemoRuntime:
             block = config.custom_data.setdefault("agent_breaker", {})
             block.update(custom)
         rails = LLMRails(config)
-        self.engine = rails.runtime.registered_action_params[ENGINE_PARAM]
+        self.engine: Engine = rails.runtime.registered_action_params[ENGINE_PARAM]
         # a live engine decides on its own clock, not the caller's `ts`: the scripted agents'
         # time is theirs, so the demo moves the engine's clock to each event's time (from now:
         # escalations the demo writes carry today's date)

@@ -7,7 +7,7 @@ Unknown keys are ignored, as the trace format says.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeGuard
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -31,7 +31,7 @@ def _printable(value: str) -> str:
 _Name = Annotated[_Id, AfterValidator(_printable)]
 
 
-def is_id(value: Any) -> bool:
+def is_id(value: object) -> TypeGuard[str]:
     """An id as events carry them: 1 to MAX_ID_CHARS characters, printable, valid Unicode."""
     return isinstance(value, str) and 0 < len(value) <= MAX_ID_CHARS and value.isprintable() and not has_invalid_chars(value)
 

@@ -515,7 +515,7 @@ class HashPool:
         self.remember(hashes)
 
     def __contains__(self, h: object) -> bool:
-        i = bisect.bisect_left(self._sorted, h)  # type: ignore[call-overload]
+        i: int = bisect.bisect_left(self._sorted, h)  # type: ignore[call-overload]  # h: any object, as `in` allows
         return i < len(self._sorted) and self._sorted[i] == h
 
     def __len__(self) -> int:

@@ -37,7 +37,8 @@ class GuardSessions:
             raise InvalidEventError(f"no guard takes events of this type{hint} (known: {', '.join(sorted(BY_COLANG))})")
         session = str(event.get("session_id", ""))
         out, self._states[session] = await self.rails.process_events_async([dict(event)], self._states.get(session))
-        [verdict] = [e for e in out if e.get("type") in VERDICT_TYPES]
+        verdicts: list[dict[str, Any]] = [e for e in out if e.get("type") in VERDICT_TYPES]
+        [verdict] = verdicts
         return verdict
 
     async def send_all(self, events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@ import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 from ..events import MAX_ID_CHARS, is_id
 
@@ -86,8 +86,12 @@ def checked_id(escalation_id: Any) -> str:
     return escalation_id
 
 
+def is_decision(value: object) -> TypeGuard[Decision]:
+    return value in DECISIONS
+
+
 def checked_decision(decision: Any) -> Decision:
-    if decision not in DECISIONS:
+    if not is_decision(decision):
         raise InvalidEscalation(f"decision must be one of {list(DECISIONS)}")
     return decision
 

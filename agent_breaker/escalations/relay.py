@@ -145,7 +145,8 @@ class Relay:
 
     def backoff(self) -> float:
         """How long to wait before the next pass after `failures` failures in a row."""
-        return min(self.backoff_s * 2 ** max(self.failures - 1, 0), self.max_backoff_s)
+        doublings: int = 2 ** max(self.failures - 1, 0)  # an int: the exponent is never negative
+        return min(self.backoff_s * doublings, self.max_backoff_s)
 
     def run(self) -> None:
         """Pass after pass until `request_stop()`: at once while batches come full, after

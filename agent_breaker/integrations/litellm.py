@@ -42,6 +42,7 @@ from .._extras import require
 require("litellm", "litellm", "agent_breaker.integrations.litellm")
 
 import litellm  # noqa: E402
+from litellm.exceptions import BadRequestError, RateLimitError  # noqa: E402  # litellm re-exports them implicitly
 from litellm.integrations.custom_guardrail import CustomGuardrail  # noqa: E402
 from litellm.types.guardrails import GuardrailEventHooks  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
@@ -123,7 +124,7 @@ class AgentBreakerGuardrail(CustomGuardrail):
             return
         if data.get("stream"):
             # a streamed answer's tool calls reach the client before the guard could see them
-            raise litellm.BadRequestError(
+            raise BadRequestError(
                 message="agent-breaker cannot check a streamed answer's tool calls: send a guarded run's requests unstreamed",
                 model=str(data.get("model") or ""),
                 llm_provider="agent-breaker",
@@ -132,7 +133,7 @@ class AgentBreakerGuardrail(CustomGuardrail):
             await self._record(self.engine.record_tool_result, result)
         verdict: Verdict = await self._decide(self.engine.check_model_call, ids)
         if not verdict.allowed:
-            raise litellm.RateLimitError(
+            raise RateLimitError(
                 message=f"agent-breaker refused this model call ({verdict.heuristic}): {verdict.reason}",
                 llm_provider="agent-breaker",
                 model=str(data.get("model") or ""),
@@ -246,7 +247,7 @@ def _run_of(
     ids = ({"session": str(run)} if run else {}) | ({} if tenant is None else {"tenant": str(tenant)})
     for field, value in ids.items():
         if not is_id(value):
-            raise litellm.BadRequestError(
+            raise BadRequestError(
                 message=f"agent-breaker: the run's {field} must be 1 to 256 printable characters",
                 model=str(data.get("model") or ""),
                 llm_provider="agent-breaker",

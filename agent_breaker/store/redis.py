@@ -419,7 +419,7 @@ class RedisStore:
                 # the script refused the stored value, or failed on it: that breaker alone
                 raise CorruptState("breaker", key, bkey) from None
             raise
-        out = json.loads(raw)
+        out: dict[str, Any] = json.loads(raw)
         state = json.loads(out["raw"])
         self._remember(bkey, out["state"], state)
         if self._keep:
@@ -686,7 +686,7 @@ class RedisStore:
         while not self._stop.is_set():
             try:
                 client = subscriber_client(self.url, timeout_s=1.0, attempt=attempt)
-                pubsub = client.pubsub(ignore_subscribe_messages=True)
+                pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call, unused-ignore]  # redis-py leaves it unannotated
                 pubsub.subscribe(CHANNEL)
                 while not self._stop.is_set():
                     msg = pubsub.get_message(timeout=0.5)
@@ -737,7 +737,7 @@ def _decode_breaker(key: str, raw: bytes, where: str) -> dict[str, Any]:
     return cast("dict[str, Any]", state)
 
 
-def _decode_session(raw: bytes | None, key: str = "", where: str = "") -> Any:
+def _decode_session(raw: bytes | None, key: str = "", where: str = "") -> SessionState | None:
     """A stored session, or None when absent. A value that cannot be read (damaged, or of a
     format this version does not know) is CorruptState: replacing it would drop its halt."""
     if not raw:

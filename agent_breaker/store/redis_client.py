@@ -64,7 +64,8 @@ def redis_client(url: str, *, timeout_s: float) -> Any:
         return redis_lib.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
     urls = node_urls(url)
     for node in urls:
-        parse_url(node)  # options refused now, as Redis.from_url does, not at the first decision
+        # options refused now, as Redis.from_url does, not at the first decision
+        parse_url(node)  # type: ignore[no-untyped-call, unused-ignore]  # redis-py leaves it unannotated
     return LazyCluster(urls, timeout_s=timeout_s)
 
 
@@ -79,7 +80,8 @@ def register_script(client: Any, text: str) -> Script:
     """A Lua script on the client; on a cluster, one that loads itself on the node of its key."""
     if isinstance(client, (LazyCluster, redis_lib.RedisCluster)):
         return SlotScript(client, text.encode())  # type: ignore[arg-type]  # bytes: Script needs no encoder then
-    return client.register_script(text)
+    script: Script = client.register_script(text)
+    return script
 
 
 class SlotScript(Script):
@@ -120,7 +122,7 @@ class LazyCluster:
                         self._client = RedisCluster.from_url(
                             self._urls[0],  # its options (password, TLS) serve every node
                             # all of them, in the URL's order (from_url would put its node last)
-                            startup_nodes=[ClusterNode(u.hostname, u.port) for u in nodes],
+                            startup_nodes=[ClusterNode(u.hostname, u.port) for u in nodes],  # type: ignore[no-untyped-call, unused-ignore]  # redis-py leaves it unannotated
                             socket_timeout=self._timeout_s,
                             socket_connect_timeout=self._timeout_s,
                             # no retries: redis-py's 10 (each re-reading the slot map) would hold

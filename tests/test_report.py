@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 import shutil
 import subprocess
@@ -279,6 +280,22 @@ def test_an_incidents_file_counts_trips_breakers_and_the_spend_it_reveals(tmp_pa
     assert (rows["identical_call"]["block"], rows["duplicate_mutation"]["warn"]) == (2, 1)
 
 
+@pytest.fixture
+def incidents_logger():
+    """`replay --incidents` points the process's incidents logger at a file and stops it
+    propagating: put it back after, so a later test reading the log through caplog still sees it."""
+    logger = logging.getLogger("agent_breaker.incidents")
+    handlers, level, propagate = list(logger.handlers), logger.level, logger.propagate
+    yield
+    for handler in logger.handlers:
+        if handler not in handlers:
+            handler.close()
+    logger.handlers[:] = handlers
+    logger.setLevel(level)
+    logger.propagate = propagate
+
+
+@pytest.mark.usefixtures("incidents_logger")
 def test_the_replays_incidents_tell_the_same_story_as_its_trace(trace, tmp_path, capsys):
     incidents = tmp_path / "incidents.jsonl"
     assert main(["replay", str(trace), "--observe", "--incidents", str(incidents)]) == 0

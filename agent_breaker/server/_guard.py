@@ -1,0 +1,446 @@
+"""The request guard: the outermost ASGI middleware, in front of every route, NeMo's included.
+
+It checks the Host and Origin headers, the bearer token (and what it may name), the request's
+size and the time its body takes, and the JSON (nesting depth, valid Unicode, events per request)
+before anything recursive runs: bad input gets a 4xx, never a 500. A body that passes is parsed
+once, here, and left in the ASGI scope state for the route."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from .._text import has_invalid_chars
+from ..actions.guards import CALLER_LABELS, CALLER_TENANT, MAX_CONTEXT_EVENTS, context_events
+from ..admin import ADMIN_TOKEN_ENV, BAD_TOOL, BREAKERS_PATH
+from ..escalations import BAD_ID, ESCALATIONS_PATH
+from ..transport import Transport
+from ._auth import ALL_TENANTS, METRICS_TOKEN_ENV, Tokens, TokenScope
+from ._errors import ServeError, error_body
+from ._paths import CHAT_PATH, CHECK_PATH, DEFAULT_CONFIG_ID, EVENTS_PATH, METRICS_PATH
+
+if TYPE_CHECKING:
+    from ._colang import ServedConfigs
+
+
+ALLOWED_HOSTS_ENV = "AGENT_BREAKER_ALLOWED_HOSTS"
+LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+
+DEFAULT_MAX_REQUEST_BYTES = 1_048_576
+DEFAULT_MAX_EVENT_BYTES = 262_144
+DEFAULT_MAX_EVENTS = MAX_CONTEXT_EVENTS
+DEFAULT_MAX_JSON_DEPTH = 64
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may carry (every path); each has an environment variable."""
+
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
+    max_events: int = DEFAULT_MAX_EVENTS
+    max_depth: int = DEFAULT_MAX_JSON_DEPTH
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> Limits:
+        values = {}
+        for name, var in (
+            ("max_request_bytes", "AGENT_BREAKER_MAX_REQUEST_BYTES"),
+            ("max_event_bytes", "AGENT_BREAKER_MAX_EVENT_BYTES"),
+            ("max_events", "AGENT_BREAKER_MAX_EVENTS_PER_REQUEST"),
+            ("max_depth", "AGENT_BREAKER_MAX_JSON_DEPTH"),
+        ):
+            raw = environ.get(var)
+            if raw is None:
+                continue
+            try:
+                values[name] = int(raw)
+            except ValueError:
+                raise ServeError(f"${var} must be a whole number, but was {raw!r}") from None
+            if values[name] < 1:
+                raise ServeError(f"${var} must be at least 1, but was {raw}")
+        return cls(**values)
+
+
+def allowed_hosts(host: str, environ: Mapping[str, str] = os.environ) -> frozenset[str] | None:
+    """Host names a request may name: $AGENT_BREAKER_ALLOWED_HOSTS, else the loopback names
+    when bound to loopback (against DNS rebinding); None (any) for another bind without a list."""
+    raw = environ.get(ALLOWED_HOSTS_ENV, "")
+    if raw:
+        return frozenset(h.strip().lower() for h in raw.split(",") if h.strip())
+    if is_loopback(host):
+        return LOOPBACK | {host}
+    return None
+
+
+def is_loopback(host: str) -> bool:
+    return host in LOOPBACK or host.startswith("127.")
+
+
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+def _native_tool_turn(messages: list[dict[str, Any]]) -> bool:
+    """A conversation that ends with the model's tool calls (checked by the tool-output rail) or
+    with their results after a user's message (recorded by the tool-input rail): NeMo's native
+    tool rails answer it with no model."""
+    last = messages[-1] if messages else {}
+    if last.get("role") == "assistant":
+        return bool(last.get("tool_calls"))
+    return last.get("role") == "tool" and any(m.get("role") == "user" for m in messages)
+
+
+def _requested_config(path: str, data: Any) -> str | None:
+    """The config a request's body names (the events endpoint's default when it names none)."""
+    if not isinstance(data, dict):
+        return None
+    if path in (EVENTS_PATH, CHECK_PATH):
+        config_id = data.get("config_id", DEFAULT_CONFIG_ID)
+    elif path == CHAT_PATH:
+        guardrails = data.get("guardrails")
+        config_id = guardrails.get("config_id") if isinstance(guardrails, dict) else None
+        config_id = config_id if config_id is not None else data.get("config_id")
+    else:
+        return None
+    return config_id if isinstance(config_id, str) else repr(config_id)
+
+
+def _native_turn_size(messages: Any) -> int:
+    """The tool calls of a conversation's last model turn and the tool messages after it: what
+    the native tool rails check or record, each an engine decision."""
+    if not isinstance(messages, list):
+        return 0
+    size = 0
+    for m in reversed(messages):
+        if not isinstance(m, dict):
+            continue
+        if m.get("role") == "tool":
+            size += 1
+        elif m.get("role") == "assistant" and m.get("tool_calls"):
+            calls = m["tool_calls"]
+            return size + (len(calls) if isinstance(calls, list) else 1)
+        else:
+            return size
+    return size
+
+
+class RequestGuard:
+    """Outermost ASGI middleware: Host, token, size and JSON checks before any route runs."""
+
+    def __init__(
+        self,
+        app: Any,
+        *,
+        tokens: Tokens | None,
+        hosts: frozenset[str] | None,
+        limits: Limits,
+        configs: ServedConfigs | None = None,
+        admin: Tokens | None = None,
+        transport: Transport | None = None,
+    ) -> None:
+        self.app = app
+        self.tokens = tokens
+        self.admin = admin  # None: the admin routes are not installed
+        self.hosts = hosts
+        self.limits = limits
+        self.configs = configs
+        self.transport = transport or Transport()
+        self.bodies: dict[str, int] = {}  # bodies being read, per tenant (the token's)
+        self.token_file: Path | None = None  # where the token `serve` generated is
+
+    def chat_problem(self, body: Mapping[str, Any]) -> str | None:
+        """Chat-completions requests these configs cannot answer (NeMo would stream no verdict,
+        or fail with a 500): a 400 that says why, before NeMo sees them."""
+        if body.get("stream"):
+            return "streaming answers carry no agent-breaker verdict: send the request with stream false"
+        guardrails = body.get("guardrails")
+        config_id = guardrails.get("config_id") if isinstance(guardrails, dict) else None
+        if self.configs is None or not isinstance(config_id, str) or config_id not in self.configs.rails:
+            return None  # NeMo answers an unknown config with a 4xx of its own
+        messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+        roles = {m.get("role") for m in messages}
+        if self.configs.takes_events[config_id] and "assistant" in roles:
+            return f"config {config_id} (Colang 2.x) takes no assistant messages as input"
+        if (
+            not self.configs.has_model[config_id]
+            and roles & {"user", "assistant", "tool"}
+            and not self.configs.takes_events[config_id]
+            and not _native_tool_turn(messages)
+        ):
+            return (
+                f"config {config_id} has no model to answer messages: end the conversation with the model's tool calls"
+                " (an assistant message with tool_calls) or their results (tool messages), or send agent-breaker events"
+            )
+        return None
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            # no route of this server takes a WebSocket (NeMo's chat UI is off): none passes unchecked
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
+        if self.hosts is not None and _host_name(headers.get("host", "")) not in self.hosts:
+            await _reply(send, 400, "the Host header names no host this server answers for")
+            return
+        origin = headers.get("origin")
+        if origin is not None and (self.hosts is None or _host_name(urlsplit(origin).netloc) not in self.hosts):
+            # a browser page of another site (a bare loopback server has no token to stop it)
+            await _reply(send, 403, "requests from web pages of other origins are refused")
+            return
+        tenant = ALL_TENANTS
+        granted = TokenScope(ALL_TENANTS)
+        presented = _bearer(headers)
+        if self.admin is not None and _is_admin_path(_route_path(scope)):
+            # the admin token alone opens the admin routes: an API token (a tenant's, or `*`) does not
+            if presented is None:
+                await _reply(send, 401, "the admin routes need 'Authorization: Bearer <admin token>'", _CHALLENGE)
+                return
+            if self.admin.tenant_of(presented) is None:
+                await _reply(send, 403, f"this token is not the admin token (${ADMIN_TOKEN_ENV})")
+                return
+            if not scope.get("path", "").isprintable():
+                # a line break in the tool name ends the router's match: a bare 404 would hide why
+                await _reply(send, 422, BAD_ID if _route_path(scope).startswith(ESCALATIONS_PATH) else BAD_TOOL)
+                return
+            scope.setdefault("state", {})[ADMIN_GRANTED] = True
+        elif self.tokens is not None:
+            found = None if presented is None else self.tokens.scope_of(presented)
+            if found is None:
+                await _reply(send, 401, "a valid 'Authorization: Bearer <token>' header is required", _CHALLENGE)
+                return
+            granted, tenant = found, found.tenant
+            operator = granted.metrics or (tenant == ALL_TENANTS and granted.configs is None)
+            if _route_path(scope) == METRICS_PATH and not operator:
+                # the registry names every tenant, feature and tool, with their spend
+                await _reply(send, 403, f"/metrics answers an all-tenant token or ${METRICS_TOKEN_ENV} only")
+                return
+        body = b""
+        if scope.get("method") in ("POST", "PUT", "PATCH"):
+            if headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
+                await _reply(send, 415, "the request body must be JSON, sent as Content-Type: application/json")
+                return
+            declared = headers.get("content-length")
+            if declared is not None and (not declared.isdigit() or int(declared) > self.limits.max_request_bytes):
+                await _reply(send, 413, f"the request is over the limit of {self.limits.max_request_bytes} bytes")
+                return
+            if self.bodies.get(tenant, 0) >= self.transport.max_bodies_per_tenant:
+                # a token's stalled bodies hold its own slots, not another tenant's
+                await _reply(
+                    send, 429, f"{self.transport.max_bodies_per_tenant} request bodies of this token are being read already"
+                )
+                return
+            self.bodies[tenant] = self.bodies.get(tenant, 0) + 1
+            try:
+                read = await self._body(receive)
+            finally:
+                self.bodies[tenant] -= 1
+                if not self.bodies[tenant]:
+                    del self.bodies[tenant]
+            if isinstance(read, tuple):
+                if read[0]:
+                    await _reply(send, *read)
+                return
+            body = read
+            if body:
+                problem, data = self.check_json(scope.get("path", ""), body)
+                path = scope.get("path", "")
+                if problem is None and granted.configs is not None and path in (EVENTS_PATH, CHECK_PATH, CHAT_PATH):
+                    config_id = _requested_config(path, data)
+                    if config_id not in granted.configs:
+                        problem = (403, f"this API token may not use config {config_id!r}")
+                if problem is not None:
+                    await _reply(send, *problem)
+                    return
+                # the endpoint reads the body parsed once, here
+                scope.setdefault("state", {})[PARSED_BODY] = data
+        replayed = False
+
+        async def replay() -> dict[str, Any]:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        # the token stays here: no route, and no model server NeMo calls, ever sees it
+        scope["headers"] = [(k, v) for k, v in scope.get("headers", ()) if k.lower() != b"authorization"]
+        token = CALLER_TENANT.set(None if tenant == ALL_TENANTS else tenant)
+        labels = CALLER_LABELS.set((granted.agents, granted.features))
+        try:
+            await self.app(scope, replay, send)
+        finally:
+            CALLER_LABELS.reset(labels)
+            CALLER_TENANT.reset(token)
+
+    async def _body(self, receive: Receive) -> bytes | tuple[int, str]:
+        """The request body, read within `body_timeout_s`; else (status, reason), or (0, "")
+        when the client went away."""
+        limit = self.limits.max_request_bytes
+        chunks = []
+        size = 0
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.transport.body_timeout_s
+        while True:
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
+            except asyncio.TimeoutError:
+                return 408, f"the request body did not arrive within {self.transport.body_timeout_s:g} s"
+            if message["type"] == "http.disconnect":
+                return 0, ""
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                return 413, f"the request is over the limit of {limit} bytes"
+            chunks.append(chunk)
+            if not message.get("more_body"):
+                return b"".join(chunks)
+
+    def check_json(self, path: str, body: bytes) -> tuple[tuple[int, str] | None, Any]:
+        """(status, reason) when a body may not reach the routes: nested too deep, not JSON,
+        invalid Unicode, or more agent-breaker events (or bigger ones) than a request may
+        carry; else (None, the parsed body). Each check runs before the costlier ones after it,
+        and none recurses: a hostile body must cost little to turn away."""
+        limits = self.limits
+        try:
+            # strict UTF-8: a surrogate written as raw bytes, or another encoding, is refused here
+            text = body.decode("utf-8")
+        except UnicodeDecodeError:
+            return (400, "the request body is not valid UTF-8"), None
+        if _max_depth(text) > limits.max_depth:
+            return (400, f"the request body is nested deeper than {limits.max_depth} levels"), None
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return (400, "the request body is not valid JSON"), None
+        if _SURROGATE_ESCAPE.search(text) and _has_lone_surrogate(data):
+            return (400, "the request holds a lone surrogate (not valid Unicode text)"), None
+        if isinstance(data, dict):
+            if path == EVENTS_PATH:
+                events = data.get("events")
+                events = events if isinstance(events, list) else []
+                where = "events"
+            elif path == CHECK_PATH:
+                events = [data.get("event")]
+                where = "event"
+            elif path == CHAT_PATH:
+                problem = self.chat_problem(data)
+                if problem is not None:
+                    return (400, problem), None
+                events = context_events(_context_messages(data))
+                where = "agent_breaker_events"
+                turn = _native_turn_size(data.get("messages"))
+                if turn > limits.max_events:
+                    return (413, f"{turn} tool calls and tool messages in one turn; the limit is {limits.max_events}"), None
+            else:
+                events = []
+                where = ""
+            if len(events) > limits.max_events:
+                return (413, f"{len(events)} agent-breaker events in one request; the limit is {limits.max_events}"), None
+            for i, event in enumerate(events):
+                if _size(event) > limits.max_event_bytes:
+                    return (413, f"{where}[{i}] is over the limit of {limits.max_event_bytes} bytes"), None
+        return None, data
+
+
+#: where the request guard leaves the parsed body for the endpoint (ASGI scope state)
+PARSED_BODY = "agent_breaker_body"
+#: set in the ASGI scope state by the request guard once the admin token checked out
+ADMIN_GRANTED = "agent_breaker_admin"
+# a JSON string, its loop unrolled (fast in `re`); the closing quote is optional, so an
+# unterminated string is consumed once instead of rescanned from each of its quotes
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_DEPTH_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _max_depth(text: str) -> int:
+    """How deep a JSON body nests, from its brackets outside strings (all in C but the max)."""
+    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
+    return max(itertools.accumulate(map(_DEPTH_STEP.__getitem__, brackets)), default=0)
+
+
+def _has_lone_surrogate(data: Any) -> bool:
+    """Only for bodies that escape a surrogate at all: a walk without recursion."""
+    stack = [data]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            if has_invalid_chars(value):
+                return True
+        elif isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return False
+
+
+def _context_messages(body: Mapping[str, Any]) -> list[Any]:
+    """Context contents of a chat-completions request: `guardrails.context` and context messages."""
+    out = []
+    guardrails = body.get("guardrails")
+    if isinstance(guardrails, dict) and guardrails.get("context") is not None:
+        out.append(guardrails["context"])
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        out.extend(m.get("content") for m in messages if isinstance(m, dict) and m.get("role") == "context")
+    return out
+
+
+def _size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
+
+
+_CHALLENGE = {"www-authenticate": 'Bearer realm="agent-breaker"'}
+
+
+def _bearer(headers: Mapping[str, str]) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header, if the request has one."""
+    scheme, _, presented = headers.get("authorization", "").partition(" ")
+    return presented.strip() if scheme.lower() == "bearer" and presented.strip() else None
+
+
+def _route_path(scope: Mapping[str, Any]) -> str:
+    """The path the router matches: behind a root path (a proxy mount, `--root-path`) the
+    request's path starts with it."""
+    path: str = scope.get("path", "")
+    root: str = scope.get("root_path", "")
+    return path[len(root) :] if root and path.startswith(root) else path
+
+
+#: the admin routes' prefixes: the breakers, and the escalation queue
+ADMIN_PATHS = (BREAKERS_PATH, ESCALATIONS_PATH)
+
+
+def _is_admin_path(path: str) -> bool:
+    # the path the router matches (percent-decoded by the ASGI server): no spelling reaches
+    # an admin route past this check
+    return any(path == prefix or path.startswith(prefix + "/") for prefix in ADMIN_PATHS)
+
+
+def _host_name(host: str) -> str:
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1 : host.find("]")] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+async def _reply(send: Send, status: int, message: str, headers: Mapping[str, str] | None = None) -> None:
+    body = json.dumps(error_body(status, message)).encode()
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    raw += [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})

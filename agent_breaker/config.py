@@ -21,6 +21,10 @@ from ._canonical import DEFAULT_VOLATILE_FIELDS
 from ._text import normalize_name
 from .schemas import Check, SchemaError, compile_check
 
+# the store's facts: its sessions' defaults, the Redis URLs it takes (storage.url is checked by them)
+from .store.base import DEFAULT_MAX_SESSION_BYTES, DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_TTL_S
+from .store.urls import REDIS_URL_PREFIXES, REDIS_URLS_TEXT
+
 Mode = Literal["enforce", "observe", "off"]
 
 DEFAULT_MAX_ARGS_BYTES = 65_536
@@ -331,10 +335,6 @@ DEFAULT_READ_STEMS = (
 )
 
 FINGERPRINT_SECRET_ENV = "AGENT_BREAKER_FINGERPRINT_SECRET"
-
-DEFAULT_SESSION_TTL_S = 3600.0
-DEFAULT_MAX_SESSIONS = 100_000
-DEFAULT_MAX_SESSION_BYTES = 1 << 30  # the in-process sessions' memory, by their weight()
 
 
 class ConfigError(ValueError):
@@ -758,14 +758,6 @@ class ReceiptsConfig(_Frozen):
     @classmethod
     def _patterns_compile(cls, patterns: tuple[str, ...]) -> tuple[str, ...]:
         return _compiled(patterns, "reference pattern")
-
-
-#: a Redis Cluster's URL schemes (the URL names any one of its nodes), each with its one-server scheme
-CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
-#: the URL schemes of a Redis: one server, or a cluster
-REDIS_SCHEMES = ("redis", "rediss", "unix", *CLUSTER_SCHEMES)
-REDIS_URL_PREFIXES = tuple(f"{scheme}://" for scheme in REDIS_SCHEMES)
-REDIS_URLS_TEXT = ", ".join(REDIS_URL_PREFIXES[:-1]) + " or " + REDIS_URL_PREFIXES[-1]
 
 
 class StorageConfig(_Frozen):

@@ -2,9 +2,10 @@
 
 Read from the source with `ast`, not by importing: a module's imports at module level count
 (also under `if`/`try`/`with`); imports inside functions and under `if TYPE_CHECKING:` do not,
-since they run after every module has loaded (or never). Importing a submodule runs its
-parents' `__init__` too, but that is Python's doing, not an edge of ours: a module depends on a
-package only when it imports from the package itself (`from agent_breaker import Engine`).
+since they run after every module has loaded (or never). Importing `agent_breaker.store.urls`
+runs `agent_breaker/store/__init__.py` first, so it depends on that package too; not on the
+root package (every import starts there) nor on a package the importer is itself part of
+(already loading), unless it imports from it by name (`from agent_breaker import Engine`).
 """
 
 from __future__ import annotations
@@ -78,8 +79,16 @@ def import_graph() -> dict[str, set[str]]:
                 targets = [f"{base}.{alias.name}" for alias in node.names]
             for target in targets:
                 dep = owner(target)
-                if dep is not None and dep != name:
-                    deps.add(dep)
+                if dep is None:
+                    continue
+                deps.add(dep)
+                # the packages Python runs on the way to it
+                parts = dep.split(".")
+                for n in range(2, len(parts)):
+                    package = ".".join(parts[:n])
+                    if not name.startswith(package + "."):
+                        deps.add(package)
+        deps.discard(name)
         graph[name] = deps
     return graph
 
@@ -165,3 +174,9 @@ def test_the_cycle_finder_finds_a_cycle_and_ignores_type_checking_imports(tmp_pa
     assert find_cycles(import_graph()) == []
     (pkg / "c.py").write_text("from agent_breaker.a import A\nC = 3\n")
     assert find_cycles(import_graph()) == [["agent_breaker.a", "agent_breaker.sub.b", "agent_breaker.c", "agent_breaker.a"]]
+    # importing a submodule runs its package's __init__ first
+    (pkg / "c.py").write_text("C = 3\n")
+    (pkg / "sub" / "__init__.py").write_text("from agent_breaker.a import A\n")
+    (pkg / "sub" / "d.py").write_text("D = 4\n")
+    (pkg / "a.py").write_text("from agent_breaker.sub.d import D\nA = 1\n")
+    assert find_cycles(import_graph()) == [["agent_breaker.a", "agent_breaker.sub", "agent_breaker.a"]]

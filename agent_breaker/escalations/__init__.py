@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from .._extras import require
-from ..config import REDIS_URL_PREFIXES, REDIS_URLS_TEXT, AgentBreakerConfig, ConfigError
+from ..config import AgentBreakerConfig, ConfigError
 from ..store.base import without_password
+from ..store.urls import REDIS_URL_PREFIXES, REDIS_URLS_TEXT
 from .outbox import Outbox, OutboxRow
 from .records import (
     BAD_ID,

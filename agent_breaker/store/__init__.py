@@ -5,9 +5,9 @@ from __future__ import annotations
 from urllib.parse import urlparse
 
 from .._extras import require
-from ..config import REDIS_SCHEMES, REDIS_URLS_TEXT
 from .base import CorruptState, StorageError, Store
 from .memory import MemoryStore
+from .urls import REDIS_SCHEMES, REDIS_URLS_TEXT
 
 __all__ = ["CorruptState", "MemoryStore", "StorageError", "Store", "store_from_uri"]
 

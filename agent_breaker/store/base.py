@@ -9,13 +9,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 from urllib.parse import unquote, unquote_plus, urlsplit
 
 from ..breaker import BreakerState, BreakerStateName, Permission, Recorded, Transition
-from ..config import BreakerConfig
+
+if TYPE_CHECKING:  # the config imports the store's defaults: the store needs the config's types only
+    from ..config import BreakerConfig
 
 R = TypeVar("R")
+
+#: the in-process sessions' defaults (config `sessions:` starts from them)
+DEFAULT_SESSION_TTL_S = 3600.0
+DEFAULT_MAX_SESSIONS = 100_000
+DEFAULT_MAX_SESSION_BYTES = 1 << 30  # the in-process sessions' memory, by their weight()
 
 # what a caller-supplied key part may not hold as is: the escape itself, the separator, Redis
 # Cluster hash-tag braces, control characters (C0, DEL, C1) and lone surrogates

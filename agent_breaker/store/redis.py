@@ -68,10 +68,10 @@ from urllib.parse import unquote
 import redis as redis_lib
 
 from ..breaker import TRANSITIONS, BreakerState, BreakerStateName, IllegalTransition, Permission, Recorded, Transition
-from ..config import DEFAULT_MAX_SESSION_BYTES, BreakerConfig
+from ..config import BreakerConfig
 from ..session import MAX_TOOLS, SessionState, put_bounded
 from . import codec
-from .base import CorruptState, StorageError, checked_prefix, escape_key_part, without_password
+from .base import DEFAULT_MAX_SESSION_BYTES, CorruptState, StorageError, checked_prefix, escape_key_part, without_password
 from .memory import MemoryStore
 from .redis_client import REDIS_ERRORS, ClusterUnreachable, redis_client, register_script, subscriber_client
 

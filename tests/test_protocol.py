@@ -11,7 +11,7 @@ import pytest
 from agent_breaker import Engine
 from agent_breaker import heuristics as H
 from agent_breaker.events import InvalidEventError, parse_event
-from agent_breaker.protocol import BY_COLANG, KINDS, to_colang_event, to_engine_event
+from agent_breaker.protocol import BY_COLANG, KINDS, missing_fields, to_colang_event, to_engine_event
 
 ROOT = Path(__file__).resolve().parents[1]
 FLOWS = (ROOT / "rails" / "flows.co").read_text()
@@ -128,3 +128,26 @@ def test_an_invalid_event_error_keeps_its_problems_for_renaming():
     with pytest.raises(InvalidEventError) as err:
         parse_event({"type": "tool_call", "session": "s", "args": {}})
     assert err.value.renamed(lambda f: {"tool": "tool_name"}.get(f, f)) == "tool_name: Field required"
+
+
+def test_the_trace_formats_event_types_are_the_protocol_tables():
+    from typing import get_args
+
+    from agent_breaker import events
+
+    assert tuple(kind.name for kind in KINDS) == events.EVENT_TYPES
+    models = get_args(get_args(events.Event)[0])
+    assert tuple(model.model_fields["type"].default for model in models) == events.EVENT_TYPES
+
+
+def test_every_event_kind_has_its_registered_action_and_its_chat_verb():
+    from agent_breaker.actions import guards
+
+    registered = {getattr(fn, "action_meta", {}).get("name") for fn in guards.ACTIONS}
+    assert {kind.action for kind in KINDS} <= registered
+    # the chat CLI's help lists the table's verbs, and each verb reads as its kind
+    assert set(re.findall(r"(?:^commands: |\| )(\w+)", guards._CHAT_HELP)) == {kind.chat_verb for kind in KINDS}
+    lines = {"tool": "tool t {}", "result": "result t ok {}"}
+    for kind in KINDS:
+        parsed, fields = guards.parse_chat_line(lines.get(kind.chat_verb, f"{kind.chat_verb} text"))
+        assert parsed is kind and not missing_fields(kind, fields), kind.chat_verb

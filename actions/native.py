@@ -23,9 +23,9 @@ else:
     from agent_breaker.actions.guards import action, decide, deliver_incidents, verdict_line
 
 from agent_breaker._aio import without_blocking
+from agent_breaker._openai_format import parse_tool_call, read_tool_output
 from agent_breaker.engine import UNNAMED_CALL, Engine
 from agent_breaker.events import InvalidEventError
-from agent_breaker.openai_format import parse_tool_call, read_tool_output
 from agent_breaker.protocol import BY_NAME
 from agent_breaker.store import StorageError
 

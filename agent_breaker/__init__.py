@@ -7,13 +7,13 @@ if not verdict.allowed:
     return verdict.observation         # what the agent reads instead of the tool output
 """
 
+from ._outcomes import is_semantic_failure
 from .breaker import BreakerStateName, IllegalTransition
 from .clock import Clock, FakeClock, SystemClock
 from .config import AgentBreakerConfig, ConfigError, load_config, parse_config
 from .engine import Engine, log_incident
 from .events import Assistant, Final, InvalidEventError, ToolCall, ToolResult, User, parse_event
 from .guarded import guarded
-from .outcomes import is_semantic_failure
 from .receipts import ReceiptKeys
 from .store import MemoryStore, StorageError, Store, store_from_uri
 from .verdicts import BreakerIncident, Incident, ResultVerdict, Verdict

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from .replay import replay_engine, replay_lines
+    from ._replay import replay_engine, replay_lines
 
     config = load_config(args.config) if args.config else AgentBreakerConfig()
     if args.incidents:
@@ -82,11 +82,11 @@ def _started_app(root: Path, host: str, *, workers: int = 1) -> tuple[Any, list[
     With several workers a config whose guard state is in this process's memory is refused."""
     from nemoguardrails.telemetry import DeploymentTypeEnum, set_deployment_type
 
+    from ._tracing import export_from_env
     from .escalations.relay import serve_relays
     from .server import ServeError, build_app
+    from .server._transport import raise_fd_limit
     from .store.memory import MemoryStore
-    from .tracing import export_from_env
-    from .transport import raise_fd_limit
 
     set_deployment_type(DeploymentTypeEnum.API.value)
     fds = raise_fd_limit()
@@ -317,7 +317,7 @@ def _in_memory_refusal(ids: list[str], workers: int) -> str:
 
 def _demo(args: argparse.Namespace) -> int:
     require("nemoguardrails", "nemo", "agent-breaker demo (the agents run through the NeMo runtime)")
-    from .demo import format_after, format_table, run_demo
+    from ._demo import format_after, format_table, run_demo
     from .escalations import db_path, default_db_path
 
     # the demo's escalations go to a file of their own, never to the queue a relay delivers to on-call
@@ -372,8 +372,8 @@ def _report(args: argparse.Namespace) -> int:
 def _breakers(args: argparse.Namespace) -> int:
     from contextlib import ExitStack
 
-    from .admin import ADMIN_TOKEN_ENV, DEFAULT_URL, Admin, AdminError, AdminInputError, FleetAdmin, ServerAdmin, fleet_engine
-    from .admin import format_breakers as table
+    from ._admin import ADMIN_TOKEN_ENV, DEFAULT_URL, Admin, AdminError, AdminInputError, FleetAdmin, ServerAdmin, fleet_engine
+    from ._admin import format_breakers as table
     from .breaker import BreakerStateName
     from .store import StorageError
 

@@ -18,8 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from . import heuristics as H
 from ._canonical import DEFAULT_VOLATILE_FIELDS
+from ._schemas import Check, SchemaError, compile_check
 from ._text import normalize_name
-from .schemas import Check, SchemaError, compile_check
 
 # the store's facts: its sessions' defaults, the Redis URLs it takes (storage.url is checked by them)
 from .store.base import DEFAULT_MAX_SESSION_BYTES, DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_TTL_S

@@ -47,9 +47,9 @@ from pathlib import Path
 from typing import Any
 
 from agent_breaker import Engine, MemoryStore, ReceiptKeys, parse_event
+from agent_breaker._replay import replay_lines
 from agent_breaker.config import ConfigError, parse_config
 from agent_breaker.metrics import NO_METRICS, Metrics
-from agent_breaker.replay import replay_lines
 from benchmarks._harness import Run, describe_machine, percentile, percentiles, result_path, version
 from benchmarks._trace import PAYLOADS, describe_payloads, generate_trace, payload_stats
 

@@ -54,9 +54,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from agent_breaker._replay import replay_engine, replay_lines
 from agent_breaker.breaker import BreakerState, BreakerStateName, acquire, record
 from agent_breaker.config import BreakerConfig, parse_config
-from agent_breaker.replay import replay_engine, replay_lines
 from agent_breaker.store import MemoryStore
 from benchmarks._harness import Run, describe_machine, out_argument, version
 from benchmarks._trace import describe_payloads, generate_trace, payload_stats

@@ -31,9 +31,9 @@ from agent_breaker import Engine, ReceiptKeys, ToolCall, ToolResult, parse_event
 from agent_breaker import heuristics as H
 from agent_breaker._canonical import normalize_text
 from agent_breaker._json import loads
+from agent_breaker._outcomes import classify
+from agent_breaker._replay import replay_engine, replay_lines
 from agent_breaker.config import parse_config
-from agent_breaker.outcomes import classify
-from agent_breaker.replay import replay_engine, replay_lines
 from benchmarks._harness import Run, describe_machine, out_argument, percentile
 from benchmarks._trace import generate_trace
 

@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 from agent_breaker import Engine, FakeClock, ReceiptKeys
-from agent_breaker.incidents import QueuedSink, webhook
+from agent_breaker._sinks import QueuedSink, webhook
 from agent_breaker.metrics import Metrics
 from benchmarks._harness import Run, describe_machine, out_argument, percentiles, tests_module
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from conftest import OUTAGE, REDIS_URL, redis_or_skip, run
 
-from agent_breaker.admin import breaker_rows, format_breakers
+from agent_breaker._admin import breaker_rows, format_breakers
 from agent_breaker.breaker import BreakerStateName as S
 
 httpx = pytest.importorskip("httpx")

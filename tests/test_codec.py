@@ -6,9 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent_breaker.breaker import BreakerState, BreakerStateName
-from agent_breaker.receipts import HashPool, Ledger
-from agent_breaker.session import (
+from agent_breaker._state import (
     MAX_CHURN_CHAINS,
     MAX_VALUES,
     Answer,
@@ -22,8 +20,10 @@ from agent_breaker.session import (
     SessionState,
     Spend,
 )
+from agent_breaker._windows import BucketWindow
+from agent_breaker.breaker import BreakerState, BreakerStateName
+from agent_breaker.receipts import HashPool, Ledger
 from agent_breaker.store import codec
-from agent_breaker.windows import BucketWindow
 
 ids = st.text(st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=12)
 u32 = st.integers(0, 2**32 - 1)

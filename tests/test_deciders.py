@@ -9,6 +9,9 @@ from typing import Any
 import pytest
 
 from agent_breaker._canonical import Fingerprinter
+from agent_breaker._outcomes import classify
+from agent_breaker._policy import Policies, Policy
+from agent_breaker._state import SessionState
 from agent_breaker.breaker import BreakerStateName, Permission
 from agent_breaker.config import parse_config
 from agent_breaker.engine._decide import (
@@ -25,10 +28,7 @@ from agent_breaker.engine._decide import (
 )
 from agent_breaker.engine._facts import TOOL, call_facts, result_facts
 from agent_breaker.events import ToolCall, ToolResult
-from agent_breaker.outcomes import classify
-from agent_breaker.policy import Policies, Policy
 from agent_breaker.receipts import ReceiptKeys
-from agent_breaker.session import SessionState
 from agent_breaker.store.codec import encode
 
 FP = Fingerprinter(b"k" * 32)

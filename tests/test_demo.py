@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("nemoguardrails")
 
-from agent_breaker.demo import format_table, run_demo
+from agent_breaker._demo import format_table, run_demo
 
 
 def test_the_demo_cuts_the_runaways_and_leaves_the_legitimate_agents_alone():

@@ -145,8 +145,8 @@ def test_excerpts_only_for_a_tenant_that_opted_in(make_engine, clock, queue):
 def test_replay_hands_no_one_a_case(tmp_path, monkeypatch):
     import json
 
+    from agent_breaker._replay import replay_engine, replay_lines
     from agent_breaker.config import AgentBreakerConfig
-    from agent_breaker.replay import replay_engine, replay_lines
 
     db = tmp_path / "replay.db"
     monkeypatch.setenv("AGENT_BREAKER_ESCALATIONS_DB", str(db))

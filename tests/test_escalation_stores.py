@@ -26,6 +26,7 @@ import pytest
 from conftest import REDIS_URL, redis_or_skip
 from test_escalations import NOW, TRIP, cli, escalation
 
+from agent_breaker._sinks import Undeliverable
 from agent_breaker.config import ConfigError, parse_config
 from agent_breaker.escalations import (
     AlreadyResolved,
@@ -41,7 +42,6 @@ from agent_breaker.escalations import (
     store_location,
 )
 from agent_breaker.escalations.redis import GROUP
-from agent_breaker.incidents import Undeliverable
 
 redis_lib = pytest.importorskip("redis")
 

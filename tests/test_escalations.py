@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from agent_breaker._sinks import slack_text
 from agent_breaker.config import ConfigError, parse_config
 from agent_breaker.escalations import (
     Escalation,
@@ -32,7 +33,6 @@ from agent_breaker.escalations import (
     escalation_key,
 )
 from agent_breaker.escalations.relay import incidents_only, sink_targets
-from agent_breaker.incidents import slack_text
 
 ROOT = Path(__file__).resolve().parents[1]
 NOW = 1_767_225_600.0

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from agent_breaker import AgentBreakerConfig
-from agent_breaker.replay import replay_engine, replay_lines
+from agent_breaker._replay import replay_engine, replay_lines
 
 TRACES = Path(__file__).resolve().parent / "traces"
 GOLDEN = Path(__file__).resolve().parent / "golden"

@@ -11,8 +11,8 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
+from agent_breaker import _policy as policy
 from agent_breaker import heuristics as H
-from agent_breaker import policy
 from agent_breaker.config import AgentBreakerConfig, ConfigError, parse_config
 
 ROOT = Path(__file__).resolve().parents[1]

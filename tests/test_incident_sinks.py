@@ -15,8 +15,8 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent_breaker import Engine, ReceiptKeys
+from agent_breaker._sinks import QueuedSink, close_all, json_lines, sinks_for, slack_text, webhook
 from agent_breaker.config import INCIDENT_WEBHOOK_ENV, ConfigError, IncidentsConfig, parse_config
-from agent_breaker.incidents import QueuedSink, close_all, json_lines, sinks_for, slack_text, webhook
 from agent_breaker.metrics import Metrics
 
 SECRET = "SECRET-PAYLOAD-5d81e2"
@@ -243,8 +243,8 @@ def test_slack_text_is_text_not_markup():
 
 
 def test_replay_and_report_never_page_on_call(monkeypatch, tmp_path):
+    from agent_breaker._replay import replay_engine, replay_lines
     from agent_breaker.config import AgentBreakerConfig
-    from agent_breaker.replay import replay_engine, replay_lines
     from agent_breaker.report import observe
 
     trace = [

@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 from _proxy import TcpProxy
 
+from agent_breaker._sinks import json_lines
 from agent_breaker.escalations import Escalation, InvalidEscalation, Relay, Spend, SqliteEscalations, ToolOutcome
 from agent_breaker.escalations.relay import with_key
-from agent_breaker.incidents import json_lines
 
 pika = pytest.importorskip("pika")
 

@@ -9,12 +9,11 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from agent_breaker import AgentBreakerConfig, outcomes
+from agent_breaker import AgentBreakerConfig
+from agent_breaker import _outcomes as outcomes
 from agent_breaker._canonical import Canonicalizer
 from agent_breaker._churn import ChurnMask
-from agent_breaker.config import DEFAULT_AUTO_REPLY_PATTERNS, parse_config
-from agent_breaker.events import parse_event
-from agent_breaker.outcomes import (
+from agent_breaker._outcomes import (
     carries_content,
     classify,
     failure_kind,
@@ -24,7 +23,9 @@ from agent_breaker.outcomes import (
     is_semantic_failure,
     names_dependency_failure,
 )
-from agent_breaker.policy import auto_reply_matcher
+from agent_breaker._policy import auto_reply_matcher
+from agent_breaker.config import DEFAULT_AUTO_REPLY_PATTERNS, parse_config
+from agent_breaker.events import parse_event
 
 CFG = AgentBreakerConfig()
 

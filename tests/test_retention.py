@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent_breaker import MemoryStore
+from agent_breaker._state import MAX_KEYS, MAX_SEEN
 from agent_breaker.receipts import HashPool
-from agent_breaker.session import MAX_KEYS, MAX_SEEN
 
 SECRETS = [
     "SELECT ssn FROM patients WHERE name = 'Alice Example'",

@@ -10,7 +10,7 @@ from conftest import OUTAGE, call, result, run
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agent_breaker import BreakerStateName, ConfigError, parse_config
-from agent_breaker.schemas import compile_check
+from agent_breaker._schemas import compile_check
 
 SECRET = "SECRET-VALUE-0c4e"
 

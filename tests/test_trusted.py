@@ -10,8 +10,8 @@ import uuid
 import pytest
 from conftest import call, final, result, run, user
 
+from agent_breaker._replay import replay_engine, replay_lines
 from agent_breaker.config import ConfigError, parse_config
-from agent_breaker.replay import replay_engine, replay_lines
 
 FAILED_TRANSFER = {"to": "ACC-2291", "amount": 500}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent_breaker.windows import BucketWindow
+from agent_breaker._windows import BucketWindow
 
 T0 = 1_000_000.0
 

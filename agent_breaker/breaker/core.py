@@ -16,7 +16,7 @@ import random
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from ..windows import BucketWindow
+from .._windows import BucketWindow
 from .states import BreakerStateName as S
 from .states import check_transition
 

@@ -11,9 +11,9 @@ tool leaves its chains: parallel runs of one task, which go on to real work, are
 
 from __future__ import annotations
 
+from .._state import MAX_CHURN_CHAINS, MAX_CHURN_MEMBERS, ChurnChain, ChurnView
 from ..config import AgentBreakerConfig
 from ..heuristics import SESSION_CHURN
-from ..session import MAX_CHURN_CHAINS, MAX_CHURN_MEMBERS, ChurnChain, ChurnView
 from ..verdicts import Trip
 
 #: the argument values of a call without any: the tool alone is what stays

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from .._state import MAX_TURNS, SessionState
 from ..config import AgentBreakerConfig
 from ..heuristics import AGENT_DEADLOCK, SEMANTIC_ECHO
-from ..session import MAX_TURNS, SessionState
 from ..verdicts import Trip
 from .base import similarity
 

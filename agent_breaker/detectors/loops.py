@@ -9,19 +9,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..config import AgentBreakerConfig
-from ..heuristics import (
-    DUPLICATE_MUTATION,
-    EARLY_RETRY,
-    IDENTICAL_CALL,
-    IDENTICAL_FAILURE,
-    NEAR_DUPLICATE,
-    OSCILLATION,
-    SAME_ANSWER,
-    STUCK_POLLING,
-)
-from ..outcomes import Outcome
-from ..session import (
+from .._outcomes import Outcome
+from .._state import (
     FAILED,
     MAX_ANSWER_KEYS,
     MAX_CHAINS,
@@ -35,6 +24,17 @@ from ..session import (
     Pending,
     SessionState,
     put_bounded,
+)
+from ..config import AgentBreakerConfig
+from ..heuristics import (
+    DUPLICATE_MUTATION,
+    EARLY_RETRY,
+    IDENTICAL_CALL,
+    IDENTICAL_FAILURE,
+    NEAR_DUPLICATE,
+    OSCILLATION,
+    SAME_ANSWER,
+    STUCK_POLLING,
 )
 from ..verdicts import Trip
 from .base import similarity

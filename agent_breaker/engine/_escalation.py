@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from .. import heuristics as H
 from .._canonical import Fingerprinter
+from .._state import SessionState, Spend
 from .._text import normalize_text
 from ..config import AgentBreakerConfig, ConfigError
 from ..detectors.base import Trip
@@ -19,7 +20,6 @@ from ..escalations import AlreadyResolved, EscalationError, EscalationStore, Too
 from ..escalations import Escalation as _Escalation
 from ..escalations import Spend as EscalationSpend
 from ..events import Final, ToolCall
-from ..session import SessionState, Spend
 from ..store import StorageError, Store
 from ._facts import AnyEvent, Step
 

@@ -7,8 +7,8 @@ tool view), then decides purely on the session's state in one store update (`_de
 shared store may run again on a compare-and-set conflict, so it touches nothing else), then
 applies what the decision asked for outside the session (a breaker outcome, a released probe,
 the tool views, an escalation) and tells the listeners (`_instrument`). Policy resolution lives
-in `policy.py`, result classification in `outcomes.py`, the storage-failure policy in
-`failure_policy.py`.
+in `_policy.py`, result classification in `_outcomes.py`, the storage-failure policy in
+`_storage_failure.py`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,13 @@ from typing import Any, Literal, TypeVar, cast
 
 from .. import heuristics as H
 from .._canonical import Fingerprinter
+from .._outcomes import FailurePredicate, classify
+from .._policy import CONFIRMATION, Policies, Policy
+from .._sinks import sinks_for
+from .._state import CallFacts, SessionState
+from .._storage_failure import storage_unavailable
 from .._text import normalize_name, normalize_text
+from .._tracing import configured_tracer
 from ..breaker import BreakerState, BreakerStateName, Transition
 from ..breaker.states import MANUAL_STATES
 from ..clock import Clock, SystemClock
@@ -31,18 +37,12 @@ from ..config import FINGERPRINT_SECRET_ENV, AgentBreakerConfig, ConfigError, pa
 from ..detectors.base import Trip
 from ..escalations import EscalationStore
 from ..events import Assistant, Final, InvalidEventError, ToolCall, ToolResult, User, parse_event, parse_typed
-from ..failure_policy import storage_unavailable
 from ..governor import budget
-from ..incidents import sinks_for
 from ..metrics import Metrics
 from ..metrics import shared as shared_metrics
-from ..outcomes import FailurePredicate, classify
-from ..policy import CONFIRMATION, Policies, Policy
 from ..receipts import ReceiptKeys, verify
-from ..session import CallFacts, SessionState
 from ..store import MemoryStore, StorageError, Store, store_from_uri
 from ..store.base import key_parts, split_key
-from ..tracing import configured_tracer
 from ..verdicts import ALLOW, ResultVerdict, Verdict, verdict_for
 from . import _fallback
 from ._decide import (

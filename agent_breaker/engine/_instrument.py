@@ -14,14 +14,14 @@ from collections.abc import Callable, Iterable
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from .. import heuristics as H
+from .._state import SessionState
+from .._tracing import attributes
 from ..breaker import BreakerStateName, Transition
 from ..breaker import core as breaker_core
 from ..config import AgentBreakerConfig
 from ..detectors.base import Trip
 from ..events import InvalidEventError
 from ..metrics import Metrics
-from ..session import SessionState
-from ..tracing import attributes
 from ..verdicts import BreakerIncident, Incident, ResultVerdict, Verdict
 from ._facts import AnyEvent
 

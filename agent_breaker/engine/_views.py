@@ -10,11 +10,11 @@ from collections import OrderedDict
 
 from .. import heuristics as H
 from .._canonical import Fingerprinter
+from .._outcomes import Outcome
+from .._policy import Policy
+from .._state import ChurnView, SessionState
 from ..detectors.base import Trip
 from ..events import ToolResult
-from ..outcomes import Outcome
-from ..policy import Policy
-from ..session import ChurnView, SessionState
 from ..store import StorageError, Store
 from ._decide import ViewChange, schema_violation
 from ._facts import MEMBER, TENANT_SEPARATOR, view_key_of

@@ -27,8 +27,8 @@ import time
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import IO, Any
 
+from .._sinks import Undeliverable, json_lines, webhook
 from ..config import AgentBreakerConfig, IncidentsConfig
-from ..incidents import Undeliverable, json_lines, webhook
 from .outbox import Outbox, OutboxRow
 
 log = logging.getLogger("agent_breaker.escalations.relay")

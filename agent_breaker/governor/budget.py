@@ -8,6 +8,8 @@ more model call to read its result.
 
 from __future__ import annotations
 
+from .._state import MAX_TOOLS, SessionState, put_bounded
+from .._windows import BucketWindow
 from ..config import AgentBreakerConfig
 from ..heuristics import (
     BUDGET_SOFT_LIMIT,
@@ -19,9 +21,7 @@ from ..heuristics import (
     TOKEN_VELOCITY,
     TOOL_TOKEN_BUDGET,
 )
-from ..session import MAX_TOOLS, SessionState, put_bounded
 from ..verdicts import Trip
-from ..windows import BucketWindow
 
 _FINISH = "Stop calling tools and write your final answer from what you already have."
 

@@ -49,10 +49,10 @@ from pydantic import BaseModel  # noqa: E402
 
 from .. import heuristics as H  # noqa: E402
 from .._aio import without_blocking  # noqa: E402
+from .._openai_format import latest_tool_calls, parse_tool_call, read_tool_output, tool_names  # noqa: E402
 from ..config import load_config  # noqa: E402
 from ..engine import Engine  # noqa: E402
 from ..events import InvalidEventError, is_id  # noqa: E402
-from ..openai_format import latest_tool_calls, parse_tool_call, read_tool_output, tool_names  # noqa: E402
 from ..verdicts import Verdict, observation  # noqa: E402
 
 log = logging.getLogger("agent_breaker.integrations.litellm")

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import heuristics as H
+from .._replay import Replayer, _SessionReplay, replay_engine
 from ..config import AgentBreakerConfig
 from ..events import Assistant, ToolCall
-from ..replay import Replayer, _SessionReplay, replay_engine
 
 SEVERITIES = ("warn", "block")
 

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from ..actions.guards import set_max_context_events
-from ..transport import Transport, TransportError
 from ._auth import ALL_TENANTS, API_TOKEN_ENV, API_TOKENS_FILE_ENV, Tokens, admin_token, generated_token, token_file
 from ._colang import ColangThread, ServedConfigs
 from ._errors import ServeError
@@ -25,6 +24,7 @@ from ._routes import (
     install_metrics_endpoint,
     keep_only_served_routes,
 )
+from ._transport import Transport, TransportError
 
 
 @contextlib.contextmanager

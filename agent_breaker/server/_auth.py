@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..admin import ADMIN_TOKEN_ENV
+from .._admin import ADMIN_TOKEN_ENV
 from ._errors import ServeError
 
 API_TOKEN_ENV = "AGENT_BREAKER_API_TOKEN"

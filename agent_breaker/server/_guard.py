@@ -18,14 +18,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from .._admin import ADMIN_TOKEN_ENV, BAD_TOOL, BREAKERS_PATH
 from .._text import has_invalid_chars
 from ..actions.guards import CALLER_LABELS, CALLER_TENANT, MAX_CONTEXT_EVENTS, context_events
-from ..admin import ADMIN_TOKEN_ENV, BAD_TOOL, BREAKERS_PATH
 from ..escalations import BAD_ID, ESCALATIONS_PATH
-from ..transport import Transport
 from ._auth import ALL_TENANTS, METRICS_TOKEN_ENV, Tokens, TokenScope
 from ._errors import ServeError, error_body
 from ._paths import CHAT_PATH, CHECK_PATH, DEFAULT_CONFIG_ID, EVENTS_PATH, METRICS_PATH
+from ._transport import Transport
 
 if TYPE_CHECKING:
     from ._colang import ServedConfigs

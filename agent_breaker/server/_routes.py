@@ -16,8 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .. import heuristics as H
 from .. import metrics
+from .._admin import BREAKERS_PATH, AdminInputError, breaker_rows, checked_tenant, checked_tool, force, operator_state
 from ..actions.guards import CALLER_TENANT, label_problem
-from ..admin import BREAKERS_PATH, AdminInputError, breaker_rows, checked_tenant, checked_tool, force, operator_state
 from ..engine import Engine
 from ..escalations import (
     ESCALATIONS_PATH,

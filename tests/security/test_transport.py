@@ -18,7 +18,7 @@ pytest.importorskip("nemoguardrails")
 
 from _server import TOKEN, Server, call, served_with_tenants  # noqa: E402
 
-from agent_breaker.transport import Transport, TransportError, default_max_connections  # noqa: E402
+from agent_breaker.server._transport import Transport, TransportError, default_max_connections  # noqa: E402
 
 ACME = "acme-token-" + "b" * 24
 GLOBEX = "globex-token-" + "c" * 24

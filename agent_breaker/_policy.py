@@ -9,16 +9,16 @@ from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
 
+from . import _schemas as schemas
 from . import heuristics as H
-from . import schemas
 from ._canonical import Canonicalizer, Fingerprinter, normalize_key
 from ._churn import ChurnMask, is_timing_key
+from ._state import CallFacts, SessionState
 from ._text import caseless_matcher
 from .config import DEFAULT_AUTO_REPLY_PATTERNS, AgentBreakerConfig, Mode
 from .detectors import loops
 from .governor import budget
 from .receipts import ClaimChecker
-from .session import CallFacts, SessionState
 from .verdicts import Trip
 
 RESULT_MAX_BYTES = 16 * 1024 * 1024

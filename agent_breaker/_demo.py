@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ._replay import Replayer
 from .clock import FakeClock
-from .replay import Replayer
 
 if TYPE_CHECKING:
     from .engine import Engine

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from _cluster import Cluster
+from hypothesis import settings
 
 os.environ.setdefault("NEMO_GUARDRAILS_NO_USAGE_STATS", "1")
 # shared (Redis) configs need one fingerprint secret per fleet; worker processes inherit it
@@ -23,6 +24,25 @@ os.environ.pop("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", None)
 
 from agent_breaker import Engine, FakeClock, ReceiptKeys
 from agent_breaker.verdicts import BreakerIncident, Incident
+
+#: Hypothesis profiles, chosen by $HYPOTHESIS_PROFILE: `quick` (the default, for every change) runs
+#: each property test's own example count (Hypothesis's 100 where it names none) under the 200 ms
+#: deadline; `ci` runs EXAMPLES_SCALE["ci"] times as many, with no deadline (a loaded CI machine is
+#: slow, not wrong). A test names its quick count through `examples(n)`, so both scale alike.
+EXAMPLES_SCALE = {"quick": 1, "ci": 5}
+HYPOTHESIS_PROFILE = os.environ.get("HYPOTHESIS_PROFILE") or "quick"
+settings.register_profile("quick", max_examples=100)
+settings.register_profile("ci", max_examples=100 * EXAMPLES_SCALE["ci"], deadline=None)
+settings.load_profile(HYPOTHESIS_PROFILE)  # an unknown name fails here, naming the profiles
+
+
+def examples(quick: int) -> int:
+    """A property test's example count under the loaded profile: `quick` runs, scaled."""
+    return quick * EXAMPLES_SCALE.get(HYPOTHESIS_PROFILE, 1)
+
+
+#: a property test running more examples than this (quick profile) is in the slow tier
+SLOW_EXAMPLES = 100
 
 SESSION = "s1"
 #: the Redis the contract suite runs on (.ci/run starts one on loopback if none answers)
@@ -234,6 +254,7 @@ def pytest_collection_modifyitems(config, items):
             item.module.__name__.rpartition(".")[2] in SLOW_MODULES
             or SLOW_FIXTURES & set(item.fixturenames)
             or "cluster" in params.values()
-            or (long_property is not None and long_property.max_examples > 100)
+            # judged by the quick count whatever the profile: the tiers hold the same tests
+            or (long_property is not None and long_property.max_examples > examples(SLOW_EXAMPLES))
         ):
             item.add_marker(slow)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 import uuid
 
-from conftest import REDIS_URL, redis_or_skip
+from conftest import REDIS_URL, examples, redis_or_skip
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -233,7 +233,7 @@ class BreakerMachine(RuleBasedStateMachine):
 
 
 BreakerMachine.TestCase.settings = settings(
-    max_examples=200,
+    max_examples=examples(200),
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
@@ -260,7 +260,7 @@ class RedisBreakerMachine(BreakerMachine):
 
 
 RedisBreakerMachine.TestCase.settings = settings(
-    max_examples=60,
+    max_examples=examples(60),
     stateful_step_count=30,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],

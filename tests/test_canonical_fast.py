@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 import pytest
+from conftest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -343,7 +344,9 @@ CONFIGS = [
     dict(max_bytes=300, max_depth=3, fold=True),
 ]
 PAIRS = [(OracleCanonicalizer(DEFAULT_VOLATILE_FIELDS, **c), Canonicalizer(DEFAULT_VOLATILE_FIELDS, **c)) for c in CONFIGS]  # type: ignore[arg-type]
-SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = settings(
+    max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 
 
 @pytest.mark.parametrize("pair", PAIRS, ids=[f"fold={c['fold']}-depth={c['max_depth']}" for c in CONFIGS])
@@ -356,7 +359,7 @@ def test_canonical_is_the_oracles_text_or_error(pair: tuple[OracleCanonicalizer,
     assert outcome(new, value) == expected  # again, with what the first call learnt of its keys
 
 
-@settings(SETTINGS, max_examples=100)
+@settings(SETTINGS, max_examples=examples(100))
 @given(value=values, seen=st.lists(values, max_size=3))
 def test_a_fresh_canonicalizer_gives_the_same_after_any_history(value: Any, seen: list[Any]) -> None:
     for config in CONFIGS:
@@ -460,7 +463,7 @@ def test_tokens_and_shapes_are_the_oracles(text: str) -> None:
     assert new.shapes(text) == oracle.shapes(text)
 
 
-@settings(SETTINGS, max_examples=100)
+@settings(SETTINGS, max_examples=examples(100))
 @given(parts=st.lists(texts, max_size=4))
 def test_hash64_is_the_keyed_blake2b_of_its_parts(parts: list[str]) -> None:
     key = hashlib.blake2b(b"secret", digest_size=32, person=b"ab-fprint").digest()

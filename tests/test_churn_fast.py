@@ -11,6 +11,7 @@ import string
 from collections.abc import Iterable
 
 import pytest
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -275,25 +276,25 @@ def canonical(value: object) -> str:
 # ---- the tests ----
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.text(st.characters(exclude_categories=())))
 def test_any_text_is_masked_as_before(text):
     assert_same(text)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(piece_joins)
 def test_text_made_of_the_patterns_pieces_is_masked_as_before(text):
     assert_same(text)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.text(':0123456789.-Tms xZ+#&[]ref="\\aAbcdEF_ ', max_size=60))
 def test_text_dense_with_the_patterns_characters_is_masked_as_before(text):
     assert_same(text)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.dictionaries(keys, json_values, max_size=8))
 def test_canonical_results_are_masked_as_before(result):
     assert_same(canonical(result))

@@ -3,6 +3,7 @@ one encoding: the Redis script's."""
 
 from __future__ import annotations
 
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -187,7 +188,7 @@ def sessions(draw) -> SessionState:
     )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(sessions())
 def test_every_field_of_every_slice_survives_the_encoding(s):
     decoded = codec.decode(codec.encode(s))

@@ -6,6 +6,7 @@ import json
 import math
 from typing import Any
 
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -40,7 +41,7 @@ def same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-@settings(max_examples=400)
+@settings(max_examples=examples(400))
 @given(values, st.booleans())
 def test_a_document_reads_the_same(value: Any, ascii_only: bool):
     text = json.dumps(value, ensure_ascii=ascii_only)
@@ -49,7 +50,7 @@ def test_a_document_reads_the_same(value: Any, ascii_only: bool):
     assert kind == want_kind and same(got, want)
 
 
-@settings(max_examples=400)
+@settings(max_examples=examples(400))
 @given(st.text(alphabet=st.sampled_from(list('{}[]",:0123456789.eE+-truefalsnNaI \\u"d8') + ["\ud800", "é", "\x00"])))
 def test_any_text_reads_or_fails_the_same(text: str):
     kind, got = outcome(_json.loads, text)

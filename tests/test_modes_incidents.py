@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 
-from conftest import FakeClock, call, final, result, run, user
+from conftest import FakeClock, call, examples, final, result, run, user
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -183,7 +183,7 @@ def _replay(engine: Engine, steps: list[tuple]) -> list[tuple]:
     return seen
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(config=st.sampled_from(WITHOUT_NEAR_DUPLICATE), steps=_steps)
 @example(config=WITHOUT_NEAR_DUPLICATE[0], steps=_RETRIED_VARIANTS)
 def test_fingerprints_not_taken_for_near_duplicate_off_change_no_decision(keys, config, steps):

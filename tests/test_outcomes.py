@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from conftest import examples
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -339,7 +340,7 @@ _FRAGMENTS = [
 ]
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=examples(1500), deadline=None)
 @given(st.one_of(st.lists(st.sampled_from(_FRAGMENTS), max_size=12).map("".join), st.text(max_size=60)))
 @example("x" * (outcomes._SCANNED_CHARS - 2) + " 503")  # past the scanned part: not read
 @example("x" * (outcomes._SCANNED_CHARS - 4) + " 503")
@@ -391,7 +392,7 @@ _TURN_FRAGMENTS = [
 ]
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=examples(1500), deadline=None)
 @given(st.one_of(st.lists(st.sampled_from(_TURN_FRAGMENTS), max_size=12).map("".join), st.text(max_size=60)))
 def test_auto_replies_are_found_as_by_the_old_patterns(text: str):
     matcher = auto_reply_matcher(DEFAULT_AUTO_REPLY_PATTERNS)

@@ -16,7 +16,7 @@ import re
 import string
 
 import pytest
-from conftest import SESSION, call, final, result, run, user
+from conftest import SESSION, call, examples, final, result, run, user
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -166,7 +166,7 @@ def test_the_reference_strategy_knows_the_standards_the_pattern_ignores():
     assert {"ISO", "PEP", "UTF", "AES"} <= _STANDARDS
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(token=_REFERENCE_TOKEN)
 def test_any_reference_no_tool_returned_is_rejected(token):
     clock = FakeClock(1_000_000.0)
@@ -463,7 +463,7 @@ def test_verify_receipt_rejects_a_different_result_payload(minted):
     assert (ok, reason) == (False, "result does not match the receipted one")
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(amount=st.integers(min_value=-(10**12), max_value=10**12).filter(lambda n: n != 5000))
 def test_verify_receipt_rejects_any_other_amount(amount):
     keys = ReceiptKeys("k1", {"k1": b"k" * 32})
@@ -905,7 +905,7 @@ def test_names_of_standards_in_an_honest_answer_are_not_references(engine, clock
 _ID_TEXT = st.text(alphabet="ABXISOab19-_ .é\u00c9\u0661", max_size=40)
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=examples(3000), deadline=None)
 @given(_ID_TEXT)
 def test_reading_ids_from_their_dashes_finds_what_the_patterns_find(text):
     """References are found from each dash before digits (fast), never differently from a scan
@@ -1016,13 +1016,13 @@ _IDS_IN_TEXT = st.lists(st.tuples(_GLUE, st.one_of(_ID, _ID, _PROSE)), max_size=
 )
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(_IDS_IN_TEXT)
 def test_ids_in_json_and_prose_are_read_as_before(text):
     assert_read_as_before(text)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(st.text(max_size=80))
 def test_any_text_is_read_as_before(text):
     assert_read_as_before(text)
@@ -1063,7 +1063,7 @@ def test_a_plain_id_is_read_from_its_dash_context():
     assert checker._shipped_references('{"id":"SKU-26214"}') not in (None, set())
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=examples(1000), deadline=None)
 @given(st.lists(st.sampled_from(["AB", "X", "a", " ", "_", "  ", "123", "9", "\u0663\u0664\u0665", "\u0663", "\u00e9", "-"])))
 def test_the_shape_of_a_text_rules_out_no_spaced_id(parts):
     """The spaced-id rewrite is skipped only where its own pattern finds nothing."""
@@ -1100,7 +1100,7 @@ _CLAIM_FRAGMENTS = [p for p, _ in _CLAIM_CHECKERS[0]._phrase_patterns] + [
 ]
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=examples(1000), deadline=None)
 @given(st.one_of(st.lists(st.sampled_from(_CLAIM_FRAGMENTS), max_size=14).map("".join), st.text(max_size=80)))
 def test_claim_phrases_are_found_as_by_the_old_patterns(text: str):
     new, old = _CLAIM_CHECKERS

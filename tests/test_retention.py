@@ -6,7 +6,7 @@ import dataclasses
 import math
 
 import pytest
-from conftest import call, result, run, say, size_test, user
+from conftest import call, examples, result, run, say, size_test, user
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -195,7 +195,7 @@ def test_the_sessions_byte_budget_is_config(make_engine):
         parse_config({"sessions": {"max_bytes": 1000}})
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     cap=st.integers(1, 64),
     batches=st.lists(st.lists(st.integers(0, 2**64 - 1) | st.integers(0, 40), max_size=80), max_size=12),

@@ -6,6 +6,7 @@ from __future__ import annotations
 from urllib.parse import unquote
 
 import pytest
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -33,7 +34,7 @@ def hash_tag(key: str) -> str:
 
 
 @given(st.lists(TEXT, unique=True, max_size=40))
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 def test_escaping_is_injective(parts):
     escaped = [escape_key_part(p) for p in parts]
     assert len(set(escaped)) == len(parts)
@@ -43,13 +44,13 @@ def test_escaping_is_injective(parts):
 
 
 @given(st.lists(st.tuples(TEXT, TEXT), unique=True, max_size=40))
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 def test_joined_key_parts_are_injective(pairs):
     assert len({key_parts(*pair) for pair in pairs}) == len(pairs)
 
 
 @given(st.lists(TEXT, unique=True, min_size=1, max_size=20))
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 def test_every_redis_key_keeps_one_balanced_hash_tag_and_no_two_keys_meet(keys):
     s = store()
     try:

@@ -13,12 +13,12 @@ from . import _schemas as schemas
 from . import heuristics as H
 from ._canonical import Canonicalizer, Fingerprinter, normalize_key
 from ._churn import ChurnMask, is_timing_key
+from ._claims import ClaimChecker
 from ._state import CallFacts, SessionState
 from ._text import caseless_matcher
 from .config import DEFAULT_AUTO_REPLY_PATTERNS, AgentBreakerConfig, Mode
 from .detectors import loops
 from .governor import budget
-from .receipts import ClaimChecker
 from .verdicts import Trip
 
 RESULT_MAX_BYTES = 16 * 1024 * 1024

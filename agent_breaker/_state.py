@@ -12,9 +12,9 @@ import struct
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ._ledger import Ledger
 from ._windows import BucketWindow
 from .breaker import BreakerState
-from .receipts import Ledger
 
 # caps on per-session collections: together they bound a session's stored size (the codec's
 # test builds the largest session these allow; see README "Sessions and what is kept")

@@ -7,6 +7,7 @@ from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agent_breaker._ledger import HashPool, Ledger
 from agent_breaker._state import (
     MAX_CHURN_CHAINS,
     MAX_VALUES,
@@ -23,7 +24,6 @@ from agent_breaker._state import (
 )
 from agent_breaker._windows import BucketWindow
 from agent_breaker.breaker import BreakerState, BreakerStateName
-from agent_breaker.receipts import HashPool, Ledger
 from agent_breaker.store import codec
 
 ids = st.text(st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=12)

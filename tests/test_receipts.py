@@ -20,7 +20,7 @@ from conftest import SESSION, call, examples, final, result, run, user
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent_breaker import BreakerStateName, ConfigError, Engine, FakeClock, ReceiptKeys, ResultVerdict, Verdict, receipts
+from agent_breaker import BreakerStateName, ConfigError, Engine, FakeClock, ReceiptKeys, ResultVerdict, Verdict, _claims, receipts
 from agent_breaker._canonical import Fingerprinter
 from agent_breaker._text import fold_text, normalize_text
 from agent_breaker.cli import main as cli_main
@@ -912,11 +912,11 @@ def test_reading_ids_from_their_dashes_finds_what_the_patterns_find(text):
     of the whole text with the pattern: the shipped reference pattern and the caseless one."""
     default = re.compile(DEFAULT_REFERENCE_PATTERNS[0])
     pairs = [
-        (receipts._DEFAULT_DASH, default, receipts._ASCII_UPPER),
-        (receipts._CASELESS_DASH, receipts._CASELESS_CANDIDATE, receipts._ASCII_LETTERS),
+        (_claims._DEFAULT_DASH, default, _claims._ASCII_UPPER),
+        (_claims._CASELESS_DASH, _claims._CASELESS_CANDIDATE, _claims._ASCII_LETTERS),
     ]
     for dash, pattern, letters in pairs:
-        led = [(m.start(), m.group()) for m in receipts._led_by_dash(text, dash, pattern, letters)]
+        led = [(m.start(), m.group()) for m in _claims._led_by_dash(text, dash, pattern, letters)]
         assert led == [(m.start(), m.group()) for m in pattern.finditer(text)]
 
 
@@ -924,8 +924,8 @@ def test_reading_ids_from_their_dashes_finds_what_the_patterns_find(text):
 # `ids_in` (once `references_in`) as it was before it read ids from the context of each dash,
 # copied as the oracle; one deliberate change since: a space for the dash makes no id of a
 # quantity (a decimal or thousands part follows: "TX 1500.00") nor of an amount after a currency
-# code ("USD 1500"), the codes listed in receipts._CURRENCIES
-_BEFORE_SPACED_ID = re.compile(rf"\b(?!(?:{receipts._CURRENCIES})\b)(?=([A-Z]{{2,}}))\1[ _]+(\d{{3,}})\b(?![.,]\d)")
+# code ("USD 1500"), the codes listed in _claims._CURRENCIES
+_BEFORE_SPACED_ID = re.compile(rf"\b(?!(?:{_claims._CURRENCIES})\b)(?=([A-Z]{{2,}}))\1[ _]+(\d{{3,}})\b(?![.,]\d)")
 _BEFORE_SPACED_GATE = re.compile(r"[A-Z][ _]+\d{3}")
 _BEFORE_NOT_ALNUM = re.compile(r"[^0-9a-z]+")
 _BEFORE_CASELESS_CANDIDATE = re.compile(r"\b(?=([A-Za-z]+))\1-\d{5,}\b")
@@ -968,7 +968,7 @@ def digit_runs_of(text, *, alone=False):
 _CUSTOM_PATTERNS = (r"\bINV-\d{4,}\b", r"(?i)\border[ #]?\d{5}\b", r"\b[A-Z]{2}_\d{3}\b", r"\d{3}")
 # one checker of each config for all examples: what its caches remember carries over
 _CHECKERS = {
-    patterns: receipts.ClaimChecker(parse_config({"receipts": {"reference_patterns": list(patterns)}}), _FINGERPRINTS)
+    patterns: _claims.ClaimChecker(parse_config({"receipts": {"reference_patterns": list(patterns)}}), _FINGERPRINTS)
     for patterns in (DEFAULT_REFERENCE_PATTERNS, _CUSTOM_PATTERNS)
 }
 
@@ -1048,8 +1048,8 @@ def test_edge_cases_are_read_as_before(text):
 
 
 def test_a_full_cache_is_emptied_and_ids_are_still_read_as_before(monkeypatch):
-    monkeypatch.setattr(receipts, "MAX_CACHED_REFERENCES", 2)
-    checker = receipts.ClaimChecker(parse_config(None), _FINGERPRINTS)
+    monkeypatch.setattr(_claims, "MAX_CACHED_REFERENCES", 2)
+    checker = _claims.ClaimChecker(parse_config(None), _FINGERPRINTS)
     texts = [f'{{"sku":"SKU-{n}", "job":"job-{n}0", "ref":"Tx {n}"}}' for n in range(10_000, 10_040)]
     texts.append(" ".join(f"SKU-{n}" for n in range(20_000, 20_050)))  # one text with more contexts than the cap
     for text in texts + texts:
@@ -1059,7 +1059,7 @@ def test_a_full_cache_is_emptied_and_ids_are_still_read_as_before(monkeypatch):
 
 def test_a_plain_id_is_read_from_its_dash_context():
     """The fast way takes an ordinary id (None would send every text the slow way)."""
-    checker = receipts.ClaimChecker(parse_config(None), _FINGERPRINTS)
+    checker = _claims.ClaimChecker(parse_config(None), _FINGERPRINTS)
     assert checker._shipped_references('{"id":"SKU-26214"}') not in (None, set())
 
 
@@ -1068,18 +1068,18 @@ def test_a_plain_id_is_read_from_its_dash_context():
 def test_the_shape_of_a_text_rules_out_no_spaced_id(parts):
     """The spaced-id rewrite is skipped only where its own pattern finds nothing."""
     text = "".join(parts)
-    assert receipts._dash_spaced_ids(text) == receipts._SPACED_ID.sub(r"\1-\2", text)
+    assert _claims._dash_spaced_ids(text) == _claims._SPACED_ID.sub(r"\1-\2", text)
 
 
-def _old_phrase_checker() -> receipts.ClaimChecker:
+def _old_phrase_checker() -> _claims.ClaimChecker:
     """A claim checker with its phrase patterns as they were before they were rewritten for
     speed (a word boundary first): the oracle of the claims found."""
-    checker = receipts.ClaimChecker(parse_config(None), Fingerprinter(b"claims"))
+    checker = _claims.ClaimChecker(parse_config(None), Fingerprinter(b"claims"))
     checker._phrase_patterns = [(p, re.compile(r"\b" + re.escape(p) + r"\b")) for p, _ in checker._phrase_patterns]
     return checker
 
 
-_CLAIM_CHECKERS = (receipts.ClaimChecker(parse_config(None), Fingerprinter(b"claims")), _old_phrase_checker())
+_CLAIM_CHECKERS = (_claims.ClaimChecker(parse_config(None), Fingerprinter(b"claims")), _old_phrase_checker())
 _CLAIM_FRAGMENTS = [p for p, _ in _CLAIM_CHECKERS[0]._phrase_patterns] + [
     " ",
     "I ",

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent_breaker import MemoryStore
+from agent_breaker._ledger import HashPool
 from agent_breaker._state import MAX_KEYS, MAX_SEEN
-from agent_breaker.receipts import HashPool
 
 SECRETS = [
     "SELECT ssn FROM patients WHERE name = 'Alice Example'",

@@ -13,6 +13,7 @@ from typing import Generic, TypeVar
 
 from .. import heuristics as H
 from .._canonical import Fingerprinter
+from .._ledger import Refs
 from .._outcomes import Outcome, is_acknowledgement
 from .._policy import CheckContext, Policy, judge, run_checks
 from .._state import MAX_PENDING, MAX_SAID, MIXED, CallFacts, ChurnView, Pending, SessionState, put_bounded
@@ -24,7 +25,7 @@ from ..detectors.base import Trip
 from ..escalations.records import new_id as new_escalation_id
 from ..events import ToolResult
 from ..governor import budget
-from ..receipts import ReceiptKeys, Refs, empty_mutation_trip, is_empty_result, mint
+from ..receipts import ReceiptKeys, empty_mutation_trip, is_empty_result, mint
 from ..verdicts import ALLOW, ResultVerdict, Verdict, verdict_for
 from ._facts import ResultFacts, echo_masked, effect_hash, view_key_of
 

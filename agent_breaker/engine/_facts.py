@@ -10,13 +10,13 @@ from typing import Any, Generic, TypeVar
 import orjson
 
 from .._canonical import CanonicalError, Fingerprinter, collapse_whitespace
+from .._ledger import Refs
 from .._outcomes import Outcome, carries_content, is_blank, says_nothing
 from .._policy import Policy
 from .._state import MAX_VALUES, CallFacts, SessionState
 from .._text import normalize_text
 from ..events import Assistant, Final, InvalidEventError, ToolCall, ToolResult, User
 from ..governor import budget
-from ..receipts import Refs
 
 #: labels of keyed hashes: a tool's name, a failure's error, an argument's value (a result may
 #: echo it), a session in a tool view, the model step of a call, what a repeated action did

@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .._ledger import Ledger
 from .._state import ChurnView, Loops, SessionState, Spend, turns_from_wire, turns_to_wire
 from ..breaker import BreakerState
-from ..receipts import Ledger
 
 FORMAT = 3  # 3: named slices, each with its own wire form
 

@@ -364,6 +364,17 @@ def test_the_same_incident_is_one_message(store):
         store.add_incident({"kind": "trip", "counters": {"x": "y" * 70_000}})
 
 
+@pytest.mark.parametrize(
+    ("failures", "wait_s"), [(0, 0.5), (1, 0.5), (5, 8.0), (6, 16.0), (7, 30.0), (1_025, 30.0), (10**6, 30.0)]
+)
+def test_the_relays_backoff_doubles_to_its_cap_and_stays_there_through_a_long_outage(store, failures, wait_s):
+    # a broker down for hours (~1,025 failures at the 30 s cap) once overflowed the float and
+    # stopped the relay's thread
+    relay = Relay(store, {"broker": lambda m, k: None}, backoff_s=0.5, max_backoff_s=30.0)
+    relay.failures = failures
+    assert relay.backoff() == wait_s
+
+
 def test_the_relay_hands_every_target_each_message_in_order_with_its_key(store):
     e = store.escalate(escalation())
     store.add_incident(TRIP)

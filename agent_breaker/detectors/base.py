@@ -1,13 +1,9 @@
-"""The similarity all fuzzy detectors share; `Trip`, what a detector returns when it trips,
-lives in verdicts (re-exported here for the callers that import it from this module)."""
+"""The similarity all fuzzy detectors share (what a detector returns when it trips, `Trip`,
+lives in verdicts)."""
 
 from __future__ import annotations
 
 from rapidfuzz.distance import Indel
-
-from ..verdicts import Trip
-
-__all__ = ["Trip", "similarity"]
 
 
 def similarity(a: tuple[int, ...], b: tuple[int, ...]) -> float:

@@ -21,12 +21,11 @@ from ..breaker import BreakerStateName, Permission, Transition
 from ..breaker import core as breaker_core
 from ..config import AgentBreakerConfig
 from ..detectors import churn, conversation, loops
-from ..detectors.base import Trip
 from ..escalations.records import new_id as new_escalation_id
 from ..events import ToolResult
 from ..governor import budget
 from ..receipts import ReceiptKeys, empty_mutation_trip, is_empty_result, mint
-from ..verdicts import ALLOW, ResultVerdict, Verdict, verdict_for
+from ..verdicts import ALLOW, ResultVerdict, Trip, Verdict, verdict_for
 from ._facts import ResultFacts, echo_masked, effect_hash, view_key_of
 
 #: the prefix of the ids the engine gives calls made without one (paired by their tool)

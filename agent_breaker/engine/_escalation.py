@@ -15,12 +15,12 @@ from .._canonical import Fingerprinter
 from .._state import SessionState, Spend
 from .._text import normalize_text
 from ..config import AgentBreakerConfig, ConfigError
-from ..detectors.base import Trip
 from ..escalations import AlreadyResolved, EscalationError, EscalationStore, ToolOutcome, store_for
 from ..escalations import Escalation as _Escalation
 from ..escalations import Spend as EscalationSpend
 from ..events import Final, ToolCall
 from ..store import StorageError, Store
+from ..verdicts import Trip
 from ._facts import AnyEvent, Step
 
 log = logging.getLogger("agent_breaker")

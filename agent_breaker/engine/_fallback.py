@@ -9,8 +9,7 @@ from typing import Any
 
 from .. import heuristics as H
 from ..breaker import BreakerState, BreakerStateName
-from ..detectors.base import Trip
-from ..verdicts import Verdict
+from ..verdicts import Trip, Verdict
 from ._facts import Step
 
 #: refusals that say the tool itself is down: a tool's fallback serves these

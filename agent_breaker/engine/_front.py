@@ -34,7 +34,6 @@ from ..breaker import BreakerState, BreakerStateName, Transition
 from ..breaker.states import MANUAL_STATES
 from ..clock import Clock, SystemClock
 from ..config import FINGERPRINT_SECRET_ENV, AgentBreakerConfig, ConfigError, parse_config
-from ..detectors.base import Trip
 from ..escalations import EscalationStore
 from ..events import Assistant, Final, InvalidEventError, ToolCall, ToolResult, User, parse_event, parse_typed
 from ..governor import budget
@@ -43,7 +42,7 @@ from ..metrics import shared as shared_metrics
 from ..receipts import ReceiptKeys, verify
 from ..store import MemoryStore, StorageError, Store, store_from_uri
 from ..store.base import key_parts, split_key
-from ..verdicts import ALLOW, ResultVerdict, Verdict, verdict_for
+from ..verdicts import ALLOW, ResultVerdict, Trip, Verdict, verdict_for
 from . import _fallback
 from ._decide import (
     CallInput,

@@ -19,10 +19,9 @@ from .._tracing import attributes
 from ..breaker import BreakerStateName, Transition
 from ..breaker import core as breaker_core
 from ..config import AgentBreakerConfig
-from ..detectors.base import Trip
 from ..events import InvalidEventError
 from ..metrics import Metrics
-from ..verdicts import BreakerIncident, Incident, ResultVerdict, Verdict
+from ..verdicts import BreakerIncident, Incident, ResultVerdict, Trip, Verdict
 from ._facts import AnyEvent
 
 log = logging.getLogger("agent_breaker")

@@ -13,9 +13,9 @@ from .._canonical import Fingerprinter
 from .._outcomes import Outcome
 from .._policy import Policy
 from .._state import ChurnView, SessionState
-from ..detectors.base import Trip
 from ..events import ToolResult
 from ..store import StorageError, Store
+from ..verdicts import Trip
 from ._decide import ViewChange, schema_violation
 from ._facts import MEMBER, TENANT_SEPARATOR, view_key_of
 

@@ -333,7 +333,7 @@ def _escalation(raw: bytes | str) -> Escalation:
 def _described(client: redis_lib.Redis | redis_lib.RedisCluster) -> str:
     """Where a caller's client points, for messages (never its password)."""
     if isinstance(client, redis_lib.RedisCluster):
-        node = client.get_default_node()  # type: ignore[no-untyped-call, unused-ignore]  # redis-py leaves it unannotated
+        node = client.get_default_node()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
         return f"Redis Cluster, node {node.host}:{node.port}"
     kw = client.connection_pool.connection_kwargs
     return str(kw["path"]) if "path" in kw else f"{kw.get('host')}:{kw.get('port')}/{kw.get('db', 0)}"

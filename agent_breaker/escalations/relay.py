@@ -43,6 +43,9 @@ DEFAULT_MAX_BACKOFF_S = 30.0
 DEFAULT_RETENTION_S = 7 * 86_400.0
 _PRUNE_EVERY_S = 3600.0
 
+#: the largest power of two a float holds
+MAX_EXPONENT = 1023
+
 
 class RelayBusy(RuntimeError):
     """Another relay delivers from this SQLite file."""
@@ -145,8 +148,10 @@ class Relay:
 
     def backoff(self) -> float:
         """How long to wait before the next pass after `failures` failures in a row."""
-        doublings: int = 2 ** max(self.failures - 1, 0)  # an int: the exponent is never negative
-        return min(self.backoff_s * doublings, self.max_backoff_s)
+        # in floats, the exponent capped where a float's range ends: an outage of hours (1,025
+        # failures at a 30 s cap) made the int too large for a float, and the relay's thread stopped
+        doublings = 2.0 ** min(max(self.failures - 1, 0), MAX_EXPONENT)
+        return min(self.backoff_s * doublings, self.max_backoff_s)  # an overflow to inf is capped here
 
     def run(self) -> None:
         """Pass after pass until `request_stop()`: at once while batches come full, after

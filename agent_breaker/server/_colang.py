@@ -59,7 +59,7 @@ class ColangThread:
 
 # nemoguardrails ships no type information (no py.typed): LLMRails is Any to mypy, which only
 # --strict refuses to subclass (hence unused-ignore for the default run)
-class ServedRails(LLMRails):  # type: ignore[misc, unused-ignore]
+class ServedRails(LLMRails):  # type: ignore[misc]
     """A config's rails as the server runs them: on the Colang thread, and with every context
     message's agent-breaker events read (NeMo turns each context message into its own event,
     and a guard loop busy with the first would miss the others)."""

@@ -65,7 +65,7 @@ def redis_client(url: str, *, timeout_s: float) -> Any:
     urls = node_urls(url)
     for node in urls:
         # options refused now, as Redis.from_url does, not at the first decision
-        parse_url(node)  # type: ignore[no-untyped-call, unused-ignore]  # redis-py leaves it unannotated
+        parse_url(node)  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
     return LazyCluster(urls, timeout_s=timeout_s)
 
 
@@ -122,7 +122,7 @@ class LazyCluster:
                         self._client = RedisCluster.from_url(
                             self._urls[0],  # its options (password, TLS) serve every node
                             # all of them, in the URL's order (from_url would put its node last)
-                            startup_nodes=[ClusterNode(u.hostname, u.port) for u in nodes],  # type: ignore[no-untyped-call, unused-ignore]  # redis-py leaves it unannotated
+                            startup_nodes=[ClusterNode(u.hostname, u.port) for u in nodes],  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
                             socket_timeout=self._timeout_s,
                             socket_connect_timeout=self._timeout_s,
                             # no retries: redis-py's 10 (each re-reading the slot map) would hold

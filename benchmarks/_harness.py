@@ -43,6 +43,9 @@ from typing import Any, BinaryIO
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 TESTS = ROOT / "tests"
+#: the checkout's folders the installed package is made of (pyproject.toml maps actions/, config/
+#: and rails/ to agent_breaker.actions, .configs and .rails)
+PACKAGE_FOLDERS = ("agent_breaker", "actions", "config", "rails")
 #: keys of a results file the harness writes; a benchmark's own figures go beside them
 RESERVED_KEYS = ("benchmark", "command", "machine", "settings", "total_seconds")
 
@@ -300,7 +303,8 @@ def checkout() -> dict[str, Any]:
             return ""
         return done.stdout.rstrip("\n") if done.returncode == 0 else ""
 
-    changed = git("status", "--porcelain", "--", "agent_breaker", "config").split("\n")  # "XY path" lines
+    # the package's folders: agent_breaker/, and the NeMo glue the install maps into it
+    changed = git("status", "--porcelain", "--", *PACKAGE_FOLDERS).split("\n")  # "XY path" lines
     return {
         "git_commit": git("rev-parse", "HEAD") or None,
         "package_tree": git("rev-parse", "HEAD:agent_breaker") or None,
@@ -325,6 +329,26 @@ def machine_facts() -> dict[str, Any]:
         "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "load_average_at_start": load_average(),
     }
+
+
+def modules_elsewhere() -> dict[str, str]:
+    """agent_breaker modules this process imported from outside the package folder it imports first
+    (an editable install's finder fills what a worktree or another checkout lacks from its own
+    checkout, actions/, config/ and rails/ always): the code a figure measured besides the commit's."""
+    spec = importlib.util.find_spec("agent_breaker")
+    if spec is None or spec.origin is None:
+        return {}
+    home = Path(spec.origin).resolve().parent
+    out = {}
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if (
+            (name == "agent_breaker" or name.startswith("agent_breaker."))
+            and path
+            and not Path(path).resolve().is_relative_to(home)
+        ):
+            out[name] = str(Path(path).resolve())
+    return dict(sorted(out.items()))
 
 
 def describe_machine(facts: Mapping[str, Any]) -> str:
@@ -375,7 +399,7 @@ class Run:
 
     run = Run("bench_engine", args)      # args: the parsed command line (its `out` is not a setting)
     ...
-    run.write(figures, args.out)         # benchmarks/results/engine.json by default
+    run.write(figures, args.out)         # args.out: benchmarks/results/<name>.json by default (out_argument)
     """
 
     def __init__(self, script: str, settings: argparse.Namespace | Mapping[str, Any], argv: Sequence[str] | None = None) -> None:
@@ -390,7 +414,7 @@ class Run:
         clash = sorted(set(figures) & set(RESERVED_KEYS))
         if clash:
             raise ValueError(f"figures may not use the harness's keys {clash}")
-        machine = {**self.machine, "load_average_at_end": load_average()}
+        machine = {**self.machine, "load_average_at_end": load_average(), "modules_elsewhere": modules_elsewhere()}
         return _finite(
             {
                 "benchmark": self.script,

@@ -53,12 +53,31 @@ HEAD_KEYS = ("benchmark", "command", "machine", "settings", "total_seconds")
 LABELS = ("name", "phase", "receiver", "input", "engine", "relay", "workers", "config")
 
 
+class Records(list):
+    """A list of records whose values are all plain (no dict, no list of records): shown as a table of its own."""
+
+
+def plain_records(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(v, dict) and not any(isinstance(x, dict) or is_records(x) for x in v.values()) for v in value)
+    )
+
+
+def is_records(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
+
+
 def flat(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
-    """Nested figures as (dotted name, value) rows; a list of records is one group of rows per record,
-    named by its label (LABELS) or its index."""
+    """Nested figures as (dotted name, value) rows. A list of plain records is one row whose value
+    is Records (a table); any other list of records is one group of rows per record, named by its
+    label (LABELS) or its index."""
     if isinstance(value, dict):
         return [row for k, v in value.items() for row in flat(v, f"{prefix}.{k}" if prefix else str(k))]
-    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+    if plain_records(value):
+        return [(prefix, Records(value))]
+    if is_records(value):
         rows = []
         for i, item in enumerate(value):
             key = next((k for k in LABELS if k in item), None)
@@ -66,6 +85,18 @@ def flat(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
             rows += flat({k: v for k, v in item.items() if k != key}, f"{prefix}[{label}]")
         return rows
     return [(prefix, value)]
+
+
+def figure_tables(rows: list[tuple[str, Any]]) -> list[str]:
+    """The rows as a figure / value table, then each Records row as a table of its own."""
+    lines = ["", "| figure | value |", "| --- | --- |"]
+    lines += [f"| {name} | {shown(v)} |" for name, v in rows if not isinstance(v, Records)]
+    for name, records in rows:
+        if isinstance(records, Records):
+            columns = list(dict.fromkeys(k for r in records for k in r))
+            lines += ["", f"{name}:", "", "| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
+            lines += ["| " + " | ".join(shown(r.get(c, "")) for c in columns) + " |" for r in records]
+    return lines
 
 
 def shown(value: Any) -> str:
@@ -133,17 +164,14 @@ def attacks_section(name: str, run: dict[str, Any]) -> list[str]:
         held = {True: "yes", False: "**no**", None: "(figures only)"}[a.get("held")]
         lines.append(f"| {a['name']} | {a['config']} | {held} | {shown(a.get('criterion', ''))} |")
     for a in run["attacks"]:
-        lines += ["", f"### {a['name']} ({a['config']})", "", "| figure | value |", "| --- | --- |"]
-        lines += [f"| {figure} | {shown(v)} |" for figure, v in flat(a.get("figures", {}))]
+        lines += ["", f"### {a['name']} ({a['config']})", *figure_tables(flat(a.get("figures", {})))]
     return lines + settings_table(run)
 
 
 def generic_section(name: str, run: dict[str, Any]) -> list[str]:
     lines = heading(name, run)
     figures = {k: v for k, v in run.items() if k not in HEAD_KEYS}
-    lines += ["", "| figure | value |", "| --- | --- |"]
-    lines += [f"| {figure} | {shown(v)} |" for figure, v in flat(figures)]
-    return lines + settings_table(run)
+    return lines + figure_tables(flat(figures)) + settings_table(run)
 
 
 SECTIONS = {"attacks": attacks_section}

@@ -11,7 +11,7 @@ from ._outcomes import is_semantic_failure
 from .breaker import BreakerStateName, IllegalTransition
 from .clock import Clock, FakeClock, SystemClock
 from .config import AgentBreakerConfig, ConfigError, load_config, parse_config
-from .engine import Engine, log_incident
+from .engine import Engine, Listener, log_incident
 from .events import Assistant, Final, InvalidEventError, ToolCall, ToolResult, User, parse_event
 from .guarded import guarded
 from .receipts import ReceiptKeys
@@ -31,6 +31,7 @@ __all__ = [
     "IllegalTransition",
     "Incident",
     "InvalidEventError",
+    "Listener",
     "MemoryStore",
     "ReceiptKeys",
     "ResultVerdict",

@@ -102,7 +102,13 @@ def test_the_page_has_a_section_per_results_file_with_its_machine_and_load(tmp_p
     run = Run("bench_engine", {"events": 10}, argv=["--events", "10"])
     run.write({"throughput": {"replay_lines": {"events_per_s": 12345}}}, tmp_path / "engine_light.json")
     sinks = Run("bench_sinks", {"sessions": 3}, argv=[])
-    sinks.write({"check_tool_call": [{"receiver": "healthy", "p50_us": 7.5}]}, tmp_path / "sinks.json")
+    sinks.write(
+        {
+            "check_tool_call": [{"receiver": "healthy", "p50_us": 7.5}, {"receiver": "down", "p50_us": 8.0}],
+            "phases": [{"phase": "quiet", "counts": {"ok": 3}}],
+        },
+        tmp_path / "sinks.json",
+    )
 
     page = render_performance.render(tmp_path)
 
@@ -110,6 +116,8 @@ def test_the_page_has_a_section_per_results_file_with_its_machine_and_load(tmp_p
     assert "## Incident sinks that are slow or down (`benchmarks/bench_sinks.py`)" in page
     assert page.index("## Engine, light") < page.index("## Incident sinks")
     assert "| throughput.replay_lines.events_per_s | 12,345 |" in page
-    assert "| check_tool_call[healthy].p50_us | 7.5 |" in page
+    # a list of plain records is a table of its own; records holding a dict are rows, named by their label
+    assert "check_tool_call:\n\n| receiver | p50_us |\n| --- | --- |\n| healthy | 7.5 |\n| down | 8 |" in page
+    assert "| phases[quiet].counts.ok | 3 |" in page
     assert page.count("at the start,") == 2  # each section shows its run's load average
     assert "`python -m benchmarks.bench_engine --events 10`" in page

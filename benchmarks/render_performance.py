@@ -125,6 +125,9 @@ def machine_line(run: dict[str, Any]) -> str:
     cpu = f" ({m['cpu']})" if m.get("cpu") else ""
     modified = m.get("modified_package_files") or []
     dirty = f" with {len(modified)} package files modified" if modified else ""
+    elsewhere = sorted({str(Path(f).parent) for f in (m.get("modules_elsewhere") or {}).values()})
+    if elsewhere:  # an editable install filled them in (a worktree's run: the NeMo glue of the main checkout)
+        dirty += f" (modules from {', '.join(f'`{e}`' for e in elsewhere)} too)"
     return (
         f"Run {m.get('date_utc', '?')} on {m.get('cpu_count', '?')} cores{cpu}, {m.get('platform', '?')}, "
         f"Python {m.get('python', '?')}, commit `{str(m.get('git_commit', '?'))[:12]}`{dirty}; "
@@ -205,14 +208,15 @@ def render(results: Path) -> str:
         "Each writes `benchmarks/results/<name>.json` (`--out FILE` to write elsewhere); then",
         "`python -m benchmarks.render_performance` renders this page from every file there.",
         "",
-        "| results file | benchmark | date (UTC) | cores | load average at start / end (1 min) | seconds |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| results file | benchmark | date (UTC) | commit | cores | load average at start / end (1 min) | seconds |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, run in runs:
         m = run.get("machine", {})
         start, end = (m.get(k) or ["?"] for k in ("load_average_at_start", "load_average_at_end"))
         lines.append(
-            f"| {name}.json | {script(name, run)} | {m.get('date_utc', '?')} | {m.get('cpu_count', '?')} | "
+            f"| {name}.json | {script(name, run)} | {m.get('date_utc', '?')} | `{str(m.get('git_commit', '?'))[:12]}` | "
+            f"{m.get('cpu_count', '?')} | "
             f"{start[0]} / {end[0]} | {shown(run.get('total_seconds', '?'))} |"
         )
     for name, run in runs:

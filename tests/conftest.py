@@ -29,7 +29,7 @@ from agent_breaker.verdicts import BreakerIncident, Incident
 #: each property test's own example count (Hypothesis's 100 where it names none) under the 200 ms
 #: deadline; `ci` runs EXAMPLES_SCALE["ci"] times as many, with no deadline (a loaded CI machine is
 #: slow, not wrong). A test names its quick count through `examples(n)`, so both scale alike.
-EXAMPLES_SCALE = {"quick": 1, "ci": 5}
+EXAMPLES_SCALE = {"quick": 1, "ci": 2}
 HYPOTHESIS_PROFILE = os.environ.get("HYPOTHESIS_PROFILE") or "quick"
 settings.register_profile("quick", max_examples=100)
 settings.register_profile("ci", max_examples=100 * EXAMPLES_SCALE["ci"], deadline=None)

@@ -5,8 +5,10 @@ is refused), and GET /metrics."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +18,8 @@ pytest.importorskip("nemoguardrails")
 from _server import TOKEN, Server, call, result, served_with_tenants  # noqa: E402
 from conftest import CALL_ERROR, OUTAGE  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+from agent_breaker.protocol import TOOL_CALL_EVENT, to_colang_event  # noqa: E402
 
 CHECK = "/v1/agent-breaker/check"
 CONFIGS = ["agent_breaker", "agent_breaker_redis"]
@@ -173,3 +177,54 @@ def test_parallel_duplicate_transfers_through_the_gateway_run_once(server, confi
     server.verdicts(s, result(5, "wire_transfer", ok=True, payload={"tx": "TX-5"}), config_id=config_id)
     repeat = check(server, s, call(6, "wire_transfer", rent, turn="step-9"), config_id)
     assert repeat.status_code == 429 and repeat.headers["x-agent-breaker-heuristic"] == "duplicate_mutation"
+
+
+def _trace_sessions(name: str) -> dict[str, list[dict]]:
+    sessions: dict[str, list[dict]] = {}
+    for line in (Path(__file__).parent / "traces" / name).read_text(encoding="utf-8").splitlines():
+        event = json.loads(line)
+        sessions.setdefault(event["session"], []).append(to_colang_event(event))
+    return sessions
+
+
+def _decision(verdict: dict) -> tuple:
+    # what was decided; the texts may differ by what the clock read (token_velocity's rate),
+    # and each run's escalation, session and receipts are its own
+    route = verdict.get("route") or {}
+    return tuple(verdict.get(k) for k in ("type", "call_id", "allowed", "accepted", "heuristic", "severity")) + (
+        route.get("tier"),
+        route.get("tool"),
+    )
+
+
+def _through_check(server: Server, session: str, events: list[dict]) -> list[dict]:
+    """Each tool call through /check, the events between two calls through the events endpoint."""
+    verdicts: list[dict] = []
+    pending: list[dict] = []
+    for event in [*events, None]:
+        if event is not None and event["type"] != TOOL_CALL_EVENT:
+            pending.append(event)
+        if pending and (event is None or event["type"] == TOOL_CALL_EVENT or len(pending) == 100):
+            verdicts += server.verdicts(session, *pending)
+            pending = []
+        if event is not None and event["type"] == TOOL_CALL_EVENT:
+            r = check(server, session, event, "agent_breaker")
+            assert r.status_code in (200, 422, 429), r.text
+            verdicts.append(r.json())
+    return verdicts
+
+
+@pytest.mark.parametrize(("trace", "every"), [("synthetic-sample.jsonl", 3), ("real-swe-agent.jsonl", 1)])
+def test_check_plus_events_decides_as_the_flows_alone(server, trace, every):
+    # /check calls the config's engine directly; the events endpoint runs the flows: a run
+    # whose calls go through /check gets the verdicts of the same run sent through the flows only
+    # (of the synthetic sample, every third session: each family has several, and the suite's time is bounded)
+    run = uuid.uuid4().hex[:8]
+    # a tenant per path: its breakers are its own (keyed by tenant), as they would be on two servers
+    for session, trace_events in list(_trace_sessions(trace).items())[::every]:
+        events = [{**e, "tenant": f"flows-{run}"} for e in trace_events]
+        flows = []  # the flows alone, event by event, in requests of at most 100 events (the server's limit)
+        for i in range(0, len(events), 100):
+            flows += server.verdicts(f"flows-{run}-{session}", *events[i : i + 100])
+        gateway = _through_check(server, f"gateway-{run}-{session}", [{**e, "tenant": f"gateway-{run}"} for e in trace_events])
+        assert [_decision(v) for v in gateway] == [_decision(v) for v in flows], session

@@ -17,7 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from .. import heuristics as H
 from .. import metrics
 from .._admin import BREAKERS_PATH, AdminInputError, breaker_rows, checked_tenant, checked_tool, force, operator_state
-from ..actions.guards import CALLER_TENANT, label_problem
+from .._aio import without_blocking
+from ..actions import ENGINE_PARAM
+from ..actions.guards import CALLER_TENANT, label_problem, verdict_event
 from ..engine import Engine
 from ..escalations import (
     ESCALATIONS_PATH,
@@ -135,7 +137,8 @@ def install_events_endpoint(app: FastAPI, configs: ServedConfigs, colang: Colang
     async def agent_breaker_check(request: Request) -> Any:
         """Check one tool call as a gateway does: 200 with the verdict when it may run; 429 when
         it is refused, with Retry-After (when the heuristic knows one), X-Agent-Breaker-Heuristic
-        and X-Agent-Breaker-Reason; 422 for an event the guard cannot read."""
+        and X-Agent-Breaker-Reason; 422 for an event the guard cannot read. Decided by the
+        config's engine directly, not through the Colang runtime: the same engine as the flows'."""
         body = parsed_body(CheckRequest, request)
         if isinstance(body, JSONResponse):
             return body
@@ -145,8 +148,11 @@ def install_events_endpoint(app: FastAPI, configs: ServedConfigs, colang: Colang
         ready = prepared(body.config_id, body.session_id, [event], "event")
         if isinstance(ready, JSONResponse):
             return ready
-        rails, events = ready
-        [verdict] = await colang.run(lambda: pool.process(rails, body.config_id, events))
+        rails, [event] = ready
+        # the config's own engine, called directly: the decision the flows take, without the
+        # Colang runtime's events and sleeps (a Redis store is awaited off the event loop)
+        engine: Engine = rails.runtime.registered_action_params[ENGINE_PARAM]
+        verdict = await without_blocking(engine, verdict_event, event, engine)
         if verdict.get("allowed"):
             return JSONResponse(status_code=200, content=verdict)
         heuristic = str(verdict.get("heuristic") or "")

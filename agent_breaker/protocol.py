@@ -132,6 +132,7 @@ KINDS: tuple[EventKind, ...] = (
 BY_NAME: Mapping[str, EventKind] = {k.name: k for k in KINDS}
 BY_COLANG: Mapping[str, EventKind] = {k.colang: k for k in KINDS}
 TOOL_CALL_EVENT = KINDS[0].colang  # the event a gateway checks (POST /v1/agent-breaker/check)
+TOOL_RESULT_EVENT = KINDS[1].colang  # the outcome it reports (POST /v1/agent-breaker/result)
 BY_VERB: Mapping[str, EventKind] = {k.chat_verb: k for k in KINDS}
 VERDICT_TYPES: frozenset[str] = frozenset(k.verdict for k in KINDS)
 

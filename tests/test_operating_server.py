@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 from agent_breaker.protocol import TOOL_CALL_EVENT, to_colang_event  # noqa: E402
 
 CHECK = "/v1/agent-breaker/check"
+RESULT = "/v1/agent-breaker/result"
 CONFIGS = ["agent_breaker", "agent_breaker_redis"]
 ACME = "acme-token-" + "d" * 24
 
@@ -124,6 +125,45 @@ def test_the_check_needs_a_token_and_keeps_a_tenant_to_its_own(server):
     r = httpx.post(server.base + CHECK, json={"session_id": sid(), "event": call(1)}, timeout=30)
     assert r.status_code == 401
     r = check(server, sid(), {**call(1), "tenant": "globex"}, "agent_breaker", headers={"Authorization": f"Bearer {ACME}"})
+    assert r.status_code == 403
+
+
+def report(server: Server, session: str, event: dict, config_id: str = "agent_breaker", **kw) -> httpx.Response:
+    event = {k: v for k, v in event.items() if k != "type"}  # the type may be left out
+    return server.post(RESULT, {"config_id": config_id, "session_id": session, "event": event}, **kw)
+
+
+@pytest.mark.parametrize("config_id", CONFIGS)
+def test_a_gateway_reports_results_without_the_events_endpoint_and_the_loop_is_cut(server, config_id):
+    s = sid()
+    query = {"q": f"select * from {s}"}  # a call of this session's own (other sessions' are another's)
+    for i in range(5):
+        r = check(server, s, call(i, "run_sql", query), config_id)
+        if i < 4:
+            assert r.status_code == 200, r.text  # the fourth runs under a warning
+            r = report(server, s, result(i), config_id)
+            assert r.status_code == 200, r.text
+            body = r.json()
+            assert (body["type"], body["call_id"], body["accepted"]) == ("ToolResultVerdict", f"c{i}", True), body
+    assert (r.status_code, r.headers["x-agent-breaker-heuristic"]) == (429, "identical_failure")
+
+
+def test_a_reported_mutation_gets_its_receipt(server):
+    s = sid()
+    assert check(server, s, call(1, "create_invoice", {"amount": 5}, mutating=True), "agent_breaker").status_code == 200
+    r = report(server, s, result(1, "create_invoice", ok=True, payload={"invoice_id": "INV-20417"}, mutating=True))
+    assert r.status_code == 200, r.text
+    assert r.json()["accepted"] and r.json()["receipt"]["tool"] == "create_invoice"
+
+
+def test_a_result_of_no_call_in_flight_or_of_another_type_is_422(server):
+    r = report(server, sid(), result(1))
+    assert r.status_code == 422 and r.json()["heuristic"] == "invalid_event", r.text
+    r = server.post(RESULT, {"session_id": sid(), "event": call(1)})
+    assert r.status_code == 422 and "ToolResultReceived" in r.text
+    r = httpx.post(server.base + RESULT, json={"session_id": sid(), "event": result(1)}, timeout=30)
+    assert r.status_code == 401
+    r = report(server, sid(), {**result(1), "tenant": "globex"}, headers={"Authorization": f"Bearer {ACME}"})
     assert r.status_code == 403
 
 

@@ -24,7 +24,7 @@ from ..actions.guards import CALLER_LABELS, CALLER_TENANT, MAX_CONTEXT_EVENTS, c
 from ..escalations import BAD_ID, ESCALATIONS_PATH
 from ._auth import ALL_TENANTS, METRICS_TOKEN_ENV, Tokens, TokenScope
 from ._errors import ServeError, error_body
-from ._paths import CHAT_PATH, CHECK_PATH, DEFAULT_CONFIG_ID, EVENTS_PATH, METRICS_PATH
+from ._paths import CHAT_PATH, DEFAULT_CONFIG_ID, EVENTS_PATH, GATEWAY_PATHS, METRICS_PATH
 from ._transport import Transport
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ def _requested_config(path: str, data: Any) -> str | None:
     """The config a request's body names (the events endpoint's default when it names none)."""
     if not isinstance(data, dict):
         return None
-    if path in (EVENTS_PATH, CHECK_PATH):
+    if path == EVENTS_PATH or path in GATEWAY_PATHS:
         config_id = data.get("config_id", DEFAULT_CONFIG_ID)
     elif path == CHAT_PATH:
         guardrails = data.get("guardrails")
@@ -256,7 +256,7 @@ class RequestGuard:
             if body:
                 problem, data = self.check_json(scope.get("path", ""), body)
                 path = scope.get("path", "")
-                if problem is None and granted.configs is not None and path in (EVENTS_PATH, CHECK_PATH, CHAT_PATH):
+                if problem is None and granted.configs is not None and path in (EVENTS_PATH, *GATEWAY_PATHS, CHAT_PATH):
                     config_id = _requested_config(path, data)
                     if config_id not in granted.configs:
                         problem = (403, f"this API token may not use config {config_id!r}")
@@ -331,7 +331,7 @@ class RequestGuard:
                 events = data.get("events")
                 events = events if isinstance(events, list) else []
                 where = "events"
-            elif path == CHECK_PATH:
+            elif path in GATEWAY_PATHS:
                 events = [data.get("event")]
                 where = "event"
             elif path == CHAT_PATH:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 EVENTS_PATH = "/v1/agent-breaker/events"
 CHECK_PATH = "/v1/agent-breaker/check"
+RESULT_PATH = "/v1/agent-breaker/result"  # the gateway reports a checked call's outcome
+#: the gateway endpoints: one event each, decided by the config's engine without the Colang runtime
+GATEWAY_PATHS = (CHECK_PATH, RESULT_PATH)
 CONFIGS_PATH = "/v1/agent-breaker/configs"
 DEFAULT_CONFIG_ID = "agent_breaker"  # what the events and check endpoints use when none is named
 METRICS_PATH = "/metrics"

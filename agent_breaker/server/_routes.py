@@ -32,12 +32,12 @@ from ..escalations import (
 )
 from ..escalations.operator import Stores
 from ..events import MAX_ID_CHARS, is_id
-from ..protocol import BY_COLANG, TOOL_CALL_EVENT
+from ..protocol import BY_COLANG, TOOL_CALL_EVENT, TOOL_RESULT_EVENT
 from ..store import StorageError
 from ._colang import _COLANG_FIELDS, ColangPool, ColangThread, ServedConfigs
 from ._errors import json_error
 from ._guard import ADMIN_GRANTED, PARSED_BODY
-from ._paths import CHAT_PATH, CHECK_PATH, CONFIGS_PATH, DEFAULT_CONFIG_ID, EVENTS_PATH, METRICS_PATH
+from ._paths import CHAT_PATH, CHECK_PATH, CONFIGS_PATH, DEFAULT_CONFIG_ID, EVENTS_PATH, METRICS_PATH, RESULT_PATH
 
 _ID_PATTERN = r"^[^\x00-\x1f\x7f]+$"
 
@@ -61,14 +61,14 @@ class EventsRequest(BaseModel):
     events: list[dict[str, Any]] = Field(min_length=1)
 
 
-class CheckRequest(BaseModel):
-    """The gateway check's request body: the events endpoint's fields, one tool call."""
+class GatewayRequest(BaseModel):
+    """The gateway endpoints' request body: the events endpoint's fields, one event."""
 
     model_config = ConfigDict(extra="forbid")
 
     config_id: str = Field(DEFAULT_CONFIG_ID, max_length=256, description="A config the server serves.")
     session_id: str = Field(min_length=1, max_length=256, pattern=_ID_PATTERN)
-    event: dict[str, Any] = Field(description="One ToolCallRequested event (its `type` may be left out).")
+    event: dict[str, Any] = Field(description="One event of the endpoint's type (its `type` may be left out).")
 
 
 #: a refused call's reason in a response header: printable ASCII, one line, bounded
@@ -133,26 +133,31 @@ def install_events_endpoint(app: FastAPI, configs: ServedConfigs, colang: Colang
         verdicts = await colang.run(lambda: pool.process(rails, body.config_id, events))
         return {"session_id": body.session_id, "events": verdicts}
 
+    async def gateway(request: Request, kind: str) -> JSONResponse | dict[str, Any]:
+        """One event of `kind` from a gateway, decided by the config's engine directly, not
+        through the Colang runtime: the same engine as the flows', so the same decisions (a
+        Redis store is awaited off the event loop). The verdict event, or the error answer."""
+        body = parsed_body(GatewayRequest, request)
+        if isinstance(body, JSONResponse):
+            return body
+        event = {"type": kind, **body.event}
+        if event["type"] != kind:
+            return json_error(422, f"event.type must be {kind} (or left out) here")
+        ready = prepared(body.config_id, body.session_id, [event], "event")
+        if isinstance(ready, JSONResponse):
+            return ready
+        rails, [prepared_event] = ready
+        engine: Engine = rails.runtime.registered_action_params[ENGINE_PARAM]
+        return await without_blocking(engine, verdict_event, prepared_event, engine)
+
     @app.post(CHECK_PATH, tags=["agent-breaker"])
     async def agent_breaker_check(request: Request) -> Any:
         """Check one tool call as a gateway does: 200 with the verdict when it may run; 429 when
         it is refused, with Retry-After (when the heuristic knows one), X-Agent-Breaker-Heuristic
-        and X-Agent-Breaker-Reason; 422 for an event the guard cannot read. Decided by the
-        config's engine directly, not through the Colang runtime: the same engine as the flows'."""
-        body = parsed_body(CheckRequest, request)
-        if isinstance(body, JSONResponse):
-            return body
-        event = {"type": TOOL_CALL_EVENT, **body.event}
-        if event["type"] != TOOL_CALL_EVENT:
-            return json_error(422, f"event.type must be {TOOL_CALL_EVENT} (or left out): the check takes tool calls")
-        ready = prepared(body.config_id, body.session_id, [event], "event")
-        if isinstance(ready, JSONResponse):
-            return ready
-        rails, [event] = ready
-        # the config's own engine, called directly: the decision the flows take, without the
-        # Colang runtime's events and sleeps (a Redis store is awaited off the event loop)
-        engine: Engine = rails.runtime.registered_action_params[ENGINE_PARAM]
-        verdict = await without_blocking(engine, verdict_event, event, engine)
+        and X-Agent-Breaker-Reason; 422 for an event the guard cannot read."""
+        verdict = await gateway(request, TOOL_CALL_EVENT)
+        if isinstance(verdict, JSONResponse):
+            return verdict
         if verdict.get("allowed"):
             return JSONResponse(status_code=200, content=verdict)
         heuristic = str(verdict.get("heuristic") or "")
@@ -165,6 +170,17 @@ def install_events_endpoint(app: FastAPI, configs: ServedConfigs, colang: Colang
             headers["Retry-After"] = str(math.ceil(retry_after))
         status = 422 if heuristic == H.INVALID_EVENT else 429
         return JSONResponse(status_code=status, content=verdict, headers=headers)
+
+    @app.post(RESULT_PATH, tags=["agent-breaker"])
+    async def agent_breaker_result(request: Request) -> Any:
+        """Report what a tool checked with /check returned: 200 with the result's verdict (its
+        receipt, for a mutating tool's success); 422 for a result the guard cannot read or of no
+        call in flight (invalid_event)."""
+        verdict = await gateway(request, TOOL_RESULT_EVENT)
+        if isinstance(verdict, JSONResponse):
+            return verdict
+        status = 422 if verdict.get("heuristic") == H.INVALID_EVENT else 200
+        return JSONResponse(status_code=status, content=verdict)
 
     return pool
 

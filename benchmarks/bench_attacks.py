@@ -16,7 +16,7 @@ settings are the server's defaults (head timeout 10 s, body timeout 30 s, 16 bod
 1. slow_heads: --slow-heads connections send half a request head and stop; meanwhile globex
    sends --legit events one after the other, each on a new connection.
 2. stalled_bodies: --stalled connections of acme's token declare a 1 MiB body, send part of it
-   and stall; globex's events meanwhile; then each stalled connection's answer (429 at once,
+   and stall; globex's events meanwhile; then each stalled connection's answer (503 at once,
    408 at the body timeout).
 3. session_memory (records session_weight and session_budget): --sessions sessions, each three
    tool calls whose results cite --ids distinct ids (ORD-12345678): the server's RSS per session
@@ -504,7 +504,7 @@ def stalled_bodies(bench: Bench, config: str) -> None:
             opened = [stalled_body(srv, CONFIGS[config], partial) for _ in range(args.stalled)]
             stalled = [s for s in opened if s is not None]
             sent_s = time.monotonic() - started
-            at_once = watch(stalled, 1.0)  # what the server answered at once (429: past the token's slots)
+            at_once = watch(stalled, 1.0)  # what the server answered at once (503: past the token's slots)
             held = [s for s in stalled if at_once[s].answered_after_s is None and at_once[s].closed_after_s is None]
             legit = legit_requests(srv, CONFIGS[config], args.legit, "bodies")
             peak_while_held = memory.peak
@@ -522,7 +522,7 @@ def stalled_bodies(bench: Bench, config: str) -> None:
         "sent_bytes_each": partial,
         "sent_in_s": round(sent_s, 2),
         "accepted": len(held),
-        "refused_429": sum(1 for s in refused if at_once[s].status == "429"),
+        "refused_503": sum(1 for s in refused if at_once[s].status == "503"),
         "answered_at_once": dict(Counter(at_once[s].status for s in refused)),
         "timed_out_408": sum(1 for s in held if later[s].status == "408"),
         "held_answered_later": dict(Counter(later[s].status for s in held)),
@@ -955,7 +955,7 @@ def short(rec: dict[str, Any]) -> str:
         return f"{lat(f['legit'])}; {held}; RSS peak {mib(f['rss_bytes']['peak'])}"
     if name == "stalled_bodies":
         return (
-            f"{lat(f['legit'])}; accepted {f['accepted']}, 429 {f['refused_429']}, 408 {f['timed_out_408']}; "
+            f"{lat(f['legit'])}; accepted {f['accepted']}, 503 {f['refused_503']}, 408 {f['timed_out_408']}; "
             f"RSS {mib(f['rss_bytes']['start'])} -> peak {mib(f['rss_bytes']['peak'])}"
         )
     if name == "session_weight":

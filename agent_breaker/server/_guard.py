@@ -12,6 +12,7 @@ import itertools
 import json
 import os
 import re
+import sys
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -236,9 +237,13 @@ class RequestGuard:
                 await _reply(send, 413, f"the request is over the limit of {self.limits.max_request_bytes} bytes")
                 return
             if self.bodies.get(tenant, 0) >= self.transport.max_bodies_per_tenant:
-                # a token's stalled bodies hold its own slots, not another tenant's
+                # a token's stalled bodies hold its own slots, not another tenant's. 503, not 429:
+                # the server is busy for this token, no call was refused (a gateway retries)
                 await _reply(
-                    send, 429, f"{self.transport.max_bodies_per_tenant} request bodies of this token are being read already"
+                    send,
+                    503,
+                    f"{self.transport.max_bodies_per_tenant} request bodies of this token are being read already",
+                    {"Retry-After": "1"},
                 )
                 return
             self.bodies[tenant] = self.bodies.get(tenant, 0) + 1
@@ -294,7 +299,7 @@ class RequestGuard:
         deadline = loop.time() + self.transport.body_timeout_s
         while True:
             try:
-                message = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
+                message = await _received_by(receive, deadline)
             except asyncio.TimeoutError:
                 return 408, f"the request body did not arrive within {self.transport.body_timeout_s:g} s"
             if message["type"] == "http.disconnect":
@@ -444,3 +449,14 @@ async def _reply(send: Send, status: int, message: str, headers: Mapping[str, st
     raw += [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": raw})
     await send({"type": "http.response.body", "body": body})
+
+
+async def _received_by(receive: Receive, deadline: float) -> dict[str, Any]:
+    """The next ASGI message, by the loop time `deadline` (else TimeoutError). A body already
+    buffered comes back without the task yielding (asyncio.timeout_at wraps no task, where
+    wait_for makes one): the token's body slot taken around it is given back before any other
+    request can see it taken, so only a body that is still on its way holds a slot."""
+    if sys.version_info >= (3, 11):
+        async with asyncio.timeout_at(deadline):
+            return await receive()
+    return await asyncio.wait_for(receive(), max(0.0, deadline - asyncio.get_running_loop().time()))

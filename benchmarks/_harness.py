@@ -17,6 +17,7 @@ those files.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import datetime
 import importlib
@@ -447,3 +448,56 @@ def out_argument(ap: argparse.ArgumentParser, name: str) -> None:
     """The --out option every benchmark has: where its JSON goes, benchmarks/results/<name>.json by default."""
     default = result_path(name)
     ap.add_argument("--out", type=Path, default=default, help=f"write the figures here as JSON (default {shown(default)})")
+
+
+# ----------------------------------------------------------------------------- clients and Redis
+
+
+class RawConnection:
+    """One keep-alive HTTP/1.1 connection, requests written and answers read by hand: a client
+    that costs a tenth of httpx's CPU, which on a small machine is CPU the server gets."""
+
+    def __init__(self, base: str, token: str) -> None:
+        host_port = base.split("://", 1)[1]
+        self.host, port = host_port.rsplit(":", 1)
+        self.port = int(port)
+        self.head = f"Host: {host_port}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\n"
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def post(self, path: str, obj: dict[str, Any]) -> tuple[int, Any]:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        assert self.reader is not None
+        data = json.dumps(obj).encode()
+        try:
+            self.writer.write(f"POST {path} HTTP/1.1\r\n{self.head}Content-Length: {len(data)}\r\n\r\n".encode() + data)
+            head = await self.reader.readuntil(b"\r\n\r\n")
+            status = int(head[9:12])
+            length = 0
+            for line in head.split(b"\r\n")[1:]:
+                if line[:15].lower() == b"content-length:":
+                    length = int(line[15:])
+            return status, json.loads(await self.reader.readexactly(length)) if length else None
+        except (OSError, asyncio.IncompleteReadError, ValueError):
+            await self.close()  # the next request opens a new connection
+            raise
+
+    async def close(self) -> None:
+        if self.writer is not None:
+            writer, self.reader, self.writer = self.writer, None, None
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+
+
+def flush_redis(url: str, pattern: str) -> int:
+    """Delete the keys matching `pattern` (a config's prefix) from the benchmark's database."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    try:
+        keys = list(client.scan_iter(match=pattern, count=1000))
+        return client.delete(*keys) if keys else 0
+    finally:
+        client.close()

@@ -49,7 +49,6 @@ import argparse
 import asyncio
 import concurrent.futures
 import contextlib
-import json
 import multiprocessing as mp
 import os
 import random
@@ -68,11 +67,13 @@ import httpx
 from benchmarks._harness import (
     CALLS_PER_SESSION,
     REQUEST_TIMEOUT_S,
+    RawConnection,
     Run,
     args_for,
     children,
     cpu_s,
     describe_machine,
+    flush_redis,
     free_port,
     ms_percentile,
     out_argument,
@@ -97,18 +98,6 @@ KEY_PATTERN = "ab:*"  # the config's key prefix (storage.key_prefix: ab)
 
 
 # ----------------------------------------------------------------------------- Redis, the server
-
-
-def flush(url: str) -> int:
-    """Delete the config's keys from the benchmark's database."""
-    import redis
-
-    client = redis.Redis.from_url(url)
-    try:
-        keys = list(client.scan_iter(match=KEY_PATTERN, count=1000))
-        return client.delete(*keys) if keys else 0
-    finally:
-        client.close()
 
 
 def start_server(port: int, workers: int, token: str, redis_url: str, log: Any) -> subprocess.Popen:
@@ -158,44 +147,6 @@ def tree_cpu_s(pid: int) -> dict[int, float]:
 
 def body(session: str, event: dict[str, Any]) -> dict[str, Any]:
     return {"config_id": CONFIG_ID, "session_id": session, "events": [event]}
-
-
-class RawConnection:
-    """One keep-alive HTTP/1.1 connection, requests written and answers read by hand: a client
-    that costs a tenth of httpx's CPU, which on a small machine is CPU the server gets."""
-
-    def __init__(self, base: str, token: str) -> None:
-        host_port = base.split("://", 1)[1]
-        self.host, port = host_port.rsplit(":", 1)
-        self.port = int(port)
-        self.head = f"Host: {host_port}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\n"
-        self.reader: asyncio.StreamReader | None = None
-        self.writer: asyncio.StreamWriter | None = None
-
-    async def post(self, path: str, obj: dict[str, Any]) -> tuple[int, Any]:
-        if self.writer is None:
-            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
-        assert self.reader is not None
-        data = json.dumps(obj).encode()
-        try:
-            self.writer.write(f"POST {path} HTTP/1.1\r\n{self.head}Content-Length: {len(data)}\r\n\r\n".encode() + data)
-            head = await self.reader.readuntil(b"\r\n\r\n")
-            status = int(head[9:12])
-            length = 0
-            for line in head.split(b"\r\n")[1:]:
-                if line[:15].lower() == b"content-length:":
-                    length = int(line[15:])
-            return status, json.loads(await self.reader.readexactly(length)) if length else None
-        except (OSError, asyncio.IncompleteReadError, ValueError):
-            await self.close()  # the next request opens a new connection
-            raise
-
-    async def close(self) -> None:
-        if self.writer is not None:
-            writer, self.reader, self.writer = self.writer, None, None
-            writer.close()
-            with contextlib.suppress(OSError):
-                await writer.wait_closed()
 
 
 class HttpxConnection:
@@ -331,7 +282,7 @@ def phase_figures(raw: dict[str, Any], server_cpu: float, redis_cpu: float, mach
 
 
 def run_server(workers: int, args: argparse.Namespace, pool: concurrent.futures.Executor) -> dict[str, Any]:
-    flush(args.redis_url)
+    flush_redis(args.redis_url, KEY_PATTERN)
     token = secrets.token_urlsafe(32)
     port = free_port()
     base = f"http://127.0.0.1:{port}"
@@ -388,7 +339,7 @@ def run_server(workers: int, args: argparse.Namespace, pool: concurrent.futures.
             out["redis_failures_logged"] = log.read().decode(errors="replace").count("agent-breaker: Redis at")
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)  # nothing should be left; if something is, it goes
-            flush(args.redis_url)
+            flush_redis(args.redis_url, KEY_PATTERN)
     return out
 
 
@@ -400,7 +351,7 @@ def run_engine(args: argparse.Namespace) -> dict[str, Any]:
     from agent_breaker import Engine
     from agent_breaker.config import load_config
 
-    flush(args.redis_url)
+    flush_redis(args.redis_url, KEY_PATTERN)
     env = {"REDIS_URL": args.redis_url, **server_env("unused-token-" + "x" * 20)}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
@@ -433,7 +384,7 @@ def run_engine(args: argparse.Namespace) -> dict[str, Any]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-        flush(args.redis_url)
+        flush_redis(args.redis_url, KEY_PATTERN)
     return {
         "steps": args.engine_steps,
         "events_per_s": round((len(calls) + len(results)) / elapsed, 1),

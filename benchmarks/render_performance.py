@@ -32,6 +32,7 @@ TITLES = {
     "outbox_sqlite": "Escalation outbox on SQLite",
     "outbox_redis": "Escalation outbox on Redis",
     "attacks": "Hostile load",
+    "gateway": "The gateway path: /check and /result under load",
 }
 #: every benchmark, what it measures and what it needs besides the package (listed on the page)
 BENCHMARKS = (
@@ -46,6 +47,7 @@ BENCHMARKS = (
     ("bench_sinks", "decision latency with a webhook sink slow, hung or down", ""),
     ("bench_outbox", "escalations/s and relay delay, on SQLite or Redis (`--redis URL`)", "RabbitMQ (and Redis)"),
     ("bench_attacks", "hostile load against the server: does each defence hold", "Redis; the tests' helpers (pytest)"),
+    ("bench_gateway", "`/check` and `/result` at 1, 50 and 200 sessions, memory and Redis; the engine in process", "Redis"),
 )
 #: what the harness writes besides the figures
 HEAD_KEYS = ("benchmark", "command", "machine", "settings", "total_seconds")

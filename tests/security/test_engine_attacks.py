@@ -294,7 +294,7 @@ def test_a_reference_quoted_inside_a_result_sentence_may_be_cited(engine, clock)
 
 # ----------------------------------------------------------------------------- bounded sessions
 
-#: the largest encoded session the caps allow (README: "Sessions and what is kept")
+#: the largest encoded session the caps allow (docs/configuration.md: "Sessions and what is kept")
 MAX_SESSION_BYTES = 640 * 1024
 
 

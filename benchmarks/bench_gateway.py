@@ -156,6 +156,7 @@ def run_server(config: str, workers: int, args: argparse.Namespace, pool: concur
 def run_engine(steps: int) -> dict[str, Any]:
     """The memory config's engine in this process: no HTTP, no NeMo."""
     from agent_breaker import Engine, ReceiptKeys, load_config
+    from agent_breaker.protocol import BY_COLANG, TOOL_CALL_EVENT, TOOL_RESULT_EVENT, to_engine_event
 
     config = load_config(ROOT / "config" / "agent_breaker" / "config.yml")
     engine = Engine(config, receipt_keys=ReceiptKeys.ephemeral(), listeners=[], sinks=False)
@@ -164,13 +165,14 @@ def run_engine(steps: int) -> dict[str, Any]:
     t0 = time.monotonic()
     for n in range(steps):
         session = f"engine-s{n // CALLS_PER_SESSION}"
-        call = tool_call(n, args_for(rng, n))
-        event = {"type": "tool_call", "session": session, "call_id": call["call_id"], "tool": "search", "args": call["tool_args"]}
+        # the very events the clients send, as the server's engine receives them
+        call = to_engine_event(BY_COLANG[TOOL_CALL_EVENT], {**tool_call(n, args_for(rng, n)), "session_id": session})
         t = time.perf_counter()
-        engine.check_tool_call(event)
+        engine.check_tool_call(call)
         lat.append(time.perf_counter() - t)
-        res = {"type": "tool_result", "session": session, "call_id": call["call_id"], "tool": "search", "ok": True}
-        engine.record_tool_result({**res, "result": result_for(rng, n)})
+        engine.record_tool_result(
+            to_engine_event(BY_COLANG[TOOL_RESULT_EVENT], {**tool_result(n, result_for(rng, n)), "session_id": session})
+        )
     elapsed = time.monotonic() - t0
     return {
         "steps": steps,

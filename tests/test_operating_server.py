@@ -128,6 +128,12 @@ def test_the_check_needs_a_token_and_keeps_a_tenant_to_its_own(server):
     assert r.status_code == 403
 
 
+@pytest.mark.parametrize("path", [CHECK, RESULT])
+def test_the_gateway_paths_take_post_only(server, path):
+    r = httpx.get(server.base + path, headers=server.headers, timeout=30)
+    assert r.status_code == 405 and r.headers["allow"] == "POST", r.text
+
+
 def report(server: Server, session: str, event: dict, config_id: str = "agent_breaker", **kw) -> httpx.Response:
     event = {k: v for k, v in event.items() if k != "type"}  # the type may be left out
     return server.post(RESULT, {"config_id": config_id, "session_id": session, "event": event}, **kw)

@@ -8,6 +8,7 @@ import pytest
 from conftest import REDIS_URL, redis_or_skip, run
 
 from agent_breaker import Engine, FakeClock, MemoryStore, ReceiptKeys
+from agent_breaker._state import SessionState
 from agent_breaker.breaker import BreakerStateName as S
 from agent_breaker.config import BreakerConfig
 from agent_breaker.store import CorruptState
@@ -112,3 +113,59 @@ def test_a_workers_copies_of_fleet_sessions_stay_within_its_byte_budget():
     finally:
         store.delete_all()
         store.close()
+
+
+HALT = ("step_limit", "halted by another worker")
+
+
+def halted(state):
+    state.halted = HALT
+    return state, None
+
+
+def _counting_reads(store):
+    reads = []
+    get = store._get
+
+    def counted(key):
+        reads.append(key)
+        return get(key)
+
+    store._get = counted
+    return reads
+
+
+def test_a_worker_decides_from_its_own_last_write_and_still_sees_another_workers(redis_store):
+    """A session update starts from this worker's last copy without a read; a write by another
+    worker since (a halt) fails the compare-and-set, and the update is decided again on it."""
+    from agent_breaker.store.redis import RedisStore
+
+    other = RedisStore(REDIS_URL, prefix=redis_store.prefix, listen=False, near_cache_s=0.0)
+    try:
+        engine = Engine(store=redis_store, clock=FakeClock(), listeners=[], receipt_keys=ReceiptKeys.ephemeral())
+        call = {"session": "s1", "tool": "t", "args": {}}
+        assert engine.check_tool_call(call).allowed
+        reads = _counting_reads(redis_store)
+        session_reads = lambda: [k for k in reads if k == redis_store.session_key("s1")]
+        assert engine.check_tool_call({**call, "args": {"n": 2}}).allowed
+        assert session_reads() == []  # its own last write: no read
+        other.update_session("s1", 0.0, halted)
+        verdict = engine.check_tool_call({**call, "args": {"n": 3}})
+        assert (verdict.allowed, verdict.heuristic) == (False, "step_limit"), verdict
+        assert len(session_reads()) == 1
+    finally:
+        other.close()
+
+
+def test_a_decision_that_writes_nothing_is_made_on_a_fresh_read(redis_store):
+    """No compare-and-set checks a decision that writes nothing, so it is never made on the
+    worker's own copy: a halt another worker wrote is seen."""
+    from agent_breaker.store.redis import RedisStore
+
+    other = RedisStore(REDIS_URL, prefix=redis_store.prefix, listen=False, near_cache_s=0.0)
+    try:
+        redis_store.update_session("s1", 0.0, lambda state: (state or SessionState("s1"), None))
+        other.update_session("s1", 0.0, halted)
+        assert redis_store.update_session("s1", 0.0, lambda state: (None, state.halted)) == HALT
+    finally:
+        other.close()

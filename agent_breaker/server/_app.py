@@ -14,6 +14,7 @@ from ..actions.guards import set_max_context_events
 from ._auth import ALL_TENANTS, API_TOKEN_ENV, API_TOKENS_FILE_ENV, Tokens, admin_token, generated_token, token_file
 from ._colang import ColangThread, ServedConfigs
 from ._errors import ServeError
+from ._gateway import Gateway
 from ._guard import Limits, RequestGuard, allowed_hosts, is_loopback
 from ._logging import quiet_nemo_logging
 from ._routes import (
@@ -93,6 +94,9 @@ def build_app(root: Path, *, host: str, environ: Mapping[str, str] = os.environ)
     set_max_context_events(limits.max_events)
     api.app.state.agent_breaker_configs = configs
     hosts = allowed_hosts(host, environ)
-    guard = RequestGuard(api.app, tokens=tokens, hosts=hosts, limits=limits, configs=configs, admin=admin, transport=transport)
+    gateway = Gateway(configs, max_in_flight=transport.max_in_flight)
+    guard = RequestGuard(
+        api.app, tokens=tokens, hosts=hosts, limits=limits, configs=configs, admin=admin, transport=transport, gateway=gateway
+    )
     guard.token_file = generated
     return guard

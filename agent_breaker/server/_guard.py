@@ -8,13 +8,15 @@ once, here, and left in the ASGI scope state for the route."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import os
 import re
 import sys
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -24,7 +26,9 @@ from .._text import has_invalid_chars
 from ..actions.guards import CALLER_LABELS, CALLER_TENANT, MAX_CONTEXT_EVENTS, context_events
 from ..escalations import BAD_ID, ESCALATIONS_PATH
 from ._auth import ALL_TENANTS, METRICS_TOKEN_ENV, Tokens, TokenScope
-from ._errors import ServeError, error_body
+from ._errors import ServeError
+from ._gateway import Answer, Gateway, problem
+from ._logging import log
 from ._paths import CHAT_PATH, DEFAULT_CONFIG_ID, EVENTS_PATH, GATEWAY_PATHS, METRICS_PATH
 from ._transport import Transport
 
@@ -147,8 +151,10 @@ class RequestGuard:
         configs: ServedConfigs | None = None,
         admin: Tokens | None = None,
         transport: Transport | None = None,
+        gateway: Gateway | None = None,
     ) -> None:
         self.app = app
+        self.gateway = gateway  # None: the gateway paths reach the app (which answers 404)
         self.tokens = tokens
         self.admin = admin  # None: the admin routes are not installed
         self.hosts = hosts
@@ -203,7 +209,8 @@ class RequestGuard:
         tenant = ALL_TENANTS
         granted = TokenScope(ALL_TENANTS)
         presented = _bearer(headers)
-        if self.admin is not None and _is_admin_path(_route_path(scope)):
+        path = _route_path(scope)
+        if self.admin is not None and _is_admin_path(path):
             # the admin token alone opens the admin routes: an API token (a tenant's, or `*`) does not
             if presented is None:
                 await _reply(send, 401, "the admin routes need 'Authorization: Bearer <admin token>'", _CHALLENGE)
@@ -213,7 +220,7 @@ class RequestGuard:
                 return
             if not scope.get("path", "").isprintable():
                 # a line break in the tool name ends the router's match: a bare 404 would hide why
-                await _reply(send, 422, BAD_ID if _route_path(scope).startswith(ESCALATIONS_PATH) else BAD_TOOL)
+                await _reply(send, 422, BAD_ID if path.startswith(ESCALATIONS_PATH) else BAD_TOOL)
                 return
             scope.setdefault("state", {})[ADMIN_GRANTED] = True
         elif self.tokens is not None:
@@ -223,53 +230,21 @@ class RequestGuard:
                 return
             granted, tenant = found, found.tenant
             operator = granted.metrics or (tenant == ALL_TENANTS and granted.configs is None)
-            if _route_path(scope) == METRICS_PATH and not operator:
+            if path == METRICS_PATH and not operator:
                 # the registry names every tenant, feature and tool, with their spend
                 await _reply(send, 403, f"/metrics answers an all-tenant token or ${METRICS_TOKEN_ENV} only")
                 return
-        body = b""
-        if scope.get("method") in ("POST", "PUT", "PATCH"):
-            if headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
-                await _reply(send, 415, "the request body must be JSON, sent as Content-Type: application/json")
-                return
-            declared = headers.get("content-length")
-            if declared is not None and (not declared.isdigit() or int(declared) > self.limits.max_request_bytes):
-                await _reply(send, 413, f"the request is over the limit of {self.limits.max_request_bytes} bytes")
-                return
-            if self.bodies.get(tenant, 0) >= self.transport.max_bodies_per_tenant:
-                # a token's stalled bodies hold its own slots, not another tenant's. 503, not 429:
-                # the server is busy for this token, no call was refused (a gateway retries)
-                await _reply(
-                    send,
-                    503,
-                    f"{self.transport.max_bodies_per_tenant} request bodies of this token are being read already",
-                    {"Retry-After": "1"},
-                )
-                return
-            self.bodies[tenant] = self.bodies.get(tenant, 0) + 1
-            try:
-                read = await self._body(receive)
-            finally:
-                self.bodies[tenant] -= 1
-                if not self.bodies[tenant]:
-                    del self.bodies[tenant]
-            if isinstance(read, tuple):
-                if read[0]:
-                    await _reply(send, *read)
-                return
-            body = read
-            if body:
-                problem, data = self.check_json(scope.get("path", ""), body)
-                path = scope.get("path", "")
-                if problem is None and granted.configs is not None and path in (EVENTS_PATH, *GATEWAY_PATHS, CHAT_PATH):
-                    config_id = _requested_config(path, data)
-                    if config_id not in granted.configs:
-                        problem = (403, f"this API token may not use config {config_id!r}")
-                if problem is not None:
-                    await _reply(send, *problem)
-                    return
-                # the endpoint reads the body parsed once, here
-                scope.setdefault("state", {})[PARSED_BODY] = data
+        if self.gateway is not None and path in GATEWAY_PATHS:
+            await self._answer_gateway(scope, receive, send, headers, path, tenant, granted)
+            return
+        read = await self._checked_body(scope, receive, headers, path, tenant, granted)
+        if isinstance(read, Refused):
+            await read.send(send)
+            return
+        body, data = read
+        if body:
+            # the endpoint reads the body parsed once, here
+            scope.setdefault("state", {})[PARSED_BODY] = data
         replayed = False
 
         async def replay() -> dict[str, Any]:
@@ -281,13 +256,80 @@ class RequestGuard:
 
         # the token stays here: no route, and no model server NeMo calls, ever sees it
         scope["headers"] = [(k, v) for k, v in scope.get("headers", ()) if k.lower() != b"authorization"]
-        token = CALLER_TENANT.set(None if tenant == ALL_TENANTS else tenant)
-        labels = CALLER_LABELS.set((granted.agents, granted.features))
-        try:
+        with _acting_for(tenant, granted):
             await self.app(scope, replay, send)
+
+    async def _answer_gateway(
+        self,
+        scope: dict[str, Any],
+        receive: Receive,
+        send: Send,
+        headers: Mapping[str, str],
+        path: str,
+        tenant: str,
+        granted: TokenScope,
+    ) -> None:
+        """A gateway request, answered here (see `server._gateway`): no route runs."""
+        assert self.gateway is not None
+        if scope.get("method") != "POST":
+            await _reply(send, 405, "Method Not Allowed", {"Allow": "POST"})
+            return
+        since = time.perf_counter()
+        refused = self.gateway.admit()
+        if refused is not None:
+            await _send_answer(send, refused)
+            return
+        try:
+            read = await self._checked_body(scope, receive, headers, path, tenant, granted)
+            if isinstance(read, Refused):
+                await read.send(send)
+                return
+            try:
+                with _acting_for(tenant, granted):
+                    answer = await self.gateway.answer(path, read[1])
+            except Exception:
+                log.exception("agent-breaker: the gateway failed to answer %s", path)
+                answer = problem(500, "the guard failed to decide this request (the server's log says why)")
+            await _send_answer(send, answer)
         finally:
-            CALLER_LABELS.reset(labels)
-            CALLER_TENANT.reset(token)
+            self.gateway.release(path, since)
+
+    async def _checked_body(
+        self, scope: dict[str, Any], receive: Receive, headers: Mapping[str, str], path: str, tenant: str, granted: TokenScope
+    ) -> tuple[bytes, Any] | Refused:
+        """(the body, its JSON) once read and checked (b"" and None without one), or the refusal."""
+        if scope.get("method") not in ("POST", "PUT", "PATCH"):
+            return b"", None
+        if headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
+            return Refused(415, "the request body must be JSON, sent as Content-Type: application/json")
+        declared = headers.get("content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.limits.max_request_bytes):
+            return Refused(413, f"the request is over the limit of {self.limits.max_request_bytes} bytes")
+        if self.bodies.get(tenant, 0) >= self.transport.max_bodies_per_tenant:
+            # a token's stalled bodies hold its own slots, not another tenant's. 503, not 429:
+            # the server is busy for this token, no call was refused (a gateway retries)
+            return Refused(
+                503,
+                f"{self.transport.max_bodies_per_tenant} request bodies of this token are being read already",
+                RETRY_SOON,
+            )
+        self.bodies[tenant] = self.bodies.get(tenant, 0) + 1
+        try:
+            read = await self._body(receive)
+        finally:
+            self.bodies[tenant] -= 1
+            if not self.bodies[tenant]:
+                del self.bodies[tenant]
+        if isinstance(read, tuple):
+            return Refused(*read)
+        if not read:
+            return b"", None
+        problem, data = self.check_json(path, read)
+        if problem is None and granted.configs is not None and path in (EVENTS_PATH, *GATEWAY_PATHS, CHAT_PATH):
+            config_id = _requested_config(path, data)
+            if config_id not in granted.configs:
+                problem = (403, f"this API token may not use config {config_id!r}")
+        return Refused(*problem) if problem is not None else (read, data)
 
     async def _body(self, receive: Receive) -> bytes | tuple[int, str]:
         """The request body, read within `body_timeout_s`; else (status, reason), or (0, "")
@@ -444,11 +486,45 @@ def _host_name(host: str) -> str:
 
 
 async def _reply(send: Send, status: int, message: str, headers: Mapping[str, str] | None = None) -> None:
-    body = json.dumps(error_body(status, message)).encode()
+    await _send_answer(send, problem(status, message, headers))
+
+
+async def _send_answer(send: Send, answer: Answer) -> None:
+    # as Starlette's JSONResponse encodes, without its machinery
+    body = json.dumps(answer.content, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
     raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    raw += [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
-    await send({"type": "http.response.start", "status": status, "headers": raw})
+    raw += [(k.encode(), v.encode()) for k, v in answer.headers.items()]
+    await send({"type": "http.response.start", "status": answer.status, "headers": raw})
     await send({"type": "http.response.body", "body": body})
+
+
+#: a busy server's answer: come back in a second
+RETRY_SOON = {"Retry-After": "1"}
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A request turned away before any route: status 0 when the client went away (no answer)."""
+
+    status: int
+    reason: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    async def send(self, send: Send) -> None:
+        if self.status:
+            await _reply(send, self.status, self.reason, self.headers)
+
+
+@contextlib.contextmanager
+def _acting_for(tenant: str, granted: TokenScope) -> Iterator[None]:
+    """The caller's tenant and labels, for the engine and the flows below."""
+    token = CALLER_TENANT.set(None if tenant == ALL_TENANTS else tenant)
+    labels = CALLER_LABELS.set((granted.agents, granted.features))
+    try:
+        yield
+    finally:
+        CALLER_LABELS.reset(labels)
+        CALLER_TENANT.reset(token)
 
 
 async def _received_by(receive: Receive, deadline: float) -> dict[str, Any]:

@@ -1,25 +1,20 @@
-"""The routes `serve` adds to NeMo's app: the events endpoint and the gateway check, the config
-list, /metrics, and (with an admin token) the breaker and escalation admin routes; and which of
+"""The routes `serve` adds to NeMo's app (the request guard answers the gateway's): the
+events endpoint, the config list, /metrics, and (with an admin token) the breaker and escalation admin routes; and which of
 NeMo's own routes stay. Each reads the body the request guard parsed."""
 
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from .. import heuristics as H
 from .. import metrics
 from .._admin import BREAKERS_PATH, AdminInputError, breaker_rows, checked_tenant, checked_tool, force, operator_state
-from .._aio import without_blocking
-from ..actions import ENGINE_PARAM
-from ..actions.guards import CALLER_TENANT, label_problem, verdict_event
 from ..engine import Engine
 from ..escalations import (
     ESCALATIONS_PATH,
@@ -31,24 +26,23 @@ from ..escalations import (
     store_location,
 )
 from ..escalations.operator import Stores
-from ..events import MAX_ID_CHARS, is_id
-from ..protocol import BY_COLANG, TOOL_CALL_EVENT, TOOL_RESULT_EVENT
 from ..store import StorageError
-from ._colang import _COLANG_FIELDS, ColangPool, ColangThread, ServedConfigs
+from ._colang import ColangPool, ColangThread, ServedConfigs
 from ._errors import json_error
+from ._gateway import ID_PATTERN, Answer, prepared_events, validated
 from ._guard import ADMIN_GRANTED, PARSED_BODY
-from ._paths import CHAT_PATH, CHECK_PATH, CONFIGS_PATH, DEFAULT_CONFIG_ID, EVENTS_PATH, METRICS_PATH, RESULT_PATH
-
-_ID_PATTERN = r"^[^\x00-\x1f\x7f]+$"
+from ._paths import CHAT_PATH, CONFIGS_PATH, DEFAULT_CONFIG_ID, EVENTS_PATH, METRICS_PATH
 
 
 def parsed_body(model: type[BaseModel], request: Request) -> Any:
     """The request's body as `model`, or the 422 answer. The request guard has parsed the body
     and held it to the size, depth and count limits (an empty body is no object: 422)."""
-    try:
-        return model.model_validate(request.scope.get("state", {}).get(PARSED_BODY))
-    except ValidationError as exc:
-        return json_error(422, "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors()))
+    body = validated(model, request.scope.get("state", {}).get(PARSED_BODY))
+    return as_response(body) if isinstance(body, Answer) else body
+
+
+def as_response(answer: Answer) -> JSONResponse:
+    return JSONResponse(status_code=answer.status, content=dict(answer.content), headers=dict(answer.headers))
 
 
 class EventsRequest(BaseModel):
@@ -57,26 +51,8 @@ class EventsRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     config_id: str = Field(DEFAULT_CONFIG_ID, max_length=256, description="A config the server serves.")
-    session_id: str = Field(min_length=1, max_length=256, pattern=_ID_PATTERN)
+    session_id: str = Field(min_length=1, max_length=256, pattern=ID_PATTERN)
     events: list[dict[str, Any]] = Field(min_length=1)
-
-
-class GatewayRequest(BaseModel):
-    """The gateway endpoints' request body: the events endpoint's fields, one event."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    config_id: str = Field(DEFAULT_CONFIG_ID, max_length=256, description="A config the server serves.")
-    session_id: str = Field(min_length=1, max_length=256, pattern=_ID_PATTERN)
-    event: dict[str, Any] = Field(description="One event of the endpoint's type (its `type` may be left out).")
-
-
-#: a refused call's reason in a response header: printable ASCII, one line, bounded
-MAX_HEADER_REASON = 256
-
-
-def header_text(text: str) -> str:
-    return "".join(c if " " <= c <= "~" else "?" for c in text[:MAX_HEADER_REASON])
 
 
 def install_events_endpoint(app: FastAPI, configs: ServedConfigs, colang: ColangThread) -> ColangPool:
@@ -84,103 +60,18 @@ def install_events_endpoint(app: FastAPI, configs: ServedConfigs, colang: Colang
     pool = ColangPool()
     app.state.agent_breaker_colang = pool
 
-    def prepared(
-        config_id: str, session_id: str, raw: list[dict[str, Any]], where: str
-    ) -> JSONResponse | tuple[Any, list[dict[str, Any]]]:
-        """The config's rails and the events as the flows take them, or the error answer."""
-        try:
-            rails = configs.get(config_id)
-        except LookupError as exc:
-            return json_error(404, str(exc))
-        if not configs.takes_events[config_id]:
-            return json_error(
-                400,
-                f"config {config_id} is a Colang 1.0 config for native tool calling: it takes no "
-                "agent-breaker events (send them to a Colang 2.x config such as agent_breaker)",
-            )
-        bound = CALLER_TENANT.get()
-        events = []
-        for i, event in enumerate(raw):
-            at = f"{where}[{i}]" if where == "events" else where
-            kind = event.get("type")
-            if kind not in BY_COLANG:
-                return json_error(422, f"{at}.type must be one of {sorted(BY_COLANG)}")
-            for name in _COLANG_FIELDS:
-                # these reach the Colang state: ids only, checked before they get there
-                if event.get(name) is not None and not is_id(event[name]):
-                    return json_error(422, f"{at}.{name}: an id of 1 to {MAX_ID_CHARS} printable characters")
-            tenant = event.get("tenant")
-            if bound is not None:
-                if tenant is not None and tenant != bound:
-                    return json_error(403, f"{at}.tenant: this token acts for one tenant only, and it is not that one")
-                tenant = bound
-            outside = label_problem(event)
-            if outside is not None:
-                return json_error(403, f"{at}.{outside[0]}: {outside[1]}")
-            events.append({**event, "session_id": session_id, **({"tenant": tenant} if tenant is not None else {})})
-        return rails, events
-
     @app.post(EVENTS_PATH, tags=["agent-breaker"])
     async def agent_breaker_events(request: Request) -> Any:
         """Run agent-breaker events through the config's Colang flows; answer the verdicts."""
         body = parsed_body(EventsRequest, request)
         if isinstance(body, JSONResponse):
             return body
-        ready = prepared(body.config_id, body.session_id, body.events, "events")
-        if isinstance(ready, JSONResponse):
-            return ready
+        ready = prepared_events(configs, body.config_id, body.session_id, body.events, "events")
+        if isinstance(ready, Answer):
+            return as_response(ready)
         rails, events = ready
         verdicts = await colang.run(lambda: pool.process(rails, body.config_id, events))
         return {"session_id": body.session_id, "events": verdicts}
-
-    async def gateway(request: Request, kind: str) -> JSONResponse | dict[str, Any]:
-        """One event of `kind` from a gateway, decided by the config's engine directly, not
-        through the Colang runtime: the same engine as the flows', so the same decisions (a
-        Redis store is awaited off the event loop). The verdict event, or the error answer."""
-        body = parsed_body(GatewayRequest, request)
-        if isinstance(body, JSONResponse):
-            return body
-        event = {"type": kind, **body.event}
-        if event["type"] != kind:
-            return json_error(422, f"event.type must be {kind} (or left out) here")
-        ready = prepared(body.config_id, body.session_id, [event], "event")
-        if isinstance(ready, JSONResponse):
-            return ready
-        rails, [prepared_event] = ready
-        engine: Engine = rails.runtime.registered_action_params[ENGINE_PARAM]
-        return await without_blocking(engine, verdict_event, prepared_event, engine)
-
-    @app.post(CHECK_PATH, tags=["agent-breaker"])
-    async def agent_breaker_check(request: Request) -> Any:
-        """Check one tool call as a gateway does: 200 with the verdict when it may run; 429 when
-        it is refused, with Retry-After (when the heuristic knows one), X-Agent-Breaker-Heuristic
-        and X-Agent-Breaker-Reason; 422 for an event the guard cannot read."""
-        verdict = await gateway(request, TOOL_CALL_EVENT)
-        if isinstance(verdict, JSONResponse):
-            return verdict
-        if verdict.get("allowed"):
-            return JSONResponse(status_code=200, content=verdict)
-        heuristic = str(verdict.get("heuristic") or "")
-        headers = {
-            "X-Agent-Breaker-Heuristic": header_text(heuristic),
-            "X-Agent-Breaker-Reason": header_text(str(verdict.get("reason") or "")),
-        }
-        retry_after = (verdict.get("observation") or {}).get("retry_after_s")
-        if isinstance(retry_after, (int, float)) and retry_after > 0:
-            headers["Retry-After"] = str(math.ceil(retry_after))
-        status = 422 if heuristic == H.INVALID_EVENT else 429
-        return JSONResponse(status_code=status, content=verdict, headers=headers)
-
-    @app.post(RESULT_PATH, tags=["agent-breaker"])
-    async def agent_breaker_result(request: Request) -> Any:
-        """Report what a tool checked with /check returned: 200 with the result's verdict (its
-        receipt, for a mutating tool's success); 422 for a result the guard cannot read or of no
-        call in flight (invalid_event)."""
-        verdict = await gateway(request, TOOL_RESULT_EVENT)
-        if isinstance(verdict, JSONResponse):
-            return verdict
-        status = 422 if verdict.get("heuristic") == H.INVALID_EVENT else 200
-        return JSONResponse(status_code=status, content=verdict)
 
     return pool
 

@@ -9,8 +9,9 @@ is treated as absent (session_cas.lua reads the first two numbers).
 
 from __future__ import annotations
 
-import json
 from typing import Any
+
+import orjson
 
 from .._ledger import Ledger
 from .._state import ChurnView, Loops, SessionState, Spend, turns_from_wire, turns_to_wire
@@ -29,11 +30,14 @@ def encode(s: SessionState) -> bytes:
         "breakers": {name: b.to_wire() for name, b in s.breakers.items()},
         "churn": None if s.churn is None else s.churn.to_wire(),
     }
-    return json.dumps([FORMAT, s.version, slices], separators=(",", ":")).encode()
+    # orjson: the same compact JSON as json.dumps (non-string keys as strings), several times
+    # faster, which a shared store pays twice a decision. The state holds finite numbers only
+    # (events refuse NaN and infinities) and integers within 64 bits.
+    return orjson.dumps([FORMAT, s.version, slices], option=orjson.OPT_NON_STR_KEYS)
 
 
 def decode(raw: bytes | str) -> SessionState | None:
-    d = json.loads(raw)
+    d = orjson.loads(raw)
     if not isinstance(d, list) or len(d) != 3 or d[0] != FORMAT:
         return None
     _, version, slices = d

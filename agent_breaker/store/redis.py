@@ -81,6 +81,7 @@ log = logging.getLogger("agent_breaker.store")
 CHANNEL = "agent-breaker:breaker-transitions"
 MAX_CAS_ATTEMPTS = 32
 CAS_BACKOFF_S = 0.0005  # doubled per conflict, with jitter, capped at 20 ms
+KEY_LOCK_STRIPES = 64
 NEAR_CACHE_MAX = 10_000  # breakers in the near-cache (it is cleared when full)
 SCAN_COUNT = 500  # keys per SCAN step, and per pipeline of GETs, when breakers are listed
 # the last Redis state of this many keys (least recently used go first) seeds the in-process
@@ -215,6 +216,9 @@ class RedisStore:
         # these, self._local and the write-back, and is always taken before self._local's own
         self._keep = on_error == "local"
         self._lock = threading.RLock()
+        # one writer per key at a time in this worker: its threads wait their turn instead of
+        # losing compare-and-set races to each other (a tool view is updated by every session)
+        self._key_locks = [threading.Lock() for _ in range(KEY_LOCK_STRIPES)]
         self._sessions_seen: OrderedDict[str, tuple[float, bytes]] = OrderedDict()  # key -> (last used, value)
         self._sessions_seen_bytes = 0
         self._breakers_seen: OrderedDict[str, dict[str, Any]] = OrderedDict()  # key -> the script's `raw`
@@ -287,26 +291,46 @@ class RedisStore:
 
     def _update_on_redis(self, key: str, now: float, fn: Callable[[object | None], tuple[object, R]]) -> R:
         skey = self.session_key(key)
-        for attempt in range(MAX_CAS_ATTEMPTS):
-            if attempt:
-                # another worker wrote this session in between: back off, then decide again
-                time.sleep(min(0.02, CAS_BACKOFF_S * 2**attempt) * self._rng.uniform(0.5, 1.5))
-            raw = self._get(skey)
+        with self._key_locks[hash(skey) % KEY_LOCK_STRIPES]:
+            return self._cas_loop(key, skey, now, fn)
+
+    def _cas_loop(self, key: str, skey: str, now: float, fn: Callable[[object | None], tuple[object, R]]) -> R:
+        # the first decision starts from what this worker last read or wrote of the session
+        # (its mirror), without a read: the compare-and-set fails if anyone wrote it since (an
+        # expired key included), and the session is read then. One round trip fewer per update
+        # while a session's calls reach the same worker.
+        raw, fresh = self._mirrored(key), False
+        conflicts = 0
+        while True:
+            if raw is None and not fresh:
+                raw, fresh = self._get(skey), True
             state = _decode_session(raw, key, skey)
-            if self._keep:
-                self._saw_session(key, now, raw if state is not None else None)
+            self._saw_session(key, now, raw if state is not None else None)
             version = state.version if state is not None else 0
             new_state, result = fn(state)
             if new_state is None:
-                return result
+                if fresh:
+                    return result
+                raw = None  # no write checks a decision that writes nothing: decide on a fresh read
+                continue
             assert isinstance(new_state, SessionState)  # the engine's decisions return sessions
             new_state.version = version + 1
             data = codec.encode(new_state)
             if self._cas_script(keys=[skey], args=[version, data, max(1, int(self.ttl_s)), codec.FORMAT]):
-                if self._keep:
-                    self._saw_session(key, now, data)
+                self._saw_session(key, now, data)
                 return result
-        raise StorageError(f"session {key!r}: {MAX_CAS_ATTEMPTS} conflicting writers in a row")
+            if fresh:
+                # another worker wrote this session in between: back off, then decide again
+                conflicts += 1
+                if conflicts == MAX_CAS_ATTEMPTS:
+                    raise StorageError(f"session {key!r}: {MAX_CAS_ATTEMPTS} conflicting writers in a row")
+                time.sleep(min(0.02, CAS_BACKOFF_S * 2**conflicts) * self._rng.uniform(0.5, 1.5))
+            raw, fresh = None, False
+
+    def _mirrored(self, key: str) -> bytes | None:
+        with self._lock:
+            seen = self._sessions_seen.get(key)
+            return None if seen is None else seen[1]
 
     def _saw_session(self, key: str, now: float, raw: bytes | None) -> None:
         with self._lock:

@@ -18,7 +18,12 @@ pytest.importorskip("nemoguardrails")
 
 from _server import TOKEN, Server, call, served_with_tenants  # noqa: E402
 
-from agent_breaker.server._transport import Transport, TransportError, default_max_connections  # noqa: E402
+from agent_breaker.server._transport import (  # noqa: E402
+    MAX_HEAD_BYTES,
+    Transport,
+    TransportError,
+    default_max_connections,
+)
 
 ACME = "acme-token-" + "b" * 24
 GLOBEX = "globex-token-" + "c" * 24
@@ -26,6 +31,7 @@ HEAD_TIMEOUT_S = 2
 BODY_TIMEOUT_S = 3
 MAX_CONNECTIONS = 64
 BODIES_PER_TOKEN = 4
+MAX_IN_FLIGHT = 2 * BODIES_PER_TOKEN  # two tokens' stalled bodies fill it
 CHECK = "/v1/agent-breaker/check"
 
 
@@ -36,6 +42,7 @@ def server(tmp_path_factory) -> Iterator[Server]:
         "AGENT_BREAKER_BODY_TIMEOUT_S": str(BODY_TIMEOUT_S),
         "AGENT_BREAKER_MAX_CONNECTIONS": str(MAX_CONNECTIONS),
         "AGENT_BREAKER_MAX_BODIES_PER_TOKEN": str(BODIES_PER_TOKEN),
+        "AGENT_BREAKER_MAX_IN_FLIGHT": str(MAX_IN_FLIGHT),
     }
     tokens = {TOKEN: "*", ACME: "acme", GLOBEX: "globex"}
     with served_with_tenants(tokens, tmp_path_factory.mktemp("tokens"), 12, env) as srv:
@@ -167,6 +174,80 @@ def test_stalled_bodies_hold_only_their_own_tokens_slots_and_time_out(server):
     finally:
         for s in stalled:
             s.close()
+
+
+def _metric(server: Server, name: str) -> float:
+    r = httpx.get(server.base + "/metrics", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
+    assert r.status_code == 200, r.text
+    values = [float(line.split()[-1]) for line in r.text.splitlines() if line.startswith(name + " ")]
+    assert len(values) == 1, (name, values)
+    return values[0]
+
+
+def test_gateway_requests_past_the_in_flight_limit_get_503_at_once_and_are_counted(server):
+    shed_before = _metric(server, "agent_breaker_gateway_shed_total")
+    stalled = [_stalled_body(server, token) for token in (ACME, GLOBEX) for _ in range(BODIES_PER_TOKEN)]
+    try:
+        deadline = time.monotonic() + BODY_TIMEOUT_S
+        while _metric(server, "agent_breaker_gateway_in_flight") < MAX_IN_FLIGHT and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _metric(server, "agent_breaker_gateway_in_flight") == MAX_IN_FLIGHT
+        started = time.monotonic()
+        r = httpx.post(
+            server.base + CHECK,
+            json={"session_id": "s-shed", "event": call(1)},
+            headers={"Authorization": f"Bearer {TOKEN}"},
+            timeout=10,
+        )
+        # busy, not a refused call: 503 with Retry-After, answered without waiting for a place
+        assert r.status_code == 503 and r.headers["retry-after"] == "1", r.text
+        assert "gateway requests" in r.json()["error"]["message"]
+        assert time.monotonic() - started < 1.0
+        assert _metric(server, "agent_breaker_gateway_shed_total") == shed_before + 1
+        # the stalled bodies time out (408) and give their places back
+        assert all(
+            a is not None and a.startswith(b"HTTP/1.1 408") for a in (_closed_within(s, BODY_TIMEOUT_S + 3) for s in stalled)
+        )
+        assert _answers_fast(server, TOKEN) < 1.0
+        assert _metric(server, "agent_breaker_gateway_in_flight") == 0
+    finally:
+        for s in stalled:
+            s.close()
+
+
+@pytest.mark.parametrize("shape", ["many_headers", "one_long_header"])
+def test_a_head_past_its_size_bound_is_refused_at_once_not_at_the_head_timeout(server, shape):
+    """The parser keeps an unfinished head in memory: past MAX_HEAD_BYTES it is refused (431)
+    and the connection closed, long before the head timeout would close it."""
+    start = f"POST {CHECK} HTTP/1.1\r\nHost: 127.0.0.1\r\n".encode()
+    if shape == "many_headers":
+        flood = b"".join(b"X-Pad-%d: %s\r\n" % (i, b"v" * 100) for i in range(MAX_HEAD_BYTES // 100 + 100))
+    else:
+        flood = b"X-Long: " + b"v" * (MAX_HEAD_BYTES + 10_000)
+    started = time.monotonic()
+    s = _open(server, start + flood)  # and no blank line: the head never ends
+    try:
+        answered = _closed_within(s, HEAD_TIMEOUT_S / 2)
+    finally:
+        s.close()
+    assert answered is not None and answered.startswith(b"HTTP/1.1 431"), answered
+    assert time.monotonic() - started < HEAD_TIMEOUT_S / 2
+    assert _answers_fast(server) < 1.0
+
+
+def test_a_large_head_within_the_bound_and_a_body_in_one_write_are_served(server):
+    body = b'{"session_id": "s-big-head", "event": {"tool_name": "search", "tool_args": {}}}'
+    head = (
+        f"POST {CHECK} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {GLOBEX}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n"
+        f"X-Pad: {'p' * (MAX_HEAD_BYTES // 2)}\r\n\r\n"
+    ).encode()
+    s = _open(server, head + body)
+    try:
+        answered = _closed_within(s, 5)
+    finally:
+        s.close()
+    assert answered is not None and answered.startswith(b"HTTP/1.1 200"), answered[:200] if answered else answered
 
 
 def test_the_connection_cap_follows_the_descriptor_limit():

@@ -1,0 +1,193 @@
+"""The gateway endpoints (`/check` before a tool runs, `/result` after it), answered by the
+request guard itself: one event each, decided by the config's engine on the event loop, with
+no Colang runtime and no framework between the guard and the engine. It is the same engine as
+the flows', so the decisions are the same.
+
+Each worker holds at most `max_in_flight` gateway requests at once (read, queued or being
+decided); one more is answered 503 with `Retry-After` at once rather than queued without
+bound. The count, the refusals and each request's time in the server are metrics."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import Counter, Gauge, Histogram
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .. import heuristics as H
+from .. import metrics
+from .._aio import without_blocking
+from ..actions import ENGINE_PARAM
+from ..actions.guards import CALLER_TENANT, label_problem, verdict_event
+from ..engine import Engine
+from ..events import MAX_ID_CHARS, is_id
+from ..protocol import BY_COLANG, TOOL_CALL_EVENT, TOOL_RESULT_EVENT
+from ._colang import _COLANG_FIELDS, ServedConfigs
+from ._errors import error_body
+from ._paths import CHECK_PATH, DEFAULT_CONFIG_ID, RESULT_PATH
+
+ID_PATTERN = r"^[^\x00-\x1f\x7f]+$"
+#: a refused call's reason in a response header: printable ASCII, one line, bounded
+MAX_HEADER_REASON = 256
+
+IN_FLIGHT = Gauge(
+    "agent_breaker_gateway_in_flight",
+    "Gateway requests this worker holds: being read, waiting for the event loop or a store thread, or being decided.",
+    registry=metrics.REGISTRY,
+)
+SHED = Counter(
+    "agent_breaker_gateway_shed",
+    "Gateway requests answered 503 because the worker held its limit of requests in flight.",
+    registry=metrics.REGISTRY,
+)
+SERVER_SECONDS = Histogram(
+    "agent_breaker_gateway_seconds",
+    "Time of a gateway request in the server, from the request guard to the answer (queueing on the worker included).",
+    ["endpoint"],
+    buckets=metrics.LATENCY_BUCKETS,
+    registry=metrics.REGISTRY,
+)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A route's answer: status, JSON body, extra headers."""
+
+    status: int
+    content: Mapping[str, Any]
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+def problem(status: int, message: str, headers: Mapping[str, str] | None = None) -> Answer:
+    return Answer(status, error_body(status, message), headers or {})
+
+
+class GatewayRequest(BaseModel):
+    """The gateway endpoints' request body: the events endpoint's fields, one event."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    config_id: str = Field(DEFAULT_CONFIG_ID, max_length=256, description="A config the server serves.")
+    session_id: str = Field(min_length=1, max_length=256, pattern=ID_PATTERN)
+    event: dict[str, Any] = Field(description="One event of the endpoint's type (its `type` may be left out).")
+
+
+def validated(model: type[BaseModel], data: Any) -> Any:
+    """`data` (the body the request guard parsed) as `model`, or the 422 answer."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        return problem(422, "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors()))
+
+
+def prepared_events(
+    configs: ServedConfigs, config_id: str, session_id: str, raw: list[dict[str, Any]], where: str
+) -> Answer | tuple[Any, list[dict[str, Any]]]:
+    """A config's rails and the events as the flows and the engine take them (the session and
+    the caller's tenant set), or the error answer."""
+    try:
+        rails = configs.get(config_id)
+    except LookupError as exc:
+        return problem(404, str(exc))
+    if not configs.takes_events[config_id]:
+        return problem(
+            400,
+            f"config {config_id} is a Colang 1.0 config for native tool calling: it takes no "
+            "agent-breaker events (send them to a Colang 2.x config such as agent_breaker)",
+        )
+    bound = CALLER_TENANT.get()
+    events = []
+    for i, event in enumerate(raw):
+        at = f"{where}[{i}]" if where == "events" else where
+        kind = event.get("type")
+        if kind not in BY_COLANG:
+            return problem(422, f"{at}.type must be one of {sorted(BY_COLANG)}")
+        for name in _COLANG_FIELDS:
+            # these reach the Colang state: ids only, checked before they get there
+            if event.get(name) is not None and not is_id(event[name]):
+                return problem(422, f"{at}.{name}: an id of 1 to {MAX_ID_CHARS} printable characters")
+        tenant = event.get("tenant")
+        if bound is not None:
+            if tenant is not None and tenant != bound:
+                return problem(403, f"{at}.tenant: this token acts for one tenant only, and it is not that one")
+            tenant = bound
+        outside = label_problem(event)
+        if outside is not None:
+            return problem(403, f"{at}.{outside[0]}: {outside[1]}")
+        events.append({**event, "session_id": session_id, **({"tenant": tenant} if tenant is not None else {})})
+    return rails, events
+
+
+def header_text(text: str) -> str:
+    return "".join(c if " " <= c <= "~" else "?" for c in text[:MAX_HEADER_REASON])
+
+
+class Gateway:
+    """POST /v1/agent-breaker/check and /v1/agent-breaker/result, for the request guard."""
+
+    KINDS = {CHECK_PATH: TOOL_CALL_EVENT, RESULT_PATH: TOOL_RESULT_EVENT}
+
+    def __init__(self, configs: ServedConfigs, *, max_in_flight: int) -> None:
+        self.configs = configs
+        self.max_in_flight = max_in_flight
+        self.in_flight = 0
+        self._seconds = {path: SERVER_SECONDS.labels(path.rsplit("/", 1)[-1]) for path in self.KINDS}
+
+    def admit(self) -> Answer | None:
+        """Take a place for one request (give it back with `release`), or the 503 answer."""
+        if self.in_flight >= self.max_in_flight:
+            SHED.inc()
+            # busy, not a refusal of the call: a gateway retries after a second
+            return problem(503, f"this worker holds {self.max_in_flight} gateway requests already", {"Retry-After": "1"})
+        self.in_flight += 1
+        IN_FLIGHT.inc()
+        return None
+
+    def release(self, path: str, since: float) -> None:
+        self.in_flight -= 1
+        IN_FLIGHT.dec()
+        self._seconds[path].observe(time.perf_counter() - since)
+
+    async def answer(self, path: str, data: Any) -> Answer:
+        """The answer to one gateway request (its body parsed and checked by the guard)."""
+        kind = self.KINDS[path]
+        body = validated(GatewayRequest, data)
+        if isinstance(body, Answer):
+            return body
+        event = {"type": kind, **body.event}
+        if event["type"] != kind:
+            return problem(422, f"event.type must be {kind} (or left out) here")
+        ready = prepared_events(self.configs, body.config_id, body.session_id, [event], "event")
+        if isinstance(ready, Answer):
+            return ready
+        rails, [prepared] = ready
+        engine: Engine = rails.runtime.registered_action_params[ENGINE_PARAM]
+        verdict = await without_blocking(engine, verdict_event, prepared, engine)
+        return checked(verdict) if kind == TOOL_CALL_EVENT else reported(verdict)
+
+
+def checked(verdict: dict[str, Any]) -> Answer:
+    """/check: 200 with the verdict when the call may run; 429 when it is refused, with
+    Retry-After (when the heuristic knows one), X-Agent-Breaker-Heuristic and
+    X-Agent-Breaker-Reason; 422 for an event the guard cannot read."""
+    if verdict.get("allowed"):
+        return Answer(200, verdict)
+    heuristic = str(verdict.get("heuristic") or "")
+    headers = {
+        "X-Agent-Breaker-Heuristic": header_text(heuristic),
+        "X-Agent-Breaker-Reason": header_text(str(verdict.get("reason") or "")),
+    }
+    retry_after = (verdict.get("observation") or {}).get("retry_after_s")
+    if isinstance(retry_after, (int, float)) and 0 < retry_after < math.inf:
+        headers["Retry-After"] = str(math.ceil(retry_after))
+    return Answer(422 if heuristic == H.INVALID_EVENT else 429, verdict, headers)
+
+
+def reported(verdict: dict[str, Any]) -> Answer:
+    """/result: 200 with the result's verdict (its receipt, for a mutating tool's success); 422
+    for a result the guard cannot read or of no call in flight (invalid_event)."""
+    return Answer(422 if verdict.get("heuristic") == H.INVALID_EVENT else 200, verdict)

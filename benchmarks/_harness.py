@@ -468,12 +468,16 @@ class RawConnection:
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
-    async def post(self, path: str, obj: dict[str, Any]) -> tuple[int, Any]:
+    async def open(self) -> None:
+        """Connect now (a pool warmed before the clock starts); `post` reconnects as needed."""
         if self.reader is not None and self.reader.at_eof():
             await self.close()  # the server closed it while idle (keep-alive timeout): as any client, open another
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
-        assert self.reader is not None
+
+    async def post(self, path: str, obj: dict[str, Any]) -> tuple[int, Any]:
+        await self.open()
+        assert self.reader is not None and self.writer is not None
         data = orjson.dumps(obj)
         try:
             self.writer.write(f"POST {path} HTTP/1.1\r\n{self.head}Content-Length: {len(data)}\r\n\r\n".encode() + data)

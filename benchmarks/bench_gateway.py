@@ -13,7 +13,9 @@ before and after). The clients run in a process of their own (asyncio, one keep-
 connection per session, HTTP/1.1 written by hand: about a tenth of httpx's CPU); each session
 calls `search` with new arguments (a new session every CALLS_PER_SESSION calls) and reports each
 allowed call's result, so every check is two requests, except in the check-only phases
-(--check-only-rates: /check alone, as the issue that asked for this benchmark measured it).
+(--check-only-rates: /check alone, as the issue that asked for this benchmark measured it; as
+no call's result comes, a session holds at most 64 calls in flight, so these sessions end after
+CHECK_ONLY_CALLS_PER_SESSION calls). Each session's connection is opened before the clock starts.
 Two kinds of phase:
 
 - closed: each of --sessions sends its next check as soon as the last result is answered. What
@@ -77,6 +79,8 @@ RESULT_PATH = "/v1/agent-breaker/result"
 #: (config folder, the config id, workers to run it with)
 SERVERS = (("agent_breaker", (1,)), ("agent_breaker_redis", (1, 2)))
 KEY_PATTERN = "ab:*"  # the Redis config's key prefix (storage.key_prefix: ab)
+#: the check-only phases' sessions: under the engine's 64 calls in flight a session (MAX_PENDING)
+CHECK_ONLY_CALLS_PER_SESSION = 50
 
 
 def gateway_body(config_id: str, session: str, event: dict[str, Any]) -> dict[str, Any]:
@@ -124,7 +128,9 @@ async def session_client(
             else:
                 due = time.perf_counter()
             n += 1
-            await tally.call(conn, config_id, f"{name}-s{n // CALLS_PER_SESSION}", rng, n, due, results)
+            # without results every call stays in flight: a session holds at most MAX_PENDING
+            per_session = CALLS_PER_SESSION if results else CHECK_ONLY_CALLS_PER_SESSION
+            await tally.call(conn, config_id, f"{name}-s{n // per_session}", rng, n, due, results)
             if mean_gap_s:
                 due += rng.expovariate(1 / mean_gap_s)
     finally:
@@ -136,6 +142,7 @@ async def drive_async(
 ) -> dict[str, Any]:
     tally = Tally()
     conns = [RawConnection(base, token) for _ in range(sessions)]
+    await asyncio.gather(*(c.open() for c in conns))  # a gateway's pool is warm: connecting is not deciding
     mean_gap_s = sessions / rate if rate else None
     t0, cpu0 = time.perf_counter(), time.process_time()
     deadline = t0 + seconds
@@ -233,7 +240,12 @@ def run_server(config: str, workers: int, args: argparse.Namespace, pool: concur
             stop_process(proc)
             if redis:
                 flush_redis(args.redis_url, KEY_PATTERN)
-    return {"config": config, "workers": workers, "phases": phases}
+    return {
+        "name": f"{config}, {workers} worker{'s' if workers > 1 else ''}",
+        "config": config,
+        "workers": workers,
+        "phases": phases,
+    }
 
 
 def run_engine(config: str, steps: int, redis_url: str) -> dict[str, Any]:
@@ -295,17 +307,23 @@ def main() -> None:
     ap.add_argument("--warmup-s", type=float, default=2.0, help="one client before the phases (default 2)")
     ap.add_argument("--redis-url", default="redis://127.0.0.1:6379/9", help="the Redis config's database (emptied of ab:*)")
     ap.add_argument("--engine-steps", type=int, default=3000, help="calls of each in-process engine (default 3000)")
+    ap.add_argument(
+        "--servers",
+        default=",".join(f"{c}:{w}" for c, ws in SERVERS for w in ws),
+        help="config:workers to run (default: all of them)",
+    )
     out_argument(ap, "gateway")
     args = ap.parse_args()
     args.sessions, args.paced_sessions = numbers(args.sessions, int), numbers(args.paced_sessions, int)
     args.rates, args.check_only_rates = numbers(args.rates, float), numbers(args.check_only_rates, float)
     run = Run("bench_gateway", args)
-    engines = [run_engine(config, args.engine_steps, args.redis_url) for config, _ in SERVERS]
+    configs = dict.fromkeys(spec.split(":")[0] for spec in args.servers.split(","))
+    engines = [run_engine(config, args.engine_steps, args.redis_url) for config in configs]
     servers = []
     with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn")) as pool:
-        for config, worker_counts in SERVERS:
-            for workers in worker_counts:
-                servers.append(run_server(config, workers, args, pool))
+        for spec in args.servers.split(","):
+            config, workers = spec.split(":")
+            servers.append(run_server(config, int(workers), args, pool))
     head = f"{'config':<20} {'w':>2} {'phase':<11} {'offered':>8} {'results':>7} {'checks/s':>9} {'p50 ms':>7} {'p99 ms':>7}"
     print(head + f" {'max ms':>7} {'failed':>6} {'server cpu ms/req':>17} {'client':>6}")
     for s in servers:

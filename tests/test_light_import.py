@@ -75,7 +75,7 @@ def test_the_shipped_configs_are_served_without_redis_but_the_redis_one():
     proc = subprocess.run([sys.executable, "-c", SERVE_WITHOUT_REDIS], capture_output=True, text=True, timeout=180, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     served, refused, own = proc.stdout.splitlines()[-3:]
-    assert served == "['agent_breaker', 'agent_breaker_observe', 'agent_breaker_v1']"
+    assert served == "['agent_breaker', 'agent_breaker_observe', 'agent_breaker_v1', 'coding_agent']"
     assert "config agent_breaker_redis is not served" in proc.stderr and '"agent-breaker[redis]"' in proc.stderr
     # asked for by itself, it is an error that names the extra
     assert refused.startswith("config agent_breaker_redis:") and '"agent-breaker[redis]"' in refused

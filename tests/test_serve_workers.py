@@ -359,7 +359,8 @@ def serve_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 12
 def test_in_memory_configs_are_refused_with_several_workers():
     shipped = serve_cli("--workers", "2", timeout=60)
     assert shipped.returncode == 2, shipped.stderr
-    assert "agent_breaker, agent_breaker_observe, agent_breaker_v1 keep their guard state in process memory" in shipped.stderr
+    in_memory = "agent_breaker, agent_breaker_observe, agent_breaker_v1, coding_agent keep their guard state in process memory"
+    assert in_memory in shipped.stderr
     assert str(REDIS_CONFIG) in shipped.stderr
     one = serve_cli("--workers", "3", "--config", str(ROOT / "config" / "agent_breaker"), timeout=60)
     assert one.returncode == 2

@@ -1,4 +1,5 @@
-"""The gateway endpoints (`/check` before a tool runs, `/result` after it), answered by the
+"""The gateway endpoints (`/check` before a tool runs, `/result` after it) and the coding
+agents' hook endpoints (`/v1/hooks/<agent>`, the agent's own JSON in and out), answered by the
 request guard itself: one event each, decided by the config's engine on the event loop, with
 no Colang runtime and no framework between the guard and the engine. It is the same engine as
 the flows', so the decisions are the same.
@@ -25,10 +26,12 @@ from ..actions import ENGINE_PARAM
 from ..actions.guards import CALLER_TENANT, label_problem, verdict_event
 from ..engine import Engine
 from ..events import MAX_ID_CHARS, is_id
+from ..hooks import HookInputError, read_hook
+from ..hooks import answer as hook_answer
 from ..protocol import BY_COLANG, TOOL_CALL_EVENT, TOOL_RESULT_EVENT
 from ._colang import _COLANG_FIELDS, ServedConfigs
 from ._errors import error_body
-from ._paths import CHECK_PATH, DEFAULT_CONFIG_ID, RESULT_PATH
+from ._paths import CHECK_PATH, DEFAULT_CONFIG_ID, HOOK_PATHS, RESULT_PATH
 
 ID_PATTERN = r"^[^\x00-\x1f\x7f]+$"
 #: a refused call's reason in a response header: printable ASCII, one line, bounded
@@ -127,15 +130,17 @@ def header_text(text: str) -> str:
 
 
 class Gateway:
-    """POST /v1/agent-breaker/check and /v1/agent-breaker/result, for the request guard."""
+    """POST /v1/agent-breaker/check, /v1/agent-breaker/result and /v1/hooks/<agent>, for the
+    request guard."""
 
     KINDS = {CHECK_PATH: TOOL_CALL_EVENT, RESULT_PATH: TOOL_RESULT_EVENT}
+    PATHS = frozenset({*KINDS, *HOOK_PATHS})
 
     def __init__(self, configs: ServedConfigs, *, max_in_flight: int) -> None:
         self.configs = configs
         self.max_in_flight = max_in_flight
         self.in_flight = 0
-        self._seconds = {path: SERVER_SECONDS.labels(path.rsplit("/", 1)[-1]) for path in self.KINDS}
+        self._seconds = {path: SERVER_SECONDS.labels(path.rsplit("/", 1)[-1]) for path in self.PATHS}
 
     def admit(self) -> Answer | None:
         """Take a place for one request (give it back with `release`), or the 503 answer."""
@@ -152,8 +157,12 @@ class Gateway:
         IN_FLIGHT.dec()
         self._seconds[path].observe(time.perf_counter() - since)
 
-    async def answer(self, path: str, data: Any) -> Answer:
-        """The answer to one gateway request (its body parsed and checked by the guard)."""
+    async def answer(self, path: str, data: Any, config_id: str | None = None) -> Answer:
+        """The answer to one request (its body parsed and checked by the guard); `config_id`: a
+        hook endpoint's, from its query (the gateway's body names its own)."""
+        if path in HOOK_PATHS:
+            assert config_id is not None
+            return await self.hook(HOOK_PATHS[path], data, config_id)
         kind = self.KINDS[path]
         body = validated(GatewayRequest, data)
         if isinstance(body, Answer):
@@ -161,13 +170,31 @@ class Gateway:
         event = {"type": kind, **body.event}
         if event["type"] != kind:
             return problem(422, f"event.type must be {kind} (or left out) here")
-        ready = prepared_events(self.configs, body.config_id, body.session_id, [event], "event")
+        verdict = await self.decide(body.config_id, body.session_id, event)
+        if isinstance(verdict, Answer):
+            return verdict
+        return checked(verdict) if kind == TOOL_CALL_EVENT else reported(verdict)
+
+    async def hook(self, agent: str, data: Any, config_id: str) -> Answer:
+        """A coding agent's hook: 200 with the agent's own answer (`{}`: go ahead; a denial in its
+        format; a warning as additional context), or 422 for an input the guard cannot read."""
+        try:
+            hook = read_hook(agent, data)
+        except HookInputError as exc:
+            return problem(422, str(exc))
+        if hook.event is None:
+            return Answer(200, {})
+        verdict = await self.decide(config_id, hook.event["session_id"], hook.event)
+        return verdict if isinstance(verdict, Answer) else Answer(200, hook_answer(hook, verdict).output)
+
+    async def decide(self, config_id: str, session_id: str, event: dict[str, Any]) -> Answer | dict[str, Any]:
+        """One protocol event through the config's engine: the verdict event, or the error answer."""
+        ready = prepared_events(self.configs, config_id, session_id, [event], "event")
         if isinstance(ready, Answer):
             return ready
         rails, [prepared] = ready
         engine: Engine = rails.runtime.registered_action_params[ENGINE_PARAM]
-        verdict = await without_blocking(engine, verdict_event, prepared, engine)
-        return checked(verdict) if kind == TOOL_CALL_EVENT else reported(verdict)
+        return await without_blocking(engine, verdict_event, prepared, engine)
 
 
 def checked(verdict: dict[str, Any]) -> Answer:

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from .._admin import ADMIN_TOKEN_ENV, BAD_TOOL, BREAKERS_PATH
 from .._text import has_invalid_chars
@@ -29,7 +29,7 @@ from ._auth import ALL_TENANTS, METRICS_TOKEN_ENV, Tokens, TokenScope
 from ._errors import ServeError
 from ._gateway import Answer, Gateway, problem
 from ._logging import log
-from ._paths import CHAT_PATH, DEFAULT_CONFIG_ID, EVENTS_PATH, GATEWAY_PATHS, METRICS_PATH
+from ._paths import CHAT_PATH, DEFAULT_CONFIG_ID, DEFAULT_HOOK_CONFIG_ID, EVENTS_PATH, GATEWAY_PATHS, HOOK_PATHS, METRICS_PATH
 from ._transport import Transport
 
 if TYPE_CHECKING:
@@ -234,7 +234,7 @@ class RequestGuard:
                 # the registry names every tenant, feature and tool, with their spend
                 await _reply(send, 403, f"/metrics answers an all-tenant token or ${METRICS_TOKEN_ENV} only")
                 return
-        if self.gateway is not None and path in GATEWAY_PATHS:
+        if self.gateway is not None and path in self.gateway.PATHS:
             await self._answer_gateway(scope, receive, send, headers, path, tenant, granted)
             return
         read = await self._checked_body(scope, receive, headers, path, tenant, granted)
@@ -269,10 +269,15 @@ class RequestGuard:
         tenant: str,
         granted: TokenScope,
     ) -> None:
-        """A gateway request, answered here (see `server._gateway`): no route runs."""
+        """A gateway or hook request, answered here (see `server._gateway`): no route runs."""
         assert self.gateway is not None
         if scope.get("method") != "POST":
             await _reply(send, 405, "Method Not Allowed", {"Allow": "POST"})
+            return
+        # a hook's body is the agent's own: its config is named in the query
+        config_id = _query_config(scope) if path in HOOK_PATHS else None
+        if config_id is not None and granted.configs is not None and config_id not in granted.configs:
+            await _reply(send, 403, f"this API token may not use config {config_id!r}")
             return
         since = time.perf_counter()
         refused = self.gateway.admit()
@@ -286,7 +291,7 @@ class RequestGuard:
                 return
             try:
                 with _acting_for(tenant, granted):
-                    answer = await self.gateway.answer(path, read[1])
+                    answer = await self.gateway.answer(path, read[1], config_id)
             except Exception:
                 log.exception("agent-breaker: the gateway failed to answer %s", path)
                 answer = problem(500, "the guard failed to decide this request (the server's log says why)")
@@ -381,6 +386,9 @@ class RequestGuard:
             elif path in GATEWAY_PATHS:
                 events = [data.get("event")]
                 where = "event"
+            elif path in HOOK_PATHS:
+                events = [data]  # the hook input is the event
+                where = "body"
             elif path == CHAT_PATH:
                 problem = self.chat_problem(data)
                 if problem is not None:
@@ -452,6 +460,12 @@ def _size(value: Any) -> int:
 
 
 _CHALLENGE = {"www-authenticate": 'Bearer realm="agent-breaker"'}
+
+
+def _query_config(scope: Mapping[str, Any]) -> str:
+    """A hook endpoint's `?config_id=` (the coding agents' config when it names none)."""
+    values = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("config_id")
+    return values[-1] if values else DEFAULT_HOOK_CONFIG_ID
 
 
 def _bearer(headers: Mapping[str, str]) -> str | None:

@@ -1,0 +1,188 @@
+"""Coding agents' hooks: what Claude Code, Codex and Gemini CLI send before and after each tool
+call, read as the guard's events, and its verdicts answered in each agent's own format.
+
+Pure: no I/O, no server, no store. `read_hook(agent, payload)` gives a `Hook` (the protocol's
+event to decide, as the gateway endpoints take it, or None for a hook that asks nothing of the
+guard); `answer(hook, verdict)`, given the verdict event, gives a `HookAnswer`: the JSON the
+agent reads on stdout (or in an HTTP hook's response body), and for a command hook the exit
+code and stderr. A refused call is exit code 2 with the reason on
+stderr, which all three agents read as "blocked, tell the model why"; a warning of the
+graduated answer reaches the model as additional context.
+
+Fields the guard does not use are ignored, so newer agent versions keep working. The session
+is the agent's `session_id` (a subagent's own calls, named by `agent_id`, are a session of
+their own: its loops are not the parent's); the call id is `tool_use_id` (Gemini CLI sends
+none: the engine pairs a result with the oldest unanswered call of its tool).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .protocol import BY_NAME, TOOL_CALL_EVENT, TOOL_RESULT_EVENT
+
+USER_EVENT = BY_NAME["user"].colang
+
+CLAUDE_CODE, CODEX, GEMINI_CLI = "claude-code", "codex", "gemini-cli"
+AGENTS = (CLAUDE_CODE, CODEX, GEMINI_CLI)
+#: exit code that blocks the call in every agent (stderr is the reason the model reads)
+BLOCK_EXIT = 2
+
+# hook event names -> what the guard decides
+_BEFORE = {"PreToolUse", "BeforeTool"}
+_AFTER = {"PostToolUse", "AfterTool"}
+_FAILED = {"PostToolUseFailure"}
+_USER = {"UserPromptSubmit", "BeforeAgent"}
+#: result fields that carry an exit status
+_EXIT_KEYS = ("exit_code", "exitCode", "returncode", "return_code")
+# Codex and Gemini CLI print a shell command's status in its output text
+_EXIT_LINE = re.compile(r"(?:^|\n)\s*(?:Exit code|Process exited with code)[: ]\s*(-?\d+)", re.IGNORECASE)
+
+
+class HookInputError(ValueError):
+    """A hook input the guard cannot read; the message says which field."""
+
+
+@dataclass(frozen=True)
+class Hook:
+    """One hook call: the agent, its hook event's name, and the protocol event to decide (None:
+    nothing to decide, the answer allows)."""
+
+    agent: str
+    name: str
+    event: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class HookAnswer:
+    """What the agent gets: `output` as JSON on stdout (None: print nothing), and for a command
+    hook its exit code and stderr."""
+
+    output: dict[str, Any] = field(default_factory=dict)
+    exit_code: int = 0
+    stderr: str = ""
+
+    @property
+    def denied(self) -> bool:
+        return self.exit_code == BLOCK_EXIT
+
+
+def _text(payload: Mapping[str, Any], name: str, *, required: bool = True) -> str | None:
+    value = payload.get(name)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str) or not value:
+        raise HookInputError(f"{name}: a non-empty string is required")
+    return value
+
+
+def read_hook(agent: str, payload: Any) -> Hook:
+    """The engine event one hook input asks the guard to decide (HookInputError if unreadable)."""
+    if agent not in AGENTS:
+        raise HookInputError(f"unknown agent {agent!r}; one of {', '.join(AGENTS)}")
+    if not isinstance(payload, Mapping):
+        raise HookInputError("the hook input must be a JSON object")
+    name = _text(payload, "hook_event_name")
+    assert name is not None
+    if name not in _BEFORE | _AFTER | _FAILED | _USER:
+        return Hook(agent, name, None)  # Stop, SessionStart, Notification...: nothing to decide
+    session = _text(payload, "session_id")
+    subagent = payload.get("agent_id")
+    base: dict[str, Any] = {"session_id": f"{session}/{subagent}" if isinstance(subagent, str) and subagent else session}
+    if name in _USER:
+        prompt = payload.get("prompt")
+        return Hook(agent, name, {**base, "type": USER_EVENT, "text": prompt if isinstance(prompt, str) else ""})
+    base["tool_name"] = _text(payload, "tool_name")
+    call_id = _text(payload, "tool_use_id", required=False)
+    if call_id is not None:
+        base["call_id"] = call_id
+    if name in _BEFORE:
+        args = payload.get("tool_input")
+        if args is None:
+            args = {}
+        if not isinstance(args, Mapping):
+            raise HookInputError("tool_input: an object is required")
+        return Hook(agent, name, {**base, "type": TOOL_CALL_EVENT, "tool_args": dict(args)})
+    if name in _FAILED:
+        reported = _short(payload.get("error")) or "the tool failed"
+        return Hook(agent, name, {**base, "type": TOOL_RESULT_EVENT, "ok": False, "error": reported})
+    response = payload.get("tool_response")
+    error = failure(response)
+    result = {**base, "type": TOOL_RESULT_EVENT, "ok": error is None, "result": response}
+    return Hook(agent, name, {**result, "error": error} if error is not None else result)
+
+
+def failure(response: Any) -> str | None:
+    """Why a tool's response says it failed (an error, an error flag, a non-zero exit status),
+    or None when it reads as a success."""
+    if isinstance(response, Mapping):
+        for key in ("error", "stderr_error"):
+            if response.get(key):
+                return _short(response[key])
+        if response.get("is_error") is True or response.get("isError") is True:
+            return _short(response.get("content")) or "the tool reported an error"
+        if response.get("success") is False:
+            return "the tool reported no success"
+        for key in _EXIT_KEYS:
+            status = response.get(key)
+            if isinstance(status, int) and not isinstance(status, bool) and status != 0:
+                return f"exit code {status}"
+        if response.get("interrupted") is True:
+            return "the command was interrupted"
+        for key in ("output", "llmContent", "stdout"):
+            if isinstance(response.get(key), str):
+                status = _exit_status(response[key])
+                if status:
+                    return f"exit code {status}"
+        return None
+    if isinstance(response, str):
+        status = _exit_status(response)
+        return f"exit code {status}" if status else None
+    return None
+
+
+def _exit_status(text: str) -> int:
+    """The status a command's output text reports on its own line near the top (0: none)."""
+    found = _EXIT_LINE.search(text[:2_000])
+    return int(found.group(1)) if found else 0
+
+
+def _short(value: Any, limit: int = 500) -> str:
+    if value is None:
+        return ""
+    text = value if isinstance(value, str) else str(value)
+    return text[:limit]
+
+
+def message(verdict: Mapping[str, Any]) -> str:
+    """What the model reads: the heuristic, the reason, and what to do instead."""
+    instruction = (verdict.get("observation") or {}).get("actionable_instruction")
+    head = f"agent-breaker ({verdict.get('heuristic')}): {verdict.get('reason') or ''}".rstrip()
+    return f"{head} {instruction}" if instruction else head
+
+
+def answer(hook: Hook, verdict: Mapping[str, Any] | None) -> HookAnswer:
+    """The agent's answer to `hook`, given the verdict event the guard decided (None: nothing
+    was decided)."""
+    if verdict is None or hook.event is None or not verdict.get("heuristic"):
+        return HookAnswer()
+    if hook.event["type"] == TOOL_RESULT_EVENT:
+        # a result is recorded, never refused; what looks wrong reaches the model as context
+        return _context(hook, message(verdict))
+    if verdict.get("allowed"):
+        return _context(hook, message(verdict))  # a warning: the call runs
+    text = message(verdict)
+    if hook.event["type"] == USER_EVENT:
+        # a prompt to a halted session: blocked, the user reads why
+        return HookAnswer({"decision": "block", "reason": text}, BLOCK_EXIT, text)
+    if hook.agent == GEMINI_CLI:
+        return HookAnswer({"decision": "deny", "reason": text}, BLOCK_EXIT, text)
+    output = {"hookSpecificOutput": {"hookEventName": hook.name, "permissionDecision": "deny", "permissionDecisionReason": text}}
+    return HookAnswer(output, BLOCK_EXIT, text)
+
+
+def _context(hook: Hook, text: str) -> HookAnswer:
+    return HookAnswer({"hookSpecificOutput": {"hookEventName": hook.name, "additionalContext": text}})

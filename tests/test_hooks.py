@@ -1,0 +1,239 @@
+"""Coding agents' hooks: each agent's documented hook input read as the guard's events (fields
+it does not use ignored), and verdicts answered in the agent's own format; then the hook
+endpoints of a real server, a runaway session and a healthy one through each."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from agent_breaker.hooks import (
+    AGENTS,
+    BLOCK_EXIT,
+    CLAUDE_CODE,
+    CODEX,
+    GEMINI_CLI,
+    HookInputError,
+    answer,
+    failure,
+    read_hook,
+)
+from agent_breaker.protocol import TOOL_CALL_EVENT, TOOL_RESULT_EVENT
+
+# unknown fields, as newer agent versions add them: they must be ignored
+EXTRA = {"prompt_id": "p-1", "some_future_field": {"nested": [1, 2]}, "effort": {"level": "high"}}
+PRE = {CLAUDE_CODE: "PreToolUse", CODEX: "PreToolUse", GEMINI_CLI: "BeforeTool"}
+POST = {CLAUDE_CODE: "PostToolUse", CODEX: "PostToolUse", GEMINI_CLI: "AfterTool"}
+SHELL = {CLAUDE_CODE: "Bash", CODEX: "Bash", GEMINI_CLI: "run_shell_command"}
+
+
+def common(agent: str, session: str, name: str) -> dict[str, Any]:
+    """The fields every hook input of `agent` carries (Claude Code, Codex, Gemini CLI docs)."""
+    base = {
+        "session_id": session,
+        "transcript_path": "/home/dev/.agent/t.jsonl",
+        "cwd": "/home/dev/repo",
+        "hook_event_name": name,
+    }
+    if agent == CLAUDE_CODE:
+        return {**base, "permission_mode": "default", **EXTRA}
+    if agent == CODEX:
+        return {**base, "model": "gpt-5-codex", "permission_mode": "default", "turn_id": "t-1", **EXTRA}
+    return {**base, "timestamp": "2026-12-01T10:00:00Z", **EXTRA}
+
+
+def pre(agent: str, session: str, n: int, command: str) -> dict[str, Any]:
+    event = {**common(agent, session, PRE[agent]), "tool_name": SHELL[agent], "tool_input": {"command": command}}
+    if agent == GEMINI_CLI:
+        return {**event, "mcp_context": None, "original_request_name": SHELL[agent]}  # and no call id
+    return {**event, "tool_use_id": f"toolu_{n:04d}"}
+
+
+def shell_response(agent: str, output: str, status: int) -> Any:
+    """A shell command's tool_response as each agent reports it."""
+    if agent == CLAUDE_CODE:
+        return {"stdout": output, "stderr": "" if status == 0 else "error: see above", "interrupted": False, "isImage": False}
+    if agent == CODEX:
+        return {"output": output, "exit_code": status}
+    return {"llmContent": f"Command: x\nOutput: {output}\nExit Code: {status}", "returnDisplay": output, "error": None}
+
+
+def post(agent: str, session: str, n: int, command: str, output: str, status: int) -> dict[str, Any]:
+    event = {**pre(agent, session, n, command), "hook_event_name": POST[agent]}
+    if agent == CLAUDE_CODE and status != 0:
+        # Claude Code reports a failed tool in PostToolUseFailure, with the error
+        return {**event, "hook_event_name": "PostToolUseFailure", "error": f"Exit code {status}\n{output}", "is_interrupt": False}
+    return {**event, "tool_response": shell_response(agent, output, status)}
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+def test_each_agents_tool_hooks_read_as_a_call_and_its_result(agent):
+    call = read_hook(agent, pre(agent, "s-1", 7, "pytest -x"))
+    assert call.event is not None and call.event["type"] == TOOL_CALL_EVENT
+    assert call.event["session_id"] == "s-1" and call.event["tool_name"] == SHELL[agent]
+    assert call.event["tool_args"] == {"command": "pytest -x"}
+    assert call.event.get("call_id") == (None if agent == GEMINI_CLI else "toolu_0007")
+    done = read_hook(agent, post(agent, "s-1", 7, "pytest -x", "3 passed", 0))
+    assert done.event is not None and done.event["type"] == TOOL_RESULT_EVENT and done.event["ok"] is True
+    broken = read_hook(agent, post(agent, "s-1", 8, "pytest -x", "1 failed", 1))
+    assert broken.event is not None and broken.event["ok"] is False and broken.event["error"]
+
+
+@pytest.mark.parametrize(
+    ("response", "failed"),
+    [
+        ({"stdout": "ok", "stderr": "", "interrupted": False}, False),
+        ({"stdout": "", "interrupted": True}, True),
+        ({"output": "x", "exit_code": 0}, False),
+        ({"output": "x", "exit_code": 2}, True),
+        ({"llmContent": "Output: boom\nExit Code: 1", "error": None}, True),
+        ({"llmContent": "Output: fine\nExit Code: 0"}, False),
+        ({"error": "file not found"}, True),
+        ({"is_error": True, "content": "denied"}, True),
+        ({"success": False}, True),
+        ("Exit code: 127\nWall time: 0.1 s\nOutput:\nnot found", True),
+        ("Exit code: 0\nOutput:\nfine", False),
+        ("a file's content that says: Exit code: 3 deep inside" + "x" * 3000, False),
+        ({"filePath": "/a.py", "content": "print(1)"}, False),
+        (None, False),
+        ([1, 2], False),
+    ],
+)
+def test_a_tools_failure_is_read_from_its_response(response, failed):
+    assert (failure(response) is not None) is failed
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+def test_hooks_that_ask_nothing_are_allowed_silently(agent):
+    for name in ("Stop", "SessionStart", "SessionEnd", "Notification", "AfterAgent", "PreCompact"):
+        hook = read_hook(agent, common(agent, "s-1", name))
+        assert hook.event is None and answer(hook, None).output == {} and answer(hook, None).exit_code == 0
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        [],
+        "text",
+        {"session_id": "s"},
+        {"hook_event_name": "PreToolUse", "tool_name": "Bash"},
+        {**pre(CODEX, "s", 1, "ls"), "tool_input": "ls"},
+    ],
+    ids=["array", "string", "no_event_name", "no_session", "input_not_an_object"],
+)
+def test_an_unreadable_hook_input_is_an_error_naming_the_field(payload):
+    with pytest.raises(HookInputError):
+        read_hook(CODEX, payload)
+
+
+def test_a_subagents_calls_are_a_session_of_their_own():
+    event = {**pre(CLAUDE_CODE, "s-1", 1, "ls"), "agent_id": "a-9", "agent_type": "Explore"}
+    hook = read_hook(CLAUDE_CODE, event)
+    assert hook.event is not None and hook.event["session_id"] == "s-1/a-9"
+
+
+BLOCK = {
+    "allowed": False,
+    "heuristic": "identical_failure",
+    "severity": "block",
+    "reason": "Bash failed 4 times in a row with the same arguments",
+    "observation": {"error": "IDENTICAL_FAILURE", "actionable_instruction": "Stop retrying; change the command."},
+}
+WARN = {**BLOCK, "allowed": True, "severity": "warn"}
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+def test_a_refusal_blocks_in_the_agents_own_format_with_the_reason_for_the_model(agent):
+    hook = read_hook(agent, pre(agent, "s", 1, "make"))
+    out = answer(hook, BLOCK)
+    assert out.denied and out.exit_code == BLOCK_EXIT
+    assert "identical_failure" in out.stderr and "change the command" in out.stderr
+    if agent == GEMINI_CLI:
+        assert out.output == {"decision": "deny", "reason": out.stderr}
+    else:
+        specific = out.output["hookSpecificOutput"]
+        assert specific == {"hookEventName": "PreToolUse", "permissionDecision": "deny", "permissionDecisionReason": out.stderr}
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+def test_a_warning_lets_the_call_run_and_reaches_the_model_as_context(agent):
+    hook = read_hook(agent, pre(agent, "s", 1, "make"))
+    out = answer(hook, WARN)
+    assert not out.denied and out.exit_code == 0
+    # never a bare "allow" (Codex rejects it): the call runs as it would have
+    assert out.output == {
+        "hookSpecificOutput": {
+            "hookEventName": PRE[agent],
+            "additionalContext": answer(hook, WARN).output["hookSpecificOutput"]["additionalContext"],
+        }
+    }
+    assert "identical_failure" in out.output["hookSpecificOutput"]["additionalContext"]
+    assert answer(hook, {"allowed": True, "heuristic": None}).output == {}
+
+
+# ----------------------------------------------------------------------------- the endpoints
+
+httpx = pytest.importorskip("httpx")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> Iterator[Any]:
+    pytest.importorskip("nemoguardrails")
+    from _server import TOKEN, served_with_tenants
+
+    with served_with_tenants({TOKEN: "*"}, tmp_path_factory.mktemp("tokens"), 14) as srv:
+        yield srv
+
+
+def hook(server: Any, agent: str, payload: dict[str, Any], **params: str) -> httpx.Response:
+    return httpx.post(server.base + f"/v1/hooks/{agent}", json=payload, headers=server.headers, params=params, timeout=30)
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+def test_identical_failing_commands_are_denied_through_the_endpoint_by_the_fifth(agent, server):
+    session = f"h-{uuid.uuid4().hex[:8]}"
+    denied_at = None
+    for n in range(1, 8):
+        r = hook(server, agent, pre(agent, session, n, "npm run build"))
+        assert r.status_code == 200, r.text
+        out = r.json()
+        if out.get("decision") == "deny" or out.get("hookSpecificOutput", {}).get("permissionDecision") == "deny":
+            denied_at = n
+            break
+        r = hook(server, agent, post(agent, session, n, "npm run build", "error TS2304: Cannot find name 'x'", 1))
+        assert r.status_code == 200, r.text
+    assert denied_at is not None and denied_at <= 5, denied_at
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+def test_an_edit_test_fix_session_whose_tests_change_is_never_denied(agent, server):
+    session = f"h-{uuid.uuid4().hex[:8]}"
+    edit_tool = {CLAUDE_CODE: "Edit", CODEX: "apply_patch", GEMINI_CLI: "replace"}[agent]
+    for n in range(40):
+        failing = 40 - n
+        edit = {
+            **pre(agent, session, 2 * n, ""),
+            "tool_name": edit_tool,
+            "tool_input": {"file_path": "src/app.py", "patch": f"fix {n}"},
+        }
+        test = pre(agent, session, 2 * n + 1, "pytest -q")
+        for payload, status, output in ((edit, 0, "ok"), (test, 1 if failing else 0, f"{failing} failed, {n} passed")):
+            r = hook(server, agent, payload)
+            assert r.status_code == 200 and r.json().get("decision") != "deny", r.text
+            assert r.json().get("hookSpecificOutput", {}).get("permissionDecision") != "deny", r.text
+            done = {**payload, "hook_event_name": POST[agent], "tool_response": shell_response(agent, output, status)}
+            if agent == CLAUDE_CODE and status:
+                done = {**payload, "hook_event_name": "PostToolUseFailure", "error": output}
+            assert hook(server, agent, done).status_code == 200
+
+
+def test_a_hook_endpoint_takes_post_and_the_agents_json_only(server):
+    assert httpx.get(server.base + "/v1/hooks/codex", headers=server.headers, timeout=30).status_code == 405
+    r = hook(server, CODEX, {"hook_event_name": "PreToolUse"})
+    assert r.status_code == 422 and "session_id" in r.json()["error"]["message"]
+    r = hook(server, CODEX, pre(CODEX, "s", 1, "ls"), config_id="no_such_config")
+    assert r.status_code == 404
+    assert httpx.post(server.base + "/v1/hooks/codex", json={}, timeout=30).status_code == 401

@@ -169,3 +169,23 @@ def test_a_decision_that_writes_nothing_is_made_on_a_fresh_read(redis_store):
         assert redis_store.update_session("s1", 0.0, lambda state: (None, state.halted)) == HALT
     finally:
         other.close()
+
+
+def test_a_decision_that_fails_halfway_leaves_no_trace_in_the_next_one(redis_store):
+    """The next update starts from the worker's own last written state: one that a failing
+    decision had changed before it raised must not be it."""
+
+    def step(state):
+        state = state or SessionState("s1")
+        state.spend.steps += 1
+        return state, state.spend.steps
+
+    assert redis_store.update_session("s1", 0.0, step) == 1
+
+    def broken(state):
+        state.spend.steps += 100
+        raise RuntimeError("the decision failed")
+
+    with pytest.raises(RuntimeError):
+        redis_store.update_session("s1", 0.0, broken)
+    assert redis_store.update_session("s1", 0.0, step) == 2

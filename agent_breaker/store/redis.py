@@ -82,6 +82,7 @@ CHANNEL = "agent-breaker:breaker-transitions"
 MAX_CAS_ATTEMPTS = 32
 CAS_BACKOFF_S = 0.0005  # doubled per conflict, with jitter, capped at 20 ms
 KEY_LOCK_STRIPES = 64
+WRITTEN_SESSIONS = 128  # sessions whose last written state a worker keeps as objects
 NEAR_CACHE_MAX = 10_000  # breakers in the near-cache (it is cleared when full)
 SCAN_COUNT = 500  # keys per SCAN step, and per pipeline of GETs, when breakers are listed
 # the last Redis state of this many keys (least recently used go first) seeds the in-process
@@ -219,6 +220,9 @@ class RedisStore:
         # one writer per key at a time in this worker: its threads wait their turn instead of
         # losing compare-and-set races to each other (a tool view is updated by every session)
         self._key_locks = [threading.Lock() for _ in range(KEY_LOCK_STRIPES)]
+        # the last state this worker wrote of its most recent sessions, as objects: the next
+        # update of one starts from it without a read or a decode (taken out while in use)
+        self._written: OrderedDict[str, SessionState] = OrderedDict()
         self._sessions_seen: OrderedDict[str, tuple[float, bytes]] = OrderedDict()  # key -> (last used, value)
         self._sessions_seen_bytes = 0
         self._breakers_seen: OrderedDict[str, dict[str, Any]] = OrderedDict()  # key -> the script's `raw`
@@ -274,6 +278,8 @@ class RedisStore:
 
     def _failed(self, exc: Exception) -> None:
         self.failures += 1
+        with self._lock:
+            self._written.clear()  # what Redis holds after the outage is read again
         self._down_until = time.monotonic() + self.retry_s
         log.warning(
             "agent-breaker: Redis at %s failed (%s); %s for %.1fs",
@@ -295,17 +301,22 @@ class RedisStore:
             return self._cas_loop(key, skey, now, fn)
 
     def _cas_loop(self, key: str, skey: str, now: float, fn: Callable[[object | None], tuple[object, R]]) -> R:
-        # the first decision starts from what this worker last read or wrote of the session
-        # (its mirror), without a read: the compare-and-set fails if anyone wrote it since (an
-        # expired key included), and the session is read then. One round trip fewer per update
-        # while a session's calls reach the same worker.
-        raw, fresh = self._mirrored(key), False
+        # the first decision starts from what this worker last wrote of the session (the state
+        # itself, else its encoding in the mirror), without a read: the compare-and-set fails if
+        # anyone wrote it since (an expired key included), and the session is read then. One
+        # round trip (and a decode) fewer per update while a session's calls reach one worker.
+        written = self._take_written(key)
+        raw, fresh = (None if written is not None else self._mirrored(key)), False
         conflicts = 0
+        state: SessionState | None
         while True:
-            if raw is None and not fresh:
-                raw, fresh = self._get(skey), True
-            state = _decode_session(raw, key, skey)
-            self._saw_session(key, now, raw if state is not None else None)
+            if written is not None:
+                state, written = written, None  # decided on once: a failed write reads again
+            else:
+                if raw is None and not fresh:
+                    raw, fresh = self._get(skey), True
+                state = _decode_session(raw, key, skey)
+                self._saw_session(key, now, raw if state is not None else None)
             version = state.version if state is not None else 0
             new_state, result = fn(state)
             if new_state is None:
@@ -318,6 +329,7 @@ class RedisStore:
             data = codec.encode(new_state)
             if self._cas_script(keys=[skey], args=[version, data, max(1, int(self.ttl_s)), codec.FORMAT]):
                 self._saw_session(key, now, data)
+                self._keep_written(key, new_state)
                 return result
             if fresh:
                 # another worker wrote this session in between: back off, then decide again
@@ -326,6 +338,16 @@ class RedisStore:
                     raise StorageError(f"session {key!r}: {MAX_CAS_ATTEMPTS} conflicting writers in a row")
                 time.sleep(min(0.02, CAS_BACKOFF_S * 2**conflicts) * self._rng.uniform(0.5, 1.5))
             raw, fresh = None, False
+
+    def _take_written(self, key: str) -> SessionState | None:
+        with self._lock:
+            return self._written.pop(key, None)
+
+    def _keep_written(self, key: str, state: SessionState) -> None:
+        with self._lock:
+            self._written[key] = state
+            if len(self._written) > WRITTEN_SESSIONS:
+                self._written.popitem(last=False)
 
     def _mirrored(self, key: str) -> bytes | None:
         with self._lock:

@@ -23,7 +23,7 @@ from ._text import normalize_name
 
 # the store's facts: its sessions' defaults, the Redis URLs it takes (storage.url is checked by them)
 from .store.base import DEFAULT_MAX_SESSION_BYTES, DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_TTL_S
-from .store.urls import REDIS_URL_PREFIXES, REDIS_URLS_TEXT
+from .store.urls import REDIS_URL_PREFIXES, REDIS_URLS_TEXT, SQLITE_SCHEME
 
 Mode = Literal["enforce", "observe", "off"]
 
@@ -782,9 +782,9 @@ class StorageConfig(_Frozen):
     @field_validator("url")
     @classmethod
     def _known_scheme(cls, url: str) -> str:
-        if not url.startswith(("memory://", *REDIS_URL_PREFIXES)):
+        if not url.startswith(("memory://", f"{SQLITE_SCHEME}:///", *REDIS_URL_PREFIXES)):
             # no part of the value in the message: a URL without its scheme may still hold a password
-            raise ValueError(f"url must start with memory://, {REDIS_URLS_TEXT}")
+            raise ValueError(f"url must start with memory://, {SQLITE_SCHEME}:///, {REDIS_URLS_TEXT}")
         return url
 
     def resolved_url(self) -> str:

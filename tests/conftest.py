@@ -60,10 +60,10 @@ def redis_or_skip():
         pytest.skip(f"no Redis at {REDIS_URL}: {exc}")
 
 
-@pytest.fixture(params=["memory", "redis", "cluster"])
+@pytest.fixture(params=["memory", "sqlite", "redis", "cluster"])
 def store_kind(request) -> str:
-    """The contract suite: every engine test runs on each storage backend (Redis: one server,
-    and a 3-master Redis Cluster)."""
+    """The contract suite: every engine test runs on each storage backend (an embedded SQLite
+    file; Redis: one server, and a 3-master Redis Cluster)."""
     return request.param
 
 
@@ -89,6 +89,13 @@ def shared_store(store_kind, request):
     """None for the in-memory default; a RedisStore under its own key prefix, cleaned up after."""
     if store_kind == "memory":
         yield None
+        return
+    if store_kind == "sqlite":
+        from agent_breaker.store.sqlite import SQLiteStore
+
+        store = SQLiteStore(f"sqlite:///{request.getfixturevalue('tmp_path')}/state.db")
+        yield store
+        store.close()
         return
     if store_kind == "cluster":
         url = request.getfixturevalue("redis_cluster").url()

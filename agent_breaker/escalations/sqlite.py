@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
+from .._sqlite import write_transaction
 from ..config import EscalationsConfig
 from .outbox import OutboxKind, OutboxRow, escalation_message, incident_message, resolution_message, to_json
 from .records import (
@@ -370,21 +371,13 @@ class SqliteEscalations:
     def _write(self) -> Iterator[sqlite3.Connection]:
         """One write transaction, the write lock taken up front; any SQLite error rolls it back
         and becomes EscalationStorageError."""
-        conn = self._conn()
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            raise EscalationStorageError(f"escalations db {self.path}: {exc}") from None
-        try:
+
+        def error(exc: sqlite3.Error) -> Exception:
+            full = getattr(exc, "sqlite_errorcode", None) == SQLITE_FULL
+            return (_DiskFull if full else EscalationStorageError)(f"escalations db {self.path}: {exc}")
+
+        with write_transaction(self._conn(), error) as conn:
             yield conn
-            conn.execute("COMMIT")
-        except BaseException as exc:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-            if isinstance(exc, sqlite3.Error):
-                error = _DiskFull if getattr(exc, "sqlite_errorcode", None) == SQLITE_FULL else EscalationStorageError
-                raise error(f"escalations db {self.path}: {exc}") from None
-            raise
 
     def _read(self, sql: str, params: tuple[Any, ...]) -> builtins.list[Any]:
         try:

@@ -11,5 +11,7 @@ CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 #: the URL schemes of a Redis: one server, or a cluster
 REDIS_SCHEMES = ("redis", "rediss", "unix", *CLUSTER_SCHEMES)
 REDIS_URL_PREFIXES = tuple(f"{scheme}://" for scheme in REDIS_SCHEMES)
+#: one SQLite file (sqlite:///path/to/file.db): the processes of one machine share it
+SQLITE_SCHEME = "sqlite"
 #: the schemes as an error message lists them
 REDIS_URLS_TEXT = ", ".join(REDIS_URL_PREFIXES[:-1]) + " or " + REDIS_URL_PREFIXES[-1]

@@ -140,7 +140,11 @@ def test_the_engine_keeps_and_logs_no_payload(make_engine, clock, all_logs, stor
             all_logs.append(str(exc))
     for line in all_logs:
         assert not _found_in(line, marker), line
-    if shared_store is not None:
+    if store_kind == "sqlite":
+        # the file, its write-ahead log and its shared memory, every byte
+        for part in shared_store.path.parent.glob(shared_store.path.name + "*"):
+            assert not _found_in(part.read_bytes().decode("utf-8", "replace"), marker), part
+    elif shared_store is not None:
         for key in shared_store.redis.scan_iter(match=f"{shared_store.prefix}:*"):
             assert not _found_in(key.decode("utf-8", "replace"), marker)
             value = shared_store.redis.get(key) if shared_store.redis.type(key) == b"string" else b""

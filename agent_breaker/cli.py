@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._extras import MissingExtra, require
+from ._hook_command import DEFAULT_STATE, STATE_ENV
 from .breaker.core import SETTABLE_STATES
 from .config import AgentBreakerConfig, ConfigError, load_config
+from .hooks import AGENTS
 
 if TYPE_CHECKING:
     from .escalations import StoreLocation
@@ -521,6 +523,12 @@ def _at_least_one(text: str) -> int:
     return n
 
 
+def _hook(args: argparse.Namespace) -> int:
+    from ._hook_command import main as hook_main
+
+    return hook_main(args.agent, config=args.config, state=args.state, server=args.server, fail=args.fail)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="agent-breaker", description="Deterministic guards for AI agents.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -606,6 +614,20 @@ def main(argv: list[str] | None = None) -> int:
     relay = sub.add_parser("relay", parents=[db], help="deliver the escalation outbox to RabbitMQ and the incident sinks")
     relay.add_argument("--once", action="store_true", help="deliver what is pending, then exit (1 if a target failed)")
     relay.set_defaults(func=_relay)
+    hp = sub.add_parser("hook", help="answer one coding agent's hook call (stdin to stdout), state in a SQLite file")
+    hp.add_argument("agent", choices=AGENTS, help="the agent whose hook input arrives on stdin")
+    hp.add_argument("--config", help="YAML config (default: the shipped coding_agent config)")
+    hp.add_argument("--state", help=f"the store's URL (default: ${STATE_ENV}, else {DEFAULT_STATE})")
+    hp.add_argument(
+        "--server", metavar="URL", help="ask a running `agent-breaker serve` instead (token: $AGENT_BREAKER_API_TOKEN)"
+    )
+    hp.add_argument(
+        "--fail",
+        choices=("open", "closed"),
+        default="open",
+        help="when the guard cannot decide: let the call go ahead (open, the default) or block it (closed)",
+    )
+    hp.set_defaults(func=_hook)
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)  # each subcommand's handler returns its exit code

@@ -237,3 +237,90 @@ def test_a_hook_endpoint_takes_post_and_the_agents_json_only(server):
     r = hook(server, CODEX, pre(CODEX, "s", 1, "ls"), config_id="no_such_config")
     assert r.status_code == 404
     assert httpx.post(server.base + "/v1/hooks/codex", json={}, timeout=30).status_code == 401
+
+
+# ----------------------------------------------------------------------------- the command
+
+
+def command(agent: str, payload: Any, state: str, *, fail: str = "open", server: str | None = None) -> tuple[int, str, str]:
+    """`agent-breaker hook <agent>` in this process: (exit code, stdout, stderr)."""
+    import io
+    import json
+
+    from agent_breaker._hook_command import run
+
+    out, err = io.StringIO(), io.StringIO()
+    raw = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    code = run(agent, io.BytesIO(raw), out, err, config=None, state=state, server=server, fail_closed=fail == "closed")
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+def test_the_command_denies_identical_failing_commands_by_the_fifth_with_exit_2(agent, tmp_path):
+    state = f"sqlite:///{tmp_path}/hooks.db"
+    for n in range(1, 8):
+        code, out, err = command(agent, pre(agent, "s-cmd", n, "npm run build"), state)
+        if code == BLOCK_EXIT:
+            assert n <= 5 and "identical_failure" in err and out == ""
+            break
+        assert code == 0, err
+        command(agent, post(agent, "s-cmd", n, "npm run build", "error TS2304", 1), state)
+    else:
+        pytest.fail("never denied")
+
+
+def test_the_command_keeps_a_healthy_edit_test_fix_session_going(tmp_path):
+    state = f"sqlite:///{tmp_path}/hooks.db"
+    for n in range(25):
+        edit = {**pre(CODEX, "s-ok", 2 * n, ""), "tool_name": "apply_patch", "tool_input": {"patch": f"fix {n}"}}
+        test = pre(CODEX, "s-ok", 2 * n + 1, "pytest -q")
+        for payload, status, output in ((edit, 0, "ok"), (test, 1 if n < 24 else 0, f"{25 - n} failed")):
+            code, _, err = command(CODEX, payload, state)
+            assert code == 0, err
+            done = {**payload, "hook_event_name": "PostToolUse", "tool_response": shell_response(CODEX, output, status)}
+            assert command(CODEX, done, state)[0] == 0
+
+
+@pytest.mark.parametrize(("fail", "code"), [("open", 0), ("closed", BLOCK_EXIT)])
+def test_a_guard_that_cannot_decide_follows_the_fail_policy(tmp_path, fail, code):
+    state = f"sqlite:///{tmp_path}/hooks.db"
+    for broken in (b"not json", {"hook_event_name": "PreToolUse"}):
+        got, out, err = command(CLAUDE_CODE, broken, state, fail=fail)
+        assert got == code and "could not check this call" in err
+        assert out == ("{}\n" if fail == "open" else "")
+    # a server that does not answer
+    got, _, err = command(CLAUDE_CODE, pre(CLAUDE_CODE, "s", 1, "ls"), state, fail=fail, server="http://127.0.0.1:9")
+    assert got == code and "did not answer" in err
+
+
+def _hook_process(args: tuple[str, int, int]) -> int:
+    """One hook command as its own process (what an agent runs per call); its exit code."""
+    import json
+    import subprocess
+    import sys
+
+    state, worker, n = args
+    payload = pre(CLAUDE_CODE, "s-shared", worker * 1000 + n, f"echo {worker}-{n}")
+    proc = subprocess.run(
+        [sys.executable, "-m", "agent_breaker.cli", "hook", "claude-code", "--state", state, "--fail", "closed"],
+        input=json.dumps(payload).encode(),
+        capture_output=True,
+        timeout=120,
+    )
+    return proc.returncode
+
+
+@pytest.mark.slow
+def test_concurrent_hook_processes_on_one_file_count_every_call(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from agent_breaker.store.sqlite import SQLiteStore
+
+    state = f"sqlite:///{tmp_path}/hooks.db"
+    jobs = [(state, w, n) for w in range(4) for n in range(6)]
+    with ThreadPoolExecutor(8) as pool:
+        codes = list(pool.map(_hook_process, jobs))
+    assert codes == [0] * len(jobs)
+    store = SQLiteStore(state)
+    [key] = [k for (k,) in store._db().execute("SELECT key FROM sessions WHERE key LIKE '%s-shared%'")]
+    assert store.peek_session(key).spend.steps == len(jobs)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import secrets
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -42,6 +43,7 @@ CREATE TABLE IF NOT EXISTS sessions (key TEXT PRIMARY KEY, used REAL NOT NULL, s
 CREATE INDEX IF NOT EXISTS sessions_used ON sessions (used);
 CREATE TABLE IF NOT EXISTS breakers (key TEXT PRIMARY KEY, state TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS spend (key TEXT PRIMARY KEY, idx REAL NOT NULL, tokens REAL NOT NULL, cost REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS secrets (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
 
@@ -96,6 +98,17 @@ class SQLiteStore:
         if db is not None:
             db.close()
             self._local.db = None
+
+    def secret(self, name: str) -> str:
+        """A random key kept in the file (owner-only), made on first use: what every process on
+        it shares, such as the fingerprint key of the hashes its sessions hold."""
+        with self._write() as db:
+            row = db.execute("SELECT value FROM secrets WHERE name = ?", (name,)).fetchone()
+            if row is not None:
+                return str(row[0])
+            value = secrets.token_hex(32)
+            db.execute("INSERT INTO secrets (name, value) VALUES (?, ?)", (name, value))
+            return value
 
     # sessions
     def update_session(self, key: str, now: float, fn: Callable[[object | None], tuple[object, R]]) -> R:

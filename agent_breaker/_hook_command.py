@@ -1,0 +1,134 @@
+"""`agent-breaker hook <agent>`: one coding agent's hook call, stdin to stdout, for users who run
+no server. The guard's state outlives each hook process in an embedded SQLite file (or, with
+`--server URL`, in a running `agent-breaker serve`).
+
+A refused call exits 2 with the reason on stderr (every agent reads that as "blocked, tell the
+model why"); anything else exits 0 with the agent's JSON on stdout. When the guard itself fails
+(unreadable input, a store or server it cannot reach), `--fail open` (the default) lets the call
+go ahead and says why on stderr, `--fail closed` blocks it (exit 2).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Mapping
+from typing import IO, Any
+
+from .hooks import BLOCK_EXIT, HookAnswer, HookInputError, answer, read_hook
+
+#: where the command keeps its state unless told otherwise ($AGENT_BREAKER_HOOK_STATE)
+STATE_ENV = "AGENT_BREAKER_HOOK_STATE"
+DEFAULT_STATE = "sqlite:///~/.local/state/agent-breaker/hooks.db"
+MAX_INPUT_BYTES = 16 * 2**20
+SERVER_TIMEOUT_S = 5.0
+
+
+class GuardFailure(RuntimeError):
+    """The guard could not decide; the fail policy answers instead."""
+
+
+def run(
+    agent: str,
+    stdin: IO[bytes],
+    stdout: IO[str],
+    stderr: IO[str],
+    *,
+    config: str | None,
+    state: str | None,
+    server: str | None,
+    fail_closed: bool,
+) -> int:
+    """Answer one hook call; the exit code."""
+    try:
+        raw = stdin.read(MAX_INPUT_BYTES + 1)
+        if len(raw) > MAX_INPUT_BYTES:
+            raise GuardFailure(f"the hook input is over {MAX_INPUT_BYTES} bytes")
+        try:
+            payload = json.loads(raw)
+        except ValueError:
+            raise GuardFailure("the hook input is not JSON") from None
+        out = _forwarded(agent, raw, server) if server else _decided(agent, payload, config, state)
+    except (GuardFailure, HookInputError) as exc:
+        return _failed(str(exc), stdout, stderr, fail_closed)
+    except Exception as exc:  # a guard that crashes must not decide by accident: the policy does
+        return _failed(f"{type(exc).__name__}: {exc}", stdout, stderr, fail_closed)
+    if out.exit_code == BLOCK_EXIT:
+        stderr.write(out.stderr + "\n")
+    else:
+        stdout.write(json.dumps(out.output) + "\n")
+    return out.exit_code
+
+
+def _failed(why: str, stdout: IO[str], stderr: IO[str], fail_closed: bool) -> int:
+    if fail_closed:
+        stderr.write(f"agent-breaker could not check this call ({why}); blocked, as --fail closed asks\n")
+        return BLOCK_EXIT
+    stderr.write(f"agent-breaker could not check this call ({why}); let through, as --fail open asks\n")
+    stdout.write("{}\n")
+    return 0
+
+
+def _decided(agent: str, payload: Any, config_path: str | None, state: str | None) -> HookAnswer:
+    hook = read_hook(agent, payload)
+    if hook.event is None:
+        return HookAnswer()
+    # imported here: a hook that asks nothing costs no engine
+    from .config import load_config
+    from .configs import ROOT
+    from .engine import Engine
+    from .protocol import BY_COLANG, to_engine_event
+    from .receipts import ReceiptKeys
+    from .store.sqlite import SQLiteStore
+
+    config = load_config(config_path or ROOT / "coding_agent" / "config.yml")
+    store = SQLiteStore(state or os.environ.get(STATE_ENV) or DEFAULT_STATE, ttl_s=config.sessions.ttl_s)
+    try:
+        # one key for every hook process: each decides on the hashes the others stored
+        secret = config.fingerprint_secret or os.environ.get("AGENT_BREAKER_FINGERPRINT_SECRET") or store.secret("fingerprint")
+        config = config.model_copy(update={"fingerprint_secret": secret})
+        engine = Engine(config, store=store, listeners=[], sinks=False, escalations=False, receipt_keys=ReceiptKeys.ephemeral())
+        kind = BY_COLANG[hook.event["type"]]
+        verdict = getattr(engine, kind.handler)(to_engine_event(kind, hook.event)).to_dict()
+    finally:
+        store.close()
+    return answer(hook, verdict)
+
+
+def _forwarded(agent: str, raw: bytes, server: str) -> HookAnswer:
+    """The server's answer; a refusal in its JSON becomes the command's exit code 2."""
+    import urllib.error
+    import urllib.request
+    headers = {"content-type": "application/json"}
+    token = os.environ.get("AGENT_BREAKER_API_TOKEN")
+    if token:
+        headers["authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(f"{server.rstrip('/')}/v1/hooks/{agent}", data=raw, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=SERVER_TIMEOUT_S) as response:
+            out = json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        raise GuardFailure(f"the server answered {exc.code}") from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise GuardFailure(f"the server at {server} did not answer: {exc}") from None
+    if not isinstance(out, Mapping):
+        raise GuardFailure("the server's answer is not a JSON object")
+    reason = _refusal(out)
+    return HookAnswer(dict(out), BLOCK_EXIT, reason) if reason is not None else HookAnswer(dict(out))
+
+
+def _refusal(out: Mapping[str, Any]) -> str | None:
+    """The reason of a denial in an agent's answer, or None."""
+    if out.get("decision") in ("deny", "block"):
+        return str(out.get("reason") or "blocked by agent-breaker")
+    specific = out.get("hookSpecificOutput")
+    if isinstance(specific, Mapping) and specific.get("permissionDecision") == "deny":
+        return str(specific.get("permissionDecisionReason") or "blocked by agent-breaker")
+    return None
+
+
+def main(agent: str, *, config: str | None, state: str | None, server: str | None, fail: str) -> int:
+    return run(
+        agent, sys.stdin.buffer, sys.stdout, sys.stderr, config=config, state=state, server=server, fail_closed=fail == "closed"
+    )

@@ -100,6 +100,7 @@ def _forwarded(agent: str, raw: bytes, server: str) -> HookAnswer:
     """The server's answer; a refusal in its JSON becomes the command's exit code 2."""
     import urllib.error
     import urllib.request
+
     headers = {"content-type": "application/json"}
     token = os.environ.get("AGENT_BREAKER_API_TOKEN")
     if token:

@@ -324,3 +324,39 @@ def test_concurrent_hook_processes_on_one_file_count_every_call(tmp_path):
     store = SQLiteStore(state)
     [key] = [k for (k,) in store._db().execute("SELECT key FROM sessions WHERE key LIKE '%s-shared%'")]
     assert store.peek_session(key).spend.steps == len(jobs)
+
+
+def background_read(n: int, session: str, output: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Claude Code reading a background shell (BashOutput), and what it returned."""
+    call = {**common(CLAUDE_CODE, session, "PreToolUse"), "tool_name": "BashOutput", "tool_input": {"bash_id": "bash_1"}}
+    call["tool_use_id"] = f"toolu_poll_{n}"
+    response = {"shellId": "bash_1", "command": "npm run dev", "status": "running", "stdout": output, "stderr": ""}
+    return call, {
+        **call,
+        "hook_event_name": "PostToolUse",
+        "tool_response": {**response, "timestamp": f"2026-12-01T10:{n:02d}:00Z"},
+    }
+
+
+def test_a_hung_background_shell_read_with_only_a_clock_changing_is_denied_by_the_12th_read(tmp_path):
+    state = f"sqlite:///{tmp_path}/hooks.db"
+    for n in range(1, 30):
+        call, done = background_read(n, "s-hung", f"[10:{n:02d}:17] waiting for file changes...")
+        code, _, err = command(CLAUDE_CODE, call, state)
+        if code == BLOCK_EXIT:
+            assert n <= 12 and "stuck_polling" in err, (n, err)
+            break
+        command(CLAUDE_CODE, done, state)
+    else:
+        pytest.fail("never denied")
+
+
+def test_a_background_shell_whose_output_grows_is_never_denied(tmp_path):
+    state = f"sqlite:///{tmp_path}/hooks.db"
+    log = ""
+    for n in range(1, 40):
+        log += f"[10:{n:02d}:17] compiled module {n} of 200\n"
+        call, done = background_read(n, "s-build", log)
+        code, out, err = command(CLAUDE_CODE, call, state)
+        assert code == 0 and "stuck_polling" not in out, (n, out, err)
+        command(CLAUDE_CODE, done, state)

@@ -529,6 +529,13 @@ def _hook(args: argparse.Namespace) -> int:
     return hook_main(args.agent, config=args.config, state=args.state, server=args.server, fail=args.fail)
 
 
+def _hooks(args: argparse.Namespace) -> int:
+    from .hooks import settings
+
+    print(json.dumps(settings(args.agent, server=args.server, fail=args.fail), indent=2))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="agent-breaker", description="Deterministic guards for AI agents.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -628,6 +635,13 @@ def main(argv: list[str] | None = None) -> int:
         help="when the guard cannot decide: let the call go ahead (open, the default) or block it (closed)",
     )
     hp.set_defaults(func=_hook)
+    hsp = sub.add_parser("hooks", help="set up coding agents' hooks")
+    hsub = hsp.add_subparsers(dest="hooks_command", required=True)
+    pc = hsub.add_parser("print-config", help="print the hooks settings that send an agent's tool calls to the guard")
+    pc.add_argument("agent", choices=AGENTS)
+    pc.add_argument("--server", metavar="URL", help="a running `agent-breaker serve` (Claude Code: an HTTP hook to it)")
+    pc.add_argument("--fail", choices=("open", "closed"), default="open", help="when the guard cannot decide (default open)")
+    hsp.set_defaults(func=_hooks)
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)  # each subcommand's handler returns its exit code

@@ -186,3 +186,41 @@ def answer(hook: Hook, verdict: Mapping[str, Any] | None) -> HookAnswer:
 
 def _context(hook: Hook, text: str) -> HookAnswer:
     return HookAnswer({"hookSpecificOutput": {"hookEventName": hook.name, "additionalContext": text}})
+
+
+#: the hook events each agent sends the guard, and how its settings match every tool
+_SETTINGS = {
+    CLAUDE_CODE: (("PreToolUse", "PostToolUse", "PostToolUseFailure"), ("UserPromptSubmit",), "*"),
+    CODEX: (("PreToolUse", "PostToolUse"), ("UserPromptSubmit",), ".*"),
+    GEMINI_CLI: (("BeforeTool", "AfterTool"), ("BeforeAgent",), ".*"),
+}
+
+
+def settings(agent: str, *, server: str | None = None, fail: str = "open") -> dict[str, Any]:
+    """The `hooks` settings that send `agent`'s tool calls to the guard: an HTTP hook to a server
+    (Claude Code, given `server`), else the `agent-breaker hook` command (with `--server` for the
+    agents that run commands only)."""
+    if agent not in _SETTINGS:
+        raise HookInputError(f"unknown agent {agent!r}; one of {', '.join(AGENTS)}")
+    tool_events, turn_events, every_tool = _SETTINGS[agent]
+    handler: dict[str, Any]
+    if server is not None and agent == CLAUDE_CODE:
+        handler = {
+            "type": "http",
+            "url": f"{server.rstrip('/')}/v1/hooks/{agent}",
+            "headers": {"Authorization": "Bearer $AGENT_BREAKER_API_TOKEN"},
+            "allowedEnvVars": ["AGENT_BREAKER_API_TOKEN"],
+            "timeout": 5,
+        }
+        if fail == "closed":
+            handler["onFailure"] = "block"
+    else:
+        command = (
+            f"agent-breaker hook {agent}"
+            + (f" --server {server}" if server else "")
+            + (" --fail closed" if fail == "closed" else "")
+        )
+        handler = {"type": "command", "command": command}  # each agent's own time-out (their units differ)
+    hooks: dict[str, Any] = {name: [{"matcher": every_tool, "hooks": [handler]}] for name in tool_events}
+    hooks.update({name: [{"hooks": [handler]}] for name in turn_events})
+    return {"hooks": hooks}

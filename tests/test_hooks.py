@@ -360,3 +360,28 @@ def test_a_background_shell_whose_output_grows_is_never_denied(tmp_path):
         code, out, err = command(CLAUDE_CODE, call, state)
         assert code == 0 and "stuck_polling" not in out, (n, out, err)
         command(CLAUDE_CODE, done, state)
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+@pytest.mark.parametrize("server", [None, "http://127.0.0.1:8000"])
+@pytest.mark.parametrize("fail", ["open", "closed"])
+def test_print_config_sends_every_event_the_guard_reads_to_it(agent, server, fail):
+    import shlex
+
+    from agent_breaker.cli import main
+    from agent_breaker.hooks import settings
+
+    hooks = settings(agent, server=server, fail=fail)["hooks"]
+    assert {PRE[agent], POST[agent]} <= set(hooks)
+    for groups in hooks.values():
+        [group] = groups
+        [handler] = group["hooks"]
+        if handler["type"] == "http":
+            assert agent == CLAUDE_CODE and handler["url"] == f"{server}/v1/hooks/claude-code"
+            assert (handler.get("onFailure") == "block") is (fail == "closed")
+        else:
+            argv = shlex.split(handler["command"])
+            assert argv[:3] == ["agent-breaker", "hook", agent]
+            assert ("--fail" in argv) is (fail == "closed") and ("--server" in argv) is (server is not None)
+    with pytest.raises(SystemExit):  # the printed command line parses
+        main([*shlex.split(hooks[PRE[agent]][0]["hooks"][0].get("command", f"x hook {agent}"))[1:], "--help"])

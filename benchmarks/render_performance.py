@@ -33,6 +33,7 @@ TITLES = {
     "outbox_redis": "Escalation outbox on Redis",
     "attacks": "Hostile load",
     "gateway": "The gateway path: /check and /result under load",
+    "hooks": "Coding agents' hooks: the command and the endpoints",
 }
 #: every benchmark, what it measures and what it needs besides the package (listed on the page)
 BENCHMARKS = (
@@ -47,7 +48,12 @@ BENCHMARKS = (
     ("bench_sinks", "decision latency with a webhook sink slow, hung or down", ""),
     ("bench_outbox", "escalations/s and relay delay, on SQLite or Redis (`--redis URL`)", "RabbitMQ (and Redis)"),
     ("bench_attacks", "hostile load against the server: does each defence hold", "Redis; the tests' helpers (pytest)"),
-    ("bench_gateway", "`/check` and `/result` at 1, 50 and 200 sessions, memory and Redis; the engine in process", "Redis"),
+    (
+        "bench_gateway",
+        "`/check` and `/result`: capacity at 1, 50 and 200 sessions, latency at paced rates; memory, Redis, the engine",
+        "Redis",
+    ),
+    ("bench_hooks", "`agent-breaker hook` wall time per call; the hook endpoint at 50 paced sessions", ""),
 )
 #: what the harness writes besides the figures
 HEAD_KEYS = ("benchmark", "command", "machine", "settings", "total_seconds")

@@ -1,0 +1,201 @@
+"""Coding agents' hooks: what one `agent-breaker hook` call costs in wall time, and the hook
+endpoints of `agent-breaker serve` under load.
+
+    python -m benchmarks.bench_hooks [--calls 40] [--sessions 50] [--rates 100,250] [--duration-s 10] [--out FILE]
+
+1. The command: --calls Claude Code tool calls (PreToolUse, then its PostToolUse), each a process
+   of its own as the agent runs it (`python -m agent_breaker.cli hook claude-code`, its state in a
+   SQLite file of the run's own), one after the other: p50 / p99 / max of the wall time, from
+   spawning the process to its exit, for the check and for the result.
+2. The endpoint: a server on the coding_agent config (state in memory, one worker, a free
+   loopback port, stopped by PID) and --sessions Claude Code sessions, each sending PreToolUse then PostToolUse to
+   `/v1/hooks/claude-code` at random times (Poisson), together at each of --rates calls/s, timed
+   from when each call was due (as bench_gateway's paced phases): p50 / p99 / max of the
+   PreToolUse answer, denials, failed requests, the server's CPU per request.
+The client shares the machine's cores with the server. Percentiles are nearest-rank. Reports
+figures; nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import json
+import multiprocessing as mp
+import os
+import random
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from benchmarks._harness import (
+    WORDS,
+    RawConnection,
+    Run,
+    free_port,
+    ms_percentile,
+    out_argument,
+    serve,
+    stop_process,
+    wait_ready,
+)
+from benchmarks.bench_gateway import server_cpu_s
+
+ROOT = Path(__file__).resolve().parents[1]
+HOOK_PATH = "/v1/hooks/claude-code"  # the server runs the coding_agent config, the endpoints' default
+CALLS_PER_SESSION = 200
+
+
+def pre(session: str, n: int) -> dict[str, Any]:
+    """A Claude Code PreToolUse of a new command (legitimate work: nothing trips)."""
+    rng = random.Random(f"{session}-{n}")
+    return {
+        "session_id": session,
+        "transcript_path": "/home/dev/.claude/projects/p/t.jsonl",
+        "cwd": "/home/dev/repo",
+        "permission_mode": "default",
+        "hook_event_name": "PreToolUse",
+        "tool_name": "Bash",
+        "tool_input": {"command": f"pytest tests/test_{rng.choice(WORDS)}_{rng.choice(WORDS)}.py -q -k {rng.choice(WORDS)}"},
+        "tool_use_id": f"toolu_{n:06d}",
+    }
+
+
+def post(session: str, n: int) -> dict[str, Any]:
+    rng = random.Random(f"out-{session}-{n}")
+    output = f"FAILED test_{rng.choice(WORDS)} - AssertionError: {rng.choice(WORDS)} != {rng.choice(WORDS)}"
+    return {
+        **pre(session, n),
+        "hook_event_name": "PostToolUse",
+        "tool_response": {"stdout": output, "stderr": "", "interrupted": False},
+    }
+
+
+def run_command(calls: int) -> dict[str, Any]:
+    state = f"sqlite:///{tempfile.mkdtemp(prefix='bench-hooks-')}/hooks.db"
+    env = {**os.environ, "NEMO_GUARDRAILS_NO_USAGE_STATS": "1"}
+    argv = [sys.executable, "-m", "agent_breaker.cli", "hook", "claude-code", "--state", state, "--fail", "closed"]
+    walls: dict[str, list[float]] = {"check": [], "result": []}
+    codes: Counter = Counter()
+    for n in range(calls):
+        for kind, payload in (("check", pre("bench", n)), ("result", post("bench", n))):
+            t = time.perf_counter()
+            proc = subprocess.run(argv, input=json.dumps(payload).encode(), capture_output=True, env=env, timeout=60)
+            walls[kind].append(time.perf_counter() - t)
+            codes[f"{kind} exit {proc.returncode}"] += 1
+    return {
+        "calls": calls,
+        **{
+            f"{kind}_{q}_ms": ms_percentile(walls[kind], p) for kind in walls for q, p in (("p50", 50), ("p99", 99), ("max", 100))
+        },
+        "exit_codes": dict(codes),
+    }
+
+
+async def session_client(conn: RawConnection, name: str, deadline: float, mean_gap_s: float, out: dict[str, Any]) -> None:
+    rng = random.Random(name)
+    due = time.perf_counter() + rng.expovariate(1 / mean_gap_s)
+    n = 0
+    try:
+        while time.perf_counter() < deadline:
+            await asyncio.sleep(max(0.0, due - time.perf_counter()))
+            n += 1
+            session = f"{name}-s{n // CALLS_PER_SESSION}"
+            try:
+                status, body = await conn.post(HOOK_PATH, pre(session, n))
+                out["check"].append(time.perf_counter() - due)
+                out["counts"][f"check {status}"] += 1
+                denied = isinstance(body, dict) and (body.get("hookSpecificOutput") or {}).get("permissionDecision") == "deny"
+                out["counts"]["denied"] += denied
+                status, _ = await conn.post(HOOK_PATH, post(session, n))
+                out["counts"][f"result {status}"] += 1
+            except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
+                out["counts"][f"error {type(exc).__name__}"] += 1
+            due += rng.expovariate(1 / mean_gap_s)
+    finally:
+        await conn.close()
+
+
+async def drive_async(base: str, token: str, sessions: int, seconds: float, rate: float, tag: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"check": [], "counts": Counter()}
+    conns = [RawConnection(base, token) for _ in range(sessions)]
+    await asyncio.gather(*(c.open() for c in conns))
+    t0 = time.perf_counter()
+    await asyncio.gather(*(session_client(c, f"{tag}-{i}", t0 + seconds, sessions / rate, out) for i, c in enumerate(conns)))
+    return {"check": out["check"], "counts": dict(out["counts"]), "elapsed": time.perf_counter() - t0}
+
+
+def drive(base: str, token: str, sessions: int, seconds: float, rate: float, tag: str) -> dict[str, Any]:
+    return asyncio.run(drive_async(base, token, sessions, seconds, rate, tag))
+
+
+def run_endpoint(args: argparse.Namespace) -> list[dict[str, Any]]:
+    token = secrets.token_urlsafe(32)
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = {"AGENT_BREAKER_ESCALATIONS_DB": os.path.join(tempfile.mkdtemp(prefix="bench-hooks-"), "escalations.db")}
+    phases = []
+    with tempfile.TemporaryFile() as log, concurrent.futures.ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as pool:
+        proc = serve(port, token, log, "--config", str(ROOT / "config" / "coding_agent"), env=env)
+        try:
+            wait_ready(proc, base, token, log)
+            pool.submit(drive, base, token, 1, args.duration_s / 5, 10.0, "warm").result()
+            for rate in args.rates:
+                print(f"bench_hooks: {args.sessions} sessions at {rate:g} calls/s ...", file=sys.stderr, flush=True)
+                before = server_cpu_s(proc.pid)
+                raw = pool.submit(drive, base, token, args.sessions, args.duration_s, rate, f"r{rate:g}").result()
+                cpu = server_cpu_s(proc.pid) - before
+                counts = raw["counts"]
+                requests = sum(v for k, v in counts.items() if k.startswith(("check ", "result ")))
+                phases.append(
+                    {
+                        "phase": f"paced {args.sessions} at {rate:g}/s",
+                        "calls_per_s": round(counts.get("check 200", 0) / raw["elapsed"], 1),
+                        "pre_p50_ms": ms_percentile(raw["check"], 50),
+                        "pre_p99_ms": ms_percentile(raw["check"], 99),
+                        "pre_max_ms": ms_percentile(raw["check"], 100),
+                        "denied": counts.get("denied", 0),
+                        "failed": sum(
+                            v for k, v in counts.items() if k.startswith("error") or (k[-3:].isdigit() and k[-3:] != "200")
+                        ),
+                        "server_cpu_ms_per_request": round(1000 * cpu / requests, 3) if requests else None,
+                    }
+                )
+        finally:
+            stop_process(proc)
+    return phases
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--calls", type=int, default=40, help="tool calls through the command, each check and result (default 40)")
+    ap.add_argument("--sessions", type=int, default=50, help="concurrent sessions on the endpoint (default 50)")
+    ap.add_argument("--rates", default="100,250", help="calls/s offered to the endpoint (default 100,250)")
+    ap.add_argument("--duration-s", type=float, default=10.0, help="seconds per endpoint phase (default 10)")
+    out_argument(ap, "hooks")
+    args = ap.parse_args()
+    args.rates = [float(r) for r in args.rates.split(",") if r.strip()]
+    run = Run("bench_hooks", args)
+    command = run_command(args.calls)
+    endpoint = run_endpoint(args)
+    print(
+        f"agent-breaker hook (one process a call): check p50 {command['check_p50_ms']} / p99 {command['check_p99_ms']} ms, "
+        f"result p50 {command['result_p50_ms']} ms; exits {command['exit_codes']}"
+    )
+    for ph in endpoint:
+        print(
+            f"{ph['phase']}: {ph['calls_per_s']} calls/s, PreToolUse p50 {ph['pre_p50_ms']} / p99 {ph['pre_p99_ms']} / "
+            f"max {ph['pre_max_ms']} ms, {ph['denied']} denied, {ph['failed']} failed, "
+            f"server {ph['server_cpu_ms_per_request']} ms CPU a request"
+        )
+    run.write({"hook_command": command, "endpoint": endpoint}, args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -7,16 +7,57 @@ if not verdict.allowed:
     return verdict.observation         # what the agent reads instead of the tool output
 """
 
-from ._outcomes import is_semantic_failure
-from .breaker import BreakerStateName, IllegalTransition
-from .clock import Clock, FakeClock, SystemClock
-from .config import AgentBreakerConfig, ConfigError, load_config, parse_config
-from .engine import Engine, Listener, log_incident
-from .events import Assistant, Final, InvalidEventError, ToolCall, ToolResult, User, parse_event
-from .guarded import guarded
-from .receipts import ReceiptKeys
-from .store import MemoryStore, StorageError, Store, store_from_uri
-from .verdicts import BreakerIncident, Incident, ResultVerdict, Verdict
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._outcomes import is_semantic_failure
+    from .breaker import BreakerStateName, IllegalTransition
+    from .clock import Clock, FakeClock, SystemClock
+    from .config import AgentBreakerConfig, ConfigError, load_config, parse_config
+    from .engine import Engine, Listener, log_incident
+    from .events import Assistant, Final, InvalidEventError, ToolCall, ToolResult, User, parse_event
+    from .guarded import guarded
+    from .receipts import ReceiptKeys
+    from .store import MemoryStore, StorageError, Store, store_from_uri
+    from .verdicts import BreakerIncident, Incident, ResultVerdict, Verdict
+
+# each public name's module, imported on first use (PEP 562): `agent-breaker hook`, which runs once
+# per tool call, pays only for what it uses
+_MODULES = {
+    "AgentBreakerConfig": ".config",
+    "Assistant": ".events",
+    "BreakerIncident": ".verdicts",
+    "BreakerStateName": ".breaker",
+    "Clock": ".clock",
+    "ConfigError": ".config",
+    "Engine": ".engine",
+    "FakeClock": ".clock",
+    "Final": ".events",
+    "IllegalTransition": ".breaker",
+    "Incident": ".verdicts",
+    "InvalidEventError": ".events",
+    "Listener": ".engine",
+    "MemoryStore": ".store",
+    "ReceiptKeys": ".receipts",
+    "ResultVerdict": ".verdicts",
+    "StorageError": ".store",
+    "Store": ".store",
+    "SystemClock": ".clock",
+    "ToolCall": ".events",
+    "ToolResult": ".events",
+    "User": ".events",
+    "Verdict": ".verdicts",
+    "guarded": ".guarded",
+    "is_semantic_failure": "._outcomes",
+    "load_config": ".config",
+    "log_incident": ".engine",
+    "parse_config": ".config",
+    "parse_event": ".events",
+    "store_from_uri": ".store",
+}
 
 __all__ = [
     "AgentBreakerConfig",
@@ -50,3 +91,16 @@ __all__ = [
     "parse_config",
     "store_from_uri",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_MODULES))

@@ -16,7 +16,8 @@ import sys
 from collections.abc import Mapping
 from typing import IO, Any
 
-from .hooks import BLOCK_EXIT, HookAnswer, HookInputError, answer, read_hook
+from . import _hook_daemon
+from .hooks import BLOCK_EXIT, Hook, HookAnswer, HookInputError, answer, read_hook
 
 #: where the command keeps its state unless told otherwise ($AGENT_BREAKER_HOOK_STATE)
 STATE_ENV = "AGENT_BREAKER_HOOK_STATE"
@@ -39,6 +40,7 @@ def run(
     state: str | None,
     server: str | None,
     fail_closed: bool,
+    daemon: bool = True,
 ) -> int:
     """Answer one hook call; the exit code."""
     try:
@@ -49,7 +51,7 @@ def run(
             payload = json.loads(raw)
         except ValueError:
             raise GuardFailure("the hook input is not JSON") from None
-        out = _forwarded(agent, raw, server) if server else _decided(agent, payload, config, state)
+        out = _forwarded(agent, raw, server) if server else _decided(agent, raw, payload, config, state, daemon)
     except (GuardFailure, HookInputError) as exc:
         return _failed(str(exc), stdout, stderr, fail_closed)
     except Exception as exc:  # a guard that crashes must not decide by accident: the policy does
@@ -70,30 +72,72 @@ def _failed(why: str, stdout: IO[str], stderr: IO[str], fail_closed: bool) -> in
     return 0
 
 
-def _decided(agent: str, payload: Any, config_path: str | None, state: str | None) -> HookAnswer:
+class HookGuard:
+    """The engine on the coding config and the SQLite store, as one hook process or the daemon
+    (`_hook_daemon`) holds it."""
+
+    def __init__(self, config_path: str | None, state: str) -> None:
+        # imported here: a hook that asks nothing, or that the daemon answers, costs no engine
+        from .config import load_config
+        from .configs import ROOT
+        from .engine import Engine
+        from .receipts import ReceiptKeys
+        from .store.sqlite import SQLiteStore
+
+        config = load_config(config_path or ROOT / "coding_agent" / "config.yml")
+        self._store = SQLiteStore(state, ttl_s=config.sessions.ttl_s)
+        try:
+            # one key for every hook process: each decides on the hashes the others stored
+            secret = (
+                config.fingerprint_secret
+                or os.environ.get("AGENT_BREAKER_FINGERPRINT_SECRET")
+                or self._store.secret("fingerprint")
+            )
+            config = config.model_copy(update={"fingerprint_secret": secret})
+            self._engine = Engine(
+                config, store=self._store, listeners=[], sinks=False, escalations=False, receipt_keys=ReceiptKeys.ephemeral()
+            )
+        except BaseException:
+            self._store.close()
+            raise
+
+    def decide(self, hook: Hook) -> HookAnswer:
+        from .protocol import BY_COLANG, to_engine_event
+
+        assert hook.event is not None
+        kind = BY_COLANG[hook.event["type"]]
+        verdict = getattr(self._engine, kind.handler)(to_engine_event(kind, hook.event)).to_dict()
+        return answer(hook, verdict)
+
+    def answer(self, agent: str, raw: bytes) -> HookAnswer:
+        """One hook input's answer (the daemon's entry: the client has read it once already)."""
+        hook = read_hook(agent, json.loads(raw))
+        return self.decide(hook) if hook.event is not None else HookAnswer()
+
+    def close(self) -> None:
+        self._store.close()
+
+
+def _decided(agent: str, raw: bytes, payload: Any, config_path: str | None, state: str | None, daemon: bool) -> HookAnswer:
     hook = read_hook(agent, payload)
     if hook.event is None:
         return HookAnswer()
-    # imported here: a hook that asks nothing costs no engine
-    from .config import load_config
-    from .configs import ROOT
-    from .engine import Engine
-    from .protocol import BY_COLANG, to_engine_event
-    from .receipts import ReceiptKeys
-    from .store.sqlite import SQLiteStore
-
-    config = load_config(config_path or ROOT / "coding_agent" / "config.yml")
-    store = SQLiteStore(state or os.environ.get(STATE_ENV) or DEFAULT_STATE, ttl_s=config.sessions.ttl_s)
+    state = state or os.environ.get(STATE_ENV) or DEFAULT_STATE
+    path = _hook_daemon.socket_path(config_path, state) if daemon else None
+    if path is not None:
+        try:
+            out = _hook_daemon.ask(path, agent, raw)
+        except _hook_daemon.DaemonUnavailable:
+            _hook_daemon.start(path, config_path, state)
+        except _hook_daemon.DaemonFailed as exc:
+            raise GuardFailure(str(exc)) from None
+        else:
+            return HookAnswer(out["output"], out["exit_code"], out["stderr"])
+    guard = HookGuard(config_path, state)
     try:
-        # one key for every hook process: each decides on the hashes the others stored
-        secret = config.fingerprint_secret or os.environ.get("AGENT_BREAKER_FINGERPRINT_SECRET") or store.secret("fingerprint")
-        config = config.model_copy(update={"fingerprint_secret": secret})
-        engine = Engine(config, store=store, listeners=[], sinks=False, escalations=False, receipt_keys=ReceiptKeys.ephemeral())
-        kind = BY_COLANG[hook.event["type"]]
-        verdict = getattr(engine, kind.handler)(to_engine_event(kind, hook.event)).to_dict()
+        return guard.decide(hook)
     finally:
-        store.close()
-    return answer(hook, verdict)
+        guard.close()
 
 
 def _forwarded(agent: str, raw: bytes, server: str) -> HookAnswer:
@@ -129,7 +173,15 @@ def _refusal(out: Mapping[str, Any]) -> str | None:
     return None
 
 
-def main(agent: str, *, config: str | None, state: str | None, server: str | None, fail: str) -> int:
+def main(agent: str, *, config: str | None, state: str | None, server: str | None, fail: str, daemon: bool) -> int:
     return run(
-        agent, sys.stdin.buffer, sys.stdout, sys.stderr, config=config, state=state, server=server, fail_closed=fail == "closed"
+        agent,
+        sys.stdin.buffer,
+        sys.stdout,
+        sys.stderr,
+        config=config,
+        state=state,
+        server=server,
+        fail_closed=fail == "closed",
+        daemon=daemon,
     )

@@ -6,27 +6,37 @@ import argparse
 import contextlib
 import gc
 import json
-import logging
 import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ._errors import ConfigError
 from ._extras import MissingExtra, require
 from ._hook_command import DEFAULT_STATE, STATE_ENV
+from ._hook_daemon import DAEMON_ENV
 from .breaker.core import SETTABLE_STATES
-from .config import AgentBreakerConfig, ConfigError, load_config
 from .hooks import AGENTS
 
 if TYPE_CHECKING:
+    from .config import AgentBreakerConfig
     from .escalations import StoreLocation
+
+
+def _config(path: str | None) -> AgentBreakerConfig:
+    """The config at `path`, else the defaults; imported here, as the hook command never needs it."""
+    from .config import AgentBreakerConfig, load_config
+
+    return load_config(path) if path else AgentBreakerConfig()
 
 
 def _replay(args: argparse.Namespace) -> int:
     from ._replay import replay_engine, replay_lines
 
-    config = load_config(args.config) if args.config else AgentBreakerConfig()
+    config = _config(args.config)
     if args.incidents:
+        import logging
+
         handler = logging.StreamHandler(sys.stderr) if args.incidents == "-" else logging.FileHandler(args.incidents)
         handler.setFormatter(logging.Formatter("%(message)s"))
         logger = logging.getLogger("agent_breaker.incidents")
@@ -336,6 +346,8 @@ def _demo(args: argparse.Namespace) -> int:
     os.environ.setdefault("AGENT_BREAKER_ESCALATIONS_DB", str(default_db_path().with_name("demo-escalations.db")))
 
     if not args.incidents:
+        import logging
+
         # the table says what was cut; the incident JSON lines are there with --incidents
         logging.getLogger("agent_breaker.incidents").addHandler(logging.NullHandler())
         logging.getLogger("agent_breaker.incidents").propagate = False
@@ -352,7 +364,7 @@ def _demo(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from .report import ReportError, build, format_html, format_text, observe, read_legit
 
-    config = load_config(args.config) if args.config else None
+    config = _config(args.config) if args.config else None
     name = "<stdin>" if args.input == "-" else args.input
     path = Path(args.input)
     try:
@@ -397,7 +409,7 @@ def _breakers(args: argparse.Namespace) -> int:
             if fleet and (args.url is not None or args.config_id is not None):
                 raise AdminError("--url and --config-id ask a server; --redis and --config a fleet's Redis: not both")
             if fleet:
-                config = load_config(args.config) if args.config else AgentBreakerConfig()
+                config = _config(args.config)
                 engine = stack.enter_context(fleet_engine(config, url=args.redis, prefix=args.prefix))
                 admin = FleetAdmin(engine, tenant=args.tenant)
             elif not token:
@@ -424,7 +436,7 @@ def _escalations_where(args: argparse.Namespace) -> StoreLocation:
     the default file)."""
     from .escalations import store_location
 
-    config = load_config(args.config) if args.config else AgentBreakerConfig()
+    config = _config(args.config)
     return store_location(config, db=args.db, redis_url=args.redis, prefix=args.prefix)
 
 
@@ -475,7 +487,7 @@ def _relay(args: argparse.Namespace) -> int:
 
     from .escalations import EscalationError, Relay, RelayBusy, open_store, targets_for
 
-    config = load_config(args.config) if args.config else AgentBreakerConfig()
+    config = _config(args.config)
     path = _escalations_where(args)
     targets, closers = targets_for(config)
     if not targets:
@@ -526,7 +538,9 @@ def _at_least_one(text: str) -> int:
 def _hook(args: argparse.Namespace) -> int:
     from ._hook_command import main as hook_main
 
-    return hook_main(args.agent, config=args.config, state=args.state, server=args.server, fail=args.fail)
+    return hook_main(
+        args.agent, config=args.config, state=args.state, server=args.server, fail=args.fail, daemon=not args.no_daemon
+    )
 
 
 def _hooks(args: argparse.Namespace) -> int:
@@ -633,6 +647,11 @@ def main(argv: list[str] | None = None) -> int:
         choices=("open", "closed"),
         default="open",
         help="when the guard cannot decide: let the call go ahead (open, the default) or block it (closed)",
+    )
+    hp.add_argument(
+        "--no-daemon",
+        action="store_true",
+        help=f"decide in this process only (default: a per-user daemon keeps the guard loaded; also ${DAEMON_ENV}=off)",
     )
     hp.set_defaults(func=_hook)
     hsp = sub.add_parser("hooks", help="set up coding agents' hooks")

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from . import heuristics as H
 from ._canonical import DEFAULT_VOLATILE_FIELDS
+from ._errors import ConfigError as ConfigError
 from ._schemas import Check, SchemaError, compile_check
 from ._text import normalize_name
 
@@ -335,10 +336,6 @@ DEFAULT_READ_STEMS = (
 )
 
 FINGERPRINT_SECRET_ENV = "AGENT_BREAKER_FINGERPRINT_SECRET"
-
-
-class ConfigError(ValueError):
-    """A bad configuration value; the message names the key and the value."""
 
 
 class _Frozen(BaseModel):

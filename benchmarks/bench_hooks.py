@@ -6,7 +6,9 @@ endpoints of `agent-breaker serve` under load.
 1. The command: --calls Claude Code tool calls (PreToolUse, then its PostToolUse), each a process
    of its own as the agent runs it (`python -m agent_breaker.cli hook claude-code`, its state in a
    SQLite file of the run's own), one after the other: p50 / p99 / max of the wall time, from
-   spawning the process to its exit, for the check and for the result.
+   spawning the process to its exit, for the check and for the result; once with the per-user
+   daemon (a fresh one: the first call, which starts it, is reported apart) and once with
+   --no-daemon (every call imports and builds the engine).
 2. The endpoint: a server on the coding_agent config (state in memory, one worker, a free
    loopback port, stopped by PID) and --sessions Claude Code sessions, each sending PreToolUse then PostToolUse to
    `/v1/hooks/claude-code` at random times (Poisson), together at each of --rates calls/s, timed
@@ -21,11 +23,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
+import contextlib
 import json
 import multiprocessing as mp
 import os
 import random
 import secrets
+import signal
 import subprocess
 import sys
 import tempfile
@@ -77,25 +81,49 @@ def post(session: str, n: int) -> dict[str, Any]:
     }
 
 
-def run_command(calls: int) -> dict[str, Any]:
+def run_command(calls: int, daemon: bool) -> dict[str, Any]:
+    """--calls tool calls through the command, one process each; with the daemon, the first
+    call (which finds none, decides alone and starts it) is reported apart as the cold one."""
     state = f"sqlite:///{tempfile.mkdtemp(prefix='bench-hooks-')}/hooks.db"
-    env = {**os.environ, "NEMO_GUARDRAILS_NO_USAGE_STATS": "1"}
+    runtime = tempfile.mkdtemp(prefix="ab-")  # a daemon of the run's own, stopped at its end
+    env = {**os.environ, "NEMO_GUARDRAILS_NO_USAGE_STATS": "1", "XDG_RUNTIME_DIR": runtime}
     argv = [sys.executable, "-m", "agent_breaker.cli", "hook", "claude-code", "--state", state, "--fail", "closed"]
+    argv += [] if daemon else ["--no-daemon"]
     walls: dict[str, list[float]] = {"check": [], "result": []}
     codes: Counter = Counter()
-    for n in range(calls):
-        for kind, payload in (("check", pre("bench", n)), ("result", post("bench", n))):
-            t = time.perf_counter()
-            proc = subprocess.run(argv, input=json.dumps(payload).encode(), capture_output=True, env=env, timeout=60)
-            walls[kind].append(time.perf_counter() - t)
-            codes[f"{kind} exit {proc.returncode}"] += 1
+    cold = None
+    try:
+        for n in range(calls + daemon):
+            for kind, payload in (("check", pre("bench", n)), ("result", post("bench", n))):
+                t = time.perf_counter()
+                proc = subprocess.run(argv, input=json.dumps(payload).encode(), capture_output=True, env=env, timeout=60)
+                wall = time.perf_counter() - t
+                codes[f"{kind} exit {proc.returncode}"] += 1
+                if daemon and n == 0:
+                    cold = cold if cold is not None else wall
+                    if kind == "check":  # let the daemon it started come up before the timed calls
+                        wait_for_daemon(Path(runtime))
+                    continue
+                walls[kind].append(wall)
+    finally:
+        for lock in Path(runtime).glob("agent-breaker/hookd-*.lock"):
+            with contextlib.suppress(ValueError, ProcessLookupError):
+                os.kill(int(lock.read_text()), signal.SIGTERM)
     return {
+        "mode": "daemon" if daemon else "in process (--no-daemon)",
         "calls": calls,
+        "cold_first_call_ms": round(1000 * cold, 1) if cold is not None else None,
         **{
             f"{kind}_{q}_ms": ms_percentile(walls[kind], p) for kind in walls for q, p in (("p50", 50), ("p99", 99), ("max", 100))
         },
-        "exit_codes": dict(codes),
+        "exits": ", ".join(f"{k}: {v}" for k, v in sorted(codes.items())),
     }
+
+
+def wait_for_daemon(runtime: Path, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and not list(runtime.glob("agent-breaker/hookd-*.sock")):
+        time.sleep(0.05)
 
 
 async def session_client(conn: RawConnection, name: str, deadline: float, mean_gap_s: float, out: dict[str, Any]) -> None:
@@ -182,12 +210,13 @@ def main() -> None:
     args = ap.parse_args()
     args.rates = [float(r) for r in args.rates.split(",") if r.strip()]
     run = Run("bench_hooks", args)
-    command = run_command(args.calls)
+    command = [run_command(args.calls, daemon=True), run_command(args.calls, daemon=False)]
     endpoint = run_endpoint(args)
-    print(
-        f"agent-breaker hook (one process a call): check p50 {command['check_p50_ms']} / p99 {command['check_p99_ms']} ms, "
-        f"result p50 {command['result_p50_ms']} ms; exits {command['exit_codes']}"
-    )
+    for c in command:
+        print(
+            f"agent-breaker hook, {c['mode']} (one process a call): check p50 {c['check_p50_ms']} / p99 {c['check_p99_ms']} ms, "
+            f"result p50 {c['result_p50_ms']} ms, first call {c['cold_first_call_ms']} ms; {c['exits']}"
+        )
     for ph in endpoint:
         print(
             f"{ph['phase']}: {ph['calls_per_s']} calls/s, PreToolUse p50 {ph['pre_p50_ms']} / p99 {ph['pre_p99_ms']} / "

@@ -256,7 +256,9 @@ def command(agent: str, payload: Any, state: str, *, fail: str = "open", server:
 
     out, err = io.StringIO(), io.StringIO()
     raw = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-    code = run(agent, io.BytesIO(raw), out, err, config=None, state=state, server=server, fail_closed=fail == "closed")
+    code = run(
+        agent, io.BytesIO(raw), out, err, config=None, state=state, server=server, fail_closed=fail == "closed", daemon=False
+    )
     return code, out.getvalue(), err.getvalue()
 
 
@@ -307,7 +309,7 @@ def _hook_process(args: tuple[str, int, int]) -> int:
     state, worker, n = args
     payload = pre(CLAUDE_CODE, "s-shared", worker * 1000 + n, f"echo {worker}-{n}")
     proc = subprocess.run(
-        [sys.executable, "-m", "agent_breaker.cli", "hook", "claude-code", "--state", state, "--fail", "closed"],
+        [sys.executable, "-m", "agent_breaker.cli", "hook", "claude-code", "--state", state, "--fail", "closed", "--no-daemon"],
         input=json.dumps(payload).encode(),
         capture_output=True,
         timeout=120,

@@ -1,0 +1,243 @@
+"""A per-user process that keeps the hook guard loaded between `agent-breaker hook` calls.
+
+A coding agent runs the hook command once per tool call. Importing and building the engine costs
+hundreds of milliseconds; the decision itself a few. So the first call that finds no daemon decides
+in its own process and starts one; the calls after it hand their input to the daemon over a Unix
+socket in a folder only the user can open, and print its answer.
+
+The daemon holds nothing of its own: it decides on the same SQLite store as an in-process hook, so
+killing it loses nothing, and a call that cannot reach it decides alone. It serves one config and
+one store (both, the package's files and the AGENT_BREAKER_* environment are in its socket's name),
+one call at a time, and exits after `$AGENT_BREAKER_HOOK_DAEMON_IDLE_S` (default 900) without one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import socket
+import stat
+import struct
+import sys
+from pathlib import Path
+from typing import Any
+
+from .hooks import BLOCK_EXIT
+
+#: set to "off" to decide every call in its own process
+DAEMON_ENV = "AGENT_BREAKER_HOOK_DAEMON"
+IDLE_ENV = "AGENT_BREAKER_HOOK_DAEMON_IDLE_S"
+DEFAULT_IDLE_S = 900.0
+#: a call queued behind others still answers well within the agents' hook time-outs (60 s and up)
+ANSWER_TIMEOUT_S = 10.0
+#: a client that connects and then stalls cannot hold the daemon from the others for longer
+READ_TIMEOUT_S = 2.0
+#: the longest path a Unix socket address takes on Linux and macOS, with room to spare
+MAX_SOCKET_PATH = 100
+
+
+class DaemonUnavailable(Exception):
+    """No daemon answers at this socket (none started, or one that died): decide in process."""
+
+
+class DaemonFailed(RuntimeError):
+    """The daemon took the call but could not decide it: the fail policy answers."""
+
+
+def runtime_dir() -> Path:
+    """Where the sockets live: the user's runtime folder (a tmpfs only they can open) if the
+    system gives one, else a folder beside the hooks' default state."""
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    if base and Path(base).is_absolute():
+        return Path(base) / "agent-breaker"
+    return Path.home() / ".local" / "state" / "agent-breaker" / "run"
+
+
+def private_dir(path: Path) -> bool:
+    """Create `path` owner-only if missing; whether it is a folder this user alone can write to.
+    Anyone else able to write there could plant a socket that answers "allow" to every call."""
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = path.lstat()
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+def socket_path(config: str | None, state: str) -> Path | None:
+    """The socket of the daemon for this config, store, install and environment; None where no
+    daemon can serve (no Unix sockets, a folder others can write to, a path too long)."""
+    if not hasattr(socket, "AF_UNIX") or os.environ.get(DAEMON_ENV, "").lower() in ("off", "0", "false", "no"):
+        return None
+    key = hashlib.sha256()
+    for part in (*_stamp(config), *_stamp(__file__), *_stamp(str(Path(__file__).with_name("__init__.py"))), state):
+        key.update(part.encode() + b"\0")
+    for name in sorted(n for n in os.environ if n.startswith("AGENT_BREAKER_")):
+        key.update(f"{name}={os.environ[name]}\0".encode())
+    folder = runtime_dir()
+    path = folder / f"hookd-{key.hexdigest()[:16]}.sock"
+    if len(str(path)) > MAX_SOCKET_PATH or not private_dir(folder):
+        return None
+    return path
+
+
+def _stamp(path: str | None) -> tuple[str, ...]:
+    """A file's identity and version: an edited config or an upgraded package is a new daemon."""
+    if path is None:
+        return ("shipped",)
+    try:
+        st = os.stat(path)
+    except OSError:
+        return (path,)
+    return (os.path.realpath(path), str(st.st_mtime_ns), str(st.st_size))
+
+
+def ask(path: Path, agent: str, raw: bytes) -> dict[str, Any]:
+    """The daemon's answer to one hook input: {"output", "exit_code", "stderr"}."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(ANSWER_TIMEOUT_S)
+        try:
+            sock.connect(str(path))
+        except OSError as exc:  # no socket, or one nobody listens on any more
+            raise DaemonUnavailable(str(exc)) from None
+        try:
+            sock.sendall(_frame(agent.encode()) + _frame(raw))
+            sock.shutdown(socket.SHUT_WR)
+            reply = _read_all(sock, 64 * 2**20)
+        except OSError as exc:
+            raise DaemonFailed(f"the hook daemon did not answer: {exc}") from None
+    try:
+        out = json.loads(reply)
+    except ValueError:
+        raise DaemonFailed("the hook daemon's answer is not JSON") from None
+    if isinstance(out, dict) and "error" in out:
+        raise DaemonFailed(f"the hook daemon could not decide: {out['error']}")
+    if not (
+        isinstance(out, dict)
+        and isinstance(out.get("output"), dict)
+        and out.get("exit_code") in (0, BLOCK_EXIT)
+        and isinstance(out.get("stderr"), str)
+    ):
+        raise DaemonFailed("the hook daemon's answer is not one")
+    return out
+
+
+def start(path: Path, config: str | None, state: str) -> None:
+    """Start a daemon for `path` in the background; if another is already starting, it exits."""
+    import subprocess
+
+    argv = [sys.executable, "-m", "agent_breaker._hook_daemon", "--socket", str(path), "--state", state]
+    if config:
+        argv += ["--config", config]
+    log = path.with_suffix(".log")
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, start_new_session=True, close_fds=True)
+    except OSError:
+        pass  # this call is decided in process anyway; the next one tries again
+    finally:
+        os.close(fd)
+
+
+def _frame(data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + data
+
+
+def _read_all(sock: socket.socket, limit: int) -> bytes:
+    chunks, size = [], 0
+    while chunk := sock.recv(65536):
+        size += len(chunk)
+        if size > limit:
+            raise OSError(f"more than {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _read_frames(sock: socket.socket, limit: int) -> tuple[bytes, bytes]:
+    data = _read_all(sock, limit)
+    frames = []
+    for _ in range(2):
+        if len(data) < 4:
+            raise ValueError("a truncated request")
+        (size,) = struct.unpack(">I", data[:4])
+        frames.append(data[4 : 4 + size])
+        data = data[4 + size :]
+    if data or len(frames[1]) > limit:
+        raise ValueError("a malformed request")
+    return frames[0], frames[1]
+
+
+def _same_user(conn: socket.socket) -> bool:
+    """Whether the peer runs as this user (Linux tells; elsewhere the private folder is the check)."""
+    if not hasattr(socket, "SO_PEERCRED"):
+        return True
+    _, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    return bool(uid == os.getuid())
+
+
+def serve(path: Path, config: str | None, state: str, idle_s: float) -> int:
+    """Answer hook calls at `path` until `idle_s` pass without one."""
+    import fcntl  # Unix only, as the daemon is
+
+    from ._hook_command import MAX_INPUT_BYTES, HookGuard
+
+    lock = os.open(path.with_suffix(".lock"), os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return 0  # another daemon serves this socket, or is starting to
+    os.ftruncate(lock, 0)
+    os.write(lock, f"{os.getpid()}\n".encode())  # who to stop: `kill $(cat hookd-*.lock)`
+    guard = HookGuard(config, state)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        path.unlink(missing_ok=True)  # a dead daemon's socket: we hold the lock, it is ours now
+        old_mask = os.umask(0o077)
+        try:
+            server.bind(str(path))
+        finally:
+            os.umask(old_mask)
+        server.listen(64)
+        server.settimeout(idle_s)
+        try:
+            while True:
+                try:
+                    conn, _ = server.accept()
+                except TimeoutError:
+                    return 0
+                with conn:
+                    _answer(conn, guard, MAX_INPUT_BYTES)
+        finally:
+            path.unlink(missing_ok=True)
+            guard.close()
+
+
+def _answer(conn: socket.socket, guard: Any, limit: int) -> None:
+    conn.settimeout(READ_TIMEOUT_S)
+    try:
+        if not _same_user(conn):
+            return
+        agent, raw = _read_frames(conn, limit + 16)
+        try:
+            out = guard.answer(agent.decode(), raw)
+            reply = {"output": out.output, "exit_code": out.exit_code, "stderr": out.stderr}
+        except Exception as exc:
+            reply = {"error": f"{type(exc).__name__}: {exc}"}
+        conn.sendall(json.dumps(reply).encode())
+    except (OSError, ValueError):
+        pass  # a client that went away or sent garbage: nothing to answer
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m agent_breaker._hook_daemon")
+    ap.add_argument("--socket", required=True)
+    ap.add_argument("--state", required=True)
+    ap.add_argument("--config")
+    args = ap.parse_args(argv)
+    idle_s = float(os.environ.get(IDLE_ENV) or DEFAULT_IDLE_S)
+    return serve(Path(args.socket), args.config, args.state, idle_s)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

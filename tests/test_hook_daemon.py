@@ -1,0 +1,203 @@
+"""The hook command's per-user daemon: it answers exactly as a hook process would, on the same
+store; a call that cannot reach it decides alone (and starts one); it is never used from a folder
+others can write to; a broken daemon's answer goes to the fail policy, not through."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shutil
+import signal
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_breaker import _hook_command, _hook_daemon
+from agent_breaker.hooks import BLOCK_EXIT, CLAUDE_CODE
+from tests.test_hooks import background_read, post, pre
+
+START_TIMEOUT_S = 60.0
+
+
+@pytest.fixture
+def runtime_dir(monkeypatch) -> Iterator[Path]:
+    """A runtime folder of the test's own (a short path: a socket's is bounded); every daemon
+    started in it is stopped by its PID."""
+    base = tempfile.mkdtemp(prefix="ab-")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", base)
+    monkeypatch.delenv(_hook_daemon.DAEMON_ENV, raising=False)
+    folder = Path(base) / "agent-breaker"
+    yield folder
+    for lock in folder.glob("hookd-*.lock"):
+        pid = lock.read_text().strip()
+        if pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGTERM)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(int(pid), 0)
+    shutil.rmtree(base)
+
+
+def call(payload: Any, state: str, *, daemon: bool = True, fail: str = "closed") -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    raw = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    code = _hook_command.run(
+        CLAUDE_CODE, io.BytesIO(raw), out, err, config=None, state=state, server=None, fail_closed=fail == "closed", daemon=daemon
+    )
+    return code, out.getvalue(), err.getvalue()
+
+
+def wait_serving(path: Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        with socket.socket(socket.AF_UNIX) as s:
+            try:
+                s.connect(str(path))
+                return
+            except OSError:
+                pass
+        time.sleep(0.05)  # polling a real process's start-up, not driving the guard's time
+    raise AssertionError(
+        f"no daemon at {path}: {path.with_suffix('.log').read_text() if path.with_suffix('.log').exists() else ''}"
+    )
+
+
+def runaway_and_polling(session: str) -> list[dict[str, Any]]:
+    """Identical failing commands, then a hung background shell read with only a clock changing."""
+    events: list[dict[str, Any]] = []
+    for n in range(1, 7):
+        events += [
+            pre(CLAUDE_CODE, session, n, "npm run build"),
+            post(CLAUDE_CODE, session, n, "npm run build", "error TS2304", 1),
+        ]
+    for n in range(14):
+        events += background_read(100 + n, session + "-poll", f"[12:00:{n:02d}] waiting for server")
+    return events
+
+
+def test_the_daemon_answers_every_call_as_a_hook_process_would(runtime_dir, tmp_path, monkeypatch):
+    daemon_state, alone_state = f"sqlite:///{tmp_path}/d.db", f"sqlite:///{tmp_path}/a.db"
+    path = _hook_daemon.socket_path(None, daemon_state)
+    assert path is not None and path.parent == runtime_dir
+    _hook_daemon.start(path, None, daemon_state)
+    wait_serving(path)
+    events = runaway_and_polling(f"s-{os.getpid()}")
+    alone = [call(e, alone_state, daemon=False) for e in events]
+
+    def no_engine_here(*_: Any) -> None:
+        raise AssertionError("decided in the test's process, not by the daemon")
+
+    monkeypatch.setattr(_hook_command, "HookGuard", no_engine_here)
+    served = [call(e, daemon_state) for e in events]
+    assert served == alone
+    denied = [i for i, (code, _, _) in enumerate(served) if code == BLOCK_EXIT]
+    assert denied and events[denied[0]]["tool_input"]["command"] == "npm run build"
+    assert any(events[i]["tool_name"] == "BashOutput" for i in denied)
+    # the socket is the user's alone
+    assert path.stat().st_mode & 0o077 == 0 and path.parent.stat().st_mode & 0o077 == 0
+
+
+def test_a_call_that_finds_no_daemon_decides_alone_and_starts_one(runtime_dir, tmp_path):
+    state = f"sqlite:///{tmp_path}/h.db"
+    path = _hook_daemon.socket_path(None, state)
+    assert path is not None
+    # a dead daemon's socket: the file is there, nobody listens
+    with socket.socket(socket.AF_UNIX) as dead:
+        dead.bind(str(path))
+    code, out, err = call(pre(CLAUDE_CODE, "s1", 1, "ls"), state)
+    assert (code, err) == (0, "") and json.loads(out) == {}
+    wait_serving(path)
+    # the next call is the daemon's, on the same store: the session goes on where it was
+    code, _, err = call(post(CLAUDE_CODE, "s1", 1, "ls", "a b", 0), state)
+    assert (code, err) == (0, "")
+    assert int(path.with_suffix(".lock").read_text()) > 0
+
+
+def test_no_daemon_in_a_folder_others_can_write_to_or_when_switched_off(runtime_dir, monkeypatch):
+    assert _hook_daemon.socket_path(None, "sqlite:///x.db") is not None
+    assert runtime_dir.stat().st_mode & 0o777 == 0o700
+    os.chmod(runtime_dir, 0o777)
+    assert _hook_daemon.socket_path(None, "sqlite:///x.db") is None
+    os.chmod(runtime_dir, 0o700)
+    for off in ("off", "0", "false", "No"):
+        monkeypatch.setenv(_hook_daemon.DAEMON_ENV, off)
+        assert _hook_daemon.socket_path(None, "sqlite:///x.db") is None
+
+
+def test_each_config_store_and_environment_has_a_daemon_of_its_own(runtime_dir, tmp_path, monkeypatch):
+    config = tmp_path / "c.yml"
+    config.write_text("agent_breaker: {}\n")
+    first = _hook_daemon.socket_path(str(config), "sqlite:///x.db")
+    assert first == _hook_daemon.socket_path(str(config), "sqlite:///x.db")
+    assert first != _hook_daemon.socket_path(str(config), "sqlite:///y.db")
+    assert first != _hook_daemon.socket_path(None, "sqlite:///x.db")
+    monkeypatch.setenv("AGENT_BREAKER_FINGERPRINT_SECRET", "another key")
+    assert first != _hook_daemon.socket_path(str(config), "sqlite:///x.db")
+    monkeypatch.delenv("AGENT_BREAKER_FINGERPRINT_SECRET")
+    config.write_text("agent_breaker: {identical_failure: {max_failures: 3}}\n")  # edited: a new daemon
+    assert first != _hook_daemon.socket_path(str(config), "sqlite:///x.db")
+
+
+def broken_daemon(path: Path, reply: bytes) -> threading.Thread:
+    """A process at the daemon's socket that answers `reply` to one call."""
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    server.listen(1)
+
+    def serve() -> None:
+        with server:
+            conn, _ = server.accept()
+            with conn:
+                conn.recv(1 << 20)
+                conn.sendall(reply)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        b"not json",
+        b'{"error": "StorageError: disk I/O error"}',
+        b'{"output": {}, "exit_code": 0}',
+        b'{"output": [], "exit_code": 7, "stderr": ""}',
+    ],
+)
+@pytest.mark.parametrize(("fail", "code"), [("open", 0), ("closed", BLOCK_EXIT)])
+def test_a_daemon_that_cannot_answer_goes_to_the_fail_policy(runtime_dir, tmp_path, reply, fail, code):
+    state = f"sqlite:///{tmp_path}/h.db"
+    path = _hook_daemon.socket_path(None, state)
+    assert path is not None
+    thread = broken_daemon(path, reply)
+    got, out, err = call(pre(CLAUDE_CODE, "s1", 1, "ls"), state, fail=fail)
+    thread.join(5)
+    assert got == code and "could not check this call" in err and "daemon" in err
+    assert out == ("{}\n" if fail == "open" else "")
+
+
+def test_the_daemon_exits_when_idle_and_takes_its_socket_away(runtime_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv(_hook_daemon.IDLE_ENV, "0.5")
+    state = f"sqlite:///{tmp_path}/h.db"
+    path = _hook_daemon.socket_path(None, state)
+    assert path is not None
+    _hook_daemon.start(path, None, state)
+    wait_serving(path)
+    pid = int(path.with_suffix(".lock").read_text())
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while path.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not path.exists()
+    with contextlib.suppress(ChildProcessError):  # our child: reap it, or subprocess already did
+        os.waitpid(pid, 0)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)

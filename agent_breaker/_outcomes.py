@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ._text import caseless_matcher
+from ._text import caseless_matcher, says_interrupted
 from .config import AgentBreakerConfig
 from .events import ErrorKind, ToolResult
 
@@ -81,6 +81,9 @@ class Outcome:
     in_progress: bool
     # a dependency failure that says when to come back (Retry-After), in seconds
     retry_after_s: float | None = None
+    # the user stopped the call (the agent's harness says so): neither the tool's failure nor
+    # the dependency's, and the user's next turn is new information, whatever it says
+    interrupted: bool = False
 
     @property
     def breaker_ignores(self) -> bool:
@@ -109,7 +112,16 @@ def classify(
         dependency,
         in_progress(ev.result, in_progress_values),
         retry_after(ev) if dependency else None,
+        is_interruption(ev),
     )
+
+
+def is_interruption(ev: ToolResult) -> bool:
+    """Whether a failed result is the user stopping the call: its whole error (or text result)
+    says so, and nothing else."""
+    if ev.ok:
+        return False
+    return says_interrupted(ev.error if ev.error else ev.result)
 
 
 MAX_RETRY_AFTER_S = 3600.0

@@ -36,7 +36,8 @@ class _SessionReplay:
     blocked_calls: int = 0
     cost_allowed_usd: float = 0.0
     cost_blocked_usd: float = 0.0
-    # graduated heuristics' warnings (the call ran): heuristic -> count, and the first one's event
+    # warnings (the call ran): graduated heuristics' and those of heuristics the config only
+    # observes; heuristic -> count, and the first one's event
     warnings: dict[str, int] = field(default_factory=dict)
     warn_event: int | None = None
     blocked_ids: set[str] = field(default_factory=set)
@@ -160,7 +161,7 @@ class Replayer:
                     r.blocked_ids.add(ev.call_id)
             else:
                 r.unpaired.setdefault(ev.tool, deque()).append(blocked)
-            r.verdict(verdict.heuristic, verdict.advisory)
+            r.verdict(verdict.heuristic, verdict.advisory or self._observed(verdict.heuristic))
             return
         if isinstance(ev, ToolResult):
             if ev.call_id is not None:
@@ -173,7 +174,14 @@ class Replayer:
                     return
         outcome = self.engine.process(ev)
         if not isinstance(ev, ToolResult):
-            r.verdict(outcome.heuristic, getattr(outcome, "advisory", False))
+            r.verdict(outcome.heuristic, getattr(outcome, "advisory", False) or self._observed(outcome.heuristic))
+
+    def _observed(self, heuristic: str | None) -> bool:
+        """A heuristic an enforcing config only reports (`modes: {x: observe}`): its verdicts
+        are warnings, not trips. A run that observes everything (--observe, `mode: observe`)
+        reports would-trips as trips."""
+        cfg = self.engine.config
+        return heuristic is not None and not self.engine.observe and cfg.mode == "enforce" and cfg.mode_of(heuristic) == "observe"
 
     def results(self) -> Iterator[dict[str, Any]]:
         for r in self.sessions.values():

@@ -234,6 +234,8 @@ class Loops:
     wait: dict[str, float] = field(default_factory=dict)  # early_retry: tool -> no call before (Retry-After)
     # graduated heuristics: warnings given since the last progress (warn_first), per heuristic
     warned: dict[str, int] = field(default_factory=dict)
+    # the user stopped a call, and has not spoken since: their next turn is new information
+    interrupted: bool = False
 
     def sig_common_disjoint(self, values: tuple[int, ...]) -> bool:
         """Does a call hold none of the argument values the failing streak's calls share."""
@@ -296,6 +298,7 @@ class Loops:
             "said": list(self.said),
             "wait": self.wait,
             "warned": self.warned,
+            "interrupted": self.interrupted,
         }
 
     @classmethod
@@ -334,6 +337,7 @@ class Loops:
             said=dict.fromkeys(d.get("said", [])),
             wait=dict(d.get("wait", {})),
             warned=dict(d.get("warned", {})),
+            interrupted=bool(d.get("interrupted", False)),
         )
 
 

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._text import USER_INTERRUPTION
 from .protocol import BY_NAME, TOOL_CALL_EVENT, TOOL_RESULT_EVENT
 
 USER_EVENT = BY_NAME["user"].colang
@@ -107,7 +108,9 @@ def read_hook(agent: str, payload: Any) -> Hook:
             raise HookInputError("tool_input: an object is required")
         return Hook(agent, name, {**base, "type": TOOL_CALL_EVENT, "tool_args": dict(args)})
     if name in _FAILED:
-        reported = _short(payload.get("error")) or "the tool failed"
+        # the user stopped it: the engine's own words for that, whatever the agent's error says
+        interrupted = payload.get("is_interrupt") is True
+        reported = USER_INTERRUPTION if interrupted else _short(payload.get("error")) or "the tool failed"
         return Hook(agent, name, {**base, "type": TOOL_RESULT_EVENT, "ok": False, "error": reported})
     response = payload.get("tool_response")
     error = failure(response)

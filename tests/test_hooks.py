@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -288,6 +289,22 @@ def test_the_command_keeps_a_healthy_edit_test_fix_session_going(tmp_path):
             assert command(CODEX, done, state)[0] == 0
 
 
+def test_calls_the_user_stopped_are_not_a_loop_of_the_agent(tmp_path):
+    """Claude Code's PostToolUseFailure with is_interrupt: the user pressed Esc, then said "continue"."""
+    state = f"sqlite:///{tmp_path}/hooks.db"
+    for n in range(1, 8):  # past the 5th, where failures of its own are denied
+        code, out, err = command(CLAUDE_CODE, pre(CLAUDE_CODE, "s-esc", n, "npm test"), state)
+        assert code == 0 and "additionalContext" not in out, err
+        stopped = {
+            **post(CLAUDE_CODE, "s-esc", n, "npm test", "", 130),
+            "error": "Exit code 130\n^C",  # the flag says who stopped it, not this text
+            "is_interrupt": True,
+        }
+        assert command(CLAUDE_CODE, stopped, state)[0] == 0
+        prompt = {**common(CLAUDE_CODE, "s-esc", "UserPromptSubmit"), "prompt": "continue"}
+        assert command(CLAUDE_CODE, prompt, state)[0] == 0
+
+
 @pytest.mark.parametrize(("fail", "code"), [("open", 0), ("closed", BLOCK_EXIT)])
 def test_a_guard_that_cannot_decide_follows_the_fail_policy(tmp_path, fail, code):
     state = f"sqlite:///{tmp_path}/hooks.db"
@@ -392,3 +409,129 @@ def test_print_config_sends_every_event_the_guard_reads_to_it(agent, server, fai
             assert ("--fail" in argv) is (fail == "closed") and ("--server" in argv) is (server is not None)
     with pytest.raises(SystemExit):  # the printed command line parses
         main([*shlex.split(hooks[PRE[agent]][0]["hooks"][0].get("command", f"x hook {agent}"))[1:], "--help"])
+
+
+# ----------------------------------------------------------------------------- recorded sessions
+
+REAL_SESSIONS = Path(__file__).parent / "traces" / "real-claude-code.jsonl.gz"
+CODING_CONFIG = Path(__file__).parents[1] / "config" / "coding_agent" / "config.yml"
+#: the session with the most failing checks in a row: a linter failing 9 times, fixed in between
+RECORDED = "claude-code:conneroisu/templar:logs__chat@caafff274dc1"
+
+
+def real_sessions() -> list[dict[str, Any]]:
+    import gzip
+    import json
+
+    with gzip.open(REAL_SESSIONS, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def test_replay_of_real_claude_code_sessions_on_the_coding_config_cuts_none():
+    import json
+
+    from agent_breaker._replay import replay_engine, replay_lines
+    from agent_breaker.config import load_config
+
+    rows, invalid = replay_lines((json.dumps(e) for e in real_sessions()), replay_engine(load_config(CODING_CONFIG)))
+    assert invalid == 0 and len(rows) == 41 and sum(r["allowed_calls"] for r in rows) == 3874
+    assert [r["session"] for r in rows if r["tripped"] or r["blocked_calls"]] == []
+
+
+def recorded_with_a_runaway() -> list[dict[str, Any]]:
+    """The recorded session as an agent's hooks see it (each call, then its result; user turns),
+    then a runaway: one build failing the same way, again and again."""
+    events = [e for e in real_sessions() if e["session"] == RECORDED]
+    results = {e["call_id"]: e for e in events if e["type"] == "tool_result"}
+    seen: list[dict[str, Any]] = []
+    for e in events:
+        if e["type"] == "user":
+            seen.append(e)
+        elif e["type"] == "tool_call" and e["call_id"] in results:
+            seen += [e, results[e["call_id"]]]
+    for n in range(8):
+        call_id = f"toolu_runaway_{n}"
+        build = {"tool": "Bash", "args": {"command": "go build ./..."}, "call_id": call_id}
+        seen += [{**build, "type": "tool_call"}, {**build, "type": "tool_result", "ok": False, "error": "undefined: Foo"}]
+    return seen
+
+
+def as_hook(agent: str, session: str, event: dict[str, Any]) -> dict[str, Any]:
+    """One recorded event as `agent`'s hook input."""
+    if event["type"] == "user":
+        return {**common(agent, session, "UserPromptSubmit" if agent != GEMINI_CLI else "BeforeAgent"), "prompt": event["text"]}
+    name = PRE[agent] if event["type"] == "tool_call" else POST[agent]
+    payload = {**common(agent, session, name), "tool_name": event["tool"], "tool_input": event.get("args") or {}}
+    if agent != GEMINI_CLI:
+        payload["tool_use_id"] = event["call_id"]
+    if event["type"] == "tool_call":
+        return payload
+    text = str(event.get("result") if event["ok"] else event.get("error"))
+    if agent == CLAUDE_CODE:
+        if not event["ok"]:
+            return {**payload, "hook_event_name": "PostToolUseFailure", "error": text, "is_interrupt": False}
+        return {**payload, "tool_response": {"content": text}}
+    if agent == CODEX:
+        return {**payload, "tool_response": {"content": text, "success": event["ok"]}}
+    return {**payload, "tool_response": {"llmContent": text, "error": None if event["ok"] else {"message": text}}}
+
+
+def denied(out: dict[str, Any]) -> bool:
+    return out.get("decision") == "deny" or out.get("hookSpecificOutput", {}).get("permissionDecision") == "deny"
+
+
+def through(answer_of: Any, agent: str, session: str) -> list[int]:
+    """The 1-based indices of the recorded events whose call the hooks denied (a denied call's
+    result never comes: the tool did not run)."""
+    refused, skip = [], False
+    for i, event in enumerate(recorded_with_a_runaway(), 1):
+        if skip:
+            skip = False
+            continue
+        if answer_of(as_hook(agent, session, event)) and event["type"] == "tool_call":
+            refused.append(i)
+            skip = True
+    return refused
+
+
+def replayed() -> tuple[int, int]:
+    """(trip event, blocked calls) of the replay of what the hooks see."""
+    import json
+
+    from agent_breaker._replay import replay_engine, replay_lines
+    from agent_breaker.config import load_config
+
+    lines = (json.dumps({**e, "session": "r"}) for e in recorded_with_a_runaway())
+    [row], invalid = replay_lines(lines, replay_engine(load_config(CODING_CONFIG)))
+    assert invalid == 0 and row["tripped"]
+    return row["trip_event"], row["blocked_calls"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("agent", AGENTS)
+def test_a_recorded_session_through_each_endpoint_is_cut_where_replay_cuts_it(agent, client):
+    trip_event, blocked = replayed()
+    session = f"rec-{uuid.uuid4().hex[:8]}"
+
+    def answer_of(payload: dict[str, Any]) -> bool:
+        r = hook(client, agent, payload)
+        assert r.status_code == 200, r.text
+        return denied(r.json())
+
+    refused = through(answer_of, agent, session)
+    assert refused[0] == trip_event and len(refused) == blocked
+    assert recorded_with_a_runaway()[trip_event - 1]["args"] == {"command": "go build ./..."}
+
+
+@pytest.mark.slow
+def test_a_recorded_session_through_the_command_is_cut_where_replay_cuts_it(tmp_path):
+    trip_event, blocked = replayed()
+    state = f"sqlite:///{tmp_path}/hooks.db"
+
+    def answer_of(payload: dict[str, Any]) -> bool:
+        code, _, err = command(CLAUDE_CODE, payload, state)
+        assert code in (0, BLOCK_EXIT) and ("could not" not in err), err
+        return code == BLOCK_EXIT
+
+    refused = through(answer_of, CLAUDE_CODE, "rec-cmd")
+    assert refused[0] == trip_event and len(refused) == blocked

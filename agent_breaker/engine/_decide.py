@@ -143,6 +143,7 @@ def decide_tool_call(s: SessionState, x: CallInput) -> tuple[SessionState | None
         decided.verdict = Verdict(False, H.INVALID_EVENT, "block", "call", reason)
         return s, decided
     probe = permission.probe if permission is not None else None
+    s.loops.interrupted = False  # the agent went on by itself: no user took the turn
     s.loops.pending[call_id] = Pending(
         f, call_id, x.bkey, probe, similar.text, similar.shape, loops.record_call(s, f, cfg), now, own_probe
     )
@@ -258,6 +259,8 @@ def decide_tool_result(s: SessionState, x: ResultInput) -> tuple[SessionState | 
         # breaker streaks
         s.turns.clear()
         s.restart_breaker_streaks()
+    if out.interrupted:
+        s.loops.interrupted = True
     if out.failed or not f.mutating:
         return s, decided
     s.ledger.attempt(f.tool)
@@ -339,13 +342,17 @@ def decide_user(s: SessionState, references: Refs, said: int | None) -> tuple[Se
     restarts nothing."""
     s.ledger.observe(references)  # the user's own references may be quoted back
     decided = Decided(ALLOW)
-    if said is not None and said not in s.loops.said:
+    # after stopping a call, whatever the user says ("continue" too) is theirs to decide: a
+    # harness only hands the turn back to them; an agent's own retries never reach here
+    if s.loops.interrupted or (said is not None and said not in s.loops.said):
+        s.loops.interrupted = False
         s.reset_streaks()
         if s.halted is not None and s.halted[0] in H.LOOPS:  # budget halts stay
             s.halted = None
             # the user is a human too: what they said resumes the escalation of a loop
             decided.resumed, s.escalation = s.escalation, None
-        put_bounded(s.loops.said, said, None, MAX_SAID)
+        if said is not None:
+            put_bounded(s.loops.said, said, None, MAX_SAID)
     return s, decided
 
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import IO, Any
 
 from . import _hook_daemon
-from .hooks import BLOCK_EXIT, Hook, HookAnswer, HookInputError, answer, read_hook
+from .hooks import BLOCK_EXIT, CLAUDE_CODE, Hook, HookAnswer, HookInputError, answer, read_hook
 
 #: where the command keeps its state unless told otherwise ($AGENT_BREAKER_HOOK_STATE)
 STATE_ENV = "AGENT_BREAKER_HOOK_STATE"
@@ -78,7 +78,8 @@ class HookGuard:
 
     def __init__(self, config_path: str | None, state: str) -> None:
         # imported here: a hook that asks nothing, or that the daemon answers, costs no engine
-        from .config import load_config
+        from . import heuristics as H
+        from .config import FINGERPRINT_SECRET_ENV, load_config
         from .configs import ROOT
         from .engine import Engine
         from .receipts import ReceiptKeys
@@ -88,25 +89,27 @@ class HookGuard:
         self._store = SQLiteStore(state, ttl_s=config.sessions.ttl_s)
         try:
             # one key for every hook process: each decides on the hashes the others stored
-            secret = (
-                config.fingerprint_secret
-                or os.environ.get("AGENT_BREAKER_FINGERPRINT_SECRET")
-                or self._store.secret("fingerprint")
-            )
+            secret = config.fingerprint_secret or os.environ.get(FINGERPRINT_SECRET_ENV) or self._store.secret("fingerprint")
             config = config.model_copy(update={"fingerprint_secret": secret})
             self._engine = Engine(
                 config, store=self._store, listeners=[], sinks=False, escalations=False, receipt_keys=ReceiptKeys.ephemeral()
             )
+            # a transcript is read only where tokens count
+            self._counts_tokens = any(config.mode_of(h) != "off" for h in (H.TOKEN_BUDGET, H.TOOL_TOKEN_BUDGET, H.TOKEN_VELOCITY))
         except BaseException:
             self._store.close()
             raise
 
     def decide(self, hook: Hook) -> HookAnswer:
+        from ._transcripts import claude_code_usage
         from .protocol import BY_COLANG, to_engine_event
 
         assert hook.event is not None
         kind = BY_COLANG[hook.event["type"]]
-        verdict = getattr(self._engine, kind.handler)(to_engine_event(kind, hook.event)).to_dict()
+        event = to_engine_event(kind, hook.event)
+        if self._counts_tokens and hook.transcript and hook.agent == CLAUDE_CODE and event.get("call_id"):
+            event.update(claude_code_usage(hook.transcript, event["call_id"]) or {})
+        verdict = getattr(self._engine, kind.handler)(event).to_dict()
         return answer(hook, verdict)
 
     def answer(self, agent: str, raw: bytes) -> HookAnswer:

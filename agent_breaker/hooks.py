@@ -55,6 +55,8 @@ class Hook:
     agent: str
     name: str
     event: dict[str, Any] | None
+    # the agent's transcript of the session (where a call's token usage may be read)
+    transcript: str | None = None
 
 
 @dataclass(frozen=True)
@@ -106,7 +108,9 @@ def read_hook(agent: str, payload: Any) -> Hook:
             args = {}
         if not isinstance(args, Mapping):
             raise HookInputError("tool_input: an object is required")
-        return Hook(agent, name, {**base, "type": TOOL_CALL_EVENT, "tool_args": dict(args)})
+        transcript = payload.get("transcript_path")
+        event = {**base, "type": TOOL_CALL_EVENT, "tool_args": dict(args)}
+        return Hook(agent, name, event, transcript if isinstance(transcript, str) and transcript else None)
     if name in _FAILED:
         # the user stopped it: the engine's own words for that, whatever the agent's error says
         interrupted = payload.get("is_interrupt") is True

@@ -1,0 +1,106 @@
+"""What a coding agent's model spent on a tool call, read from the agent's own transcript.
+
+Claude Code's hook input carries no token counts, but its `transcript_path` names the session's
+JSONL transcript, where each model message is written (one line per content block, each with the
+message's usage) before its tool calls run. The usage of the message that made a call is counted
+once, on the message's first tool call. Codex and Gemini CLI hooks are not read this way (their
+token records are not per call); their sessions count no tokens.
+
+Only the `agent-breaker hook` command reads transcripts: it runs as the user, beside the agent. An
+HTTP endpoint does not, since a path in a request would let any client make the server read its
+files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from typing import Any
+
+#: the transcript's end that is read: the call was just written there
+TAIL_BYTES = 4 * 2**20
+
+
+def _tail(path: str) -> bytes | None:
+    """The end of a regular file (never a FIFO or a device: a read must not hang the hook)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except (OSError, ValueError):
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        os.lseek(fd, max(0, st.st_size - TAIL_BYTES), os.SEEK_SET)
+        chunks, left = [], min(st.st_size, TAIL_BYTES)
+        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _lines_with(data: bytes, needle: bytes) -> list[dict[str, Any]]:
+    """The JSON objects of the lines of `data` that hold `needle`, in file order."""
+    found, start = [], 0
+    while (at := data.find(needle, start)) >= 0:
+        begin = data.rfind(b"\n", 0, at) + 1
+        end = data.find(b"\n", at)
+        end = len(data) if end < 0 else end
+        try:
+            line = json.loads(data[begin:end])
+        except ValueError:
+            line = None  # a line cut by the tail's start, or half written
+        if isinstance(line, dict):
+            found.append(line)
+        start = end + 1
+    return found
+
+
+def _message(line: dict[str, Any]) -> dict[str, Any]:
+    message = line.get("message") if line.get("type") == "assistant" else None
+    return message if isinstance(message, dict) else {}
+
+
+def _tool_uses(message: dict[str, Any]) -> list[str]:
+    content = message.get("content")
+    blocks = content if isinstance(content, list) else []
+    return [b["id"] for b in blocks if isinstance(b, dict) and b.get("type") == "tool_use" and isinstance(b.get("id"), str)]
+
+
+def _count(usage: dict[str, Any], *keys: str) -> int:
+    return sum(v for k in keys if isinstance(v := usage.get(k), int) and not isinstance(v, bool) and v > 0)
+
+
+def claude_code_usage(path: str, call_id: str) -> dict[str, Any] | None:
+    """{"input_tokens", "output_tokens", "model"} of the message that made call `call_id`, if
+    this call is its first; None otherwise (another call of the message counts it, or the
+    transcript does not tell). Input counts every prompt token the model read, cached or not."""
+    data = _tail(path)
+    if not data or not call_id:
+        return None
+    made = [m for line in _lines_with(data, json.dumps(call_id).encode()) if call_id in _tool_uses(m := _message(line))]
+    message_id = made[0].get("id") if made else None
+    if not isinstance(message_id, str):
+        return None
+    parts = [m for line in _lines_with(data, json.dumps(message_id).encode()) if (m := _message(line)).get("id") == message_id]
+    calls = [c for m in parts for c in _tool_uses(m)]
+    if not calls or calls[0] != call_id:
+        return None
+    usages = [m["usage"] for m in parts if isinstance(m.get("usage"), dict)]
+    if not usages:
+        return None
+    # each streamed line repeats the usage so far: the prompt's is fixed, the output grows
+    last = usages[-1]
+    usage: dict[str, Any] = {
+        "input_tokens": _count(last, "input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"),
+        "output_tokens": max(_count(u, "output_tokens") for u in usages),
+    }
+    model = made[0].get("model")
+    if isinstance(model, str) and model:
+        usage["model"] = model
+    return usage

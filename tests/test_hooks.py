@@ -375,6 +375,29 @@ def test_a_hung_background_shell_read_with_only_a_clock_changing_is_denied_by_th
         pytest.fail("never denied")
 
 
+@pytest.mark.parametrize("agent", AGENTS)
+def test_a_hung_shell_polled_with_only_a_clock_changing_is_denied_through_the_endpoint(agent, client):
+    """Claude Code reads its background shell (BashOutput); Codex and Gemini CLI poll its log."""
+    session = f"h-{uuid.uuid4().hex[:8]}"
+    for n in range(1, 30):
+        output = f"[10:{n:02d}:17] waiting for file changes..."
+        if agent == CLAUDE_CODE:
+            call, done = background_read(n, session, output)
+        else:
+            call, done = (
+                pre(agent, session, n, "tail -n 5 /tmp/dev.log"),
+                post(agent, session, n, "tail -n 5 /tmp/dev.log", output, 0),
+            )
+        r = hook(client, agent, call)
+        assert r.status_code == 200, r.text
+        if denied(r.json()):
+            assert n <= 12, n
+            break
+        assert hook(client, agent, done).status_code == 200
+    else:
+        pytest.fail("never denied")
+
+
 def test_a_background_shell_whose_output_grows_is_never_denied(tmp_path):
     state = f"sqlite:///{tmp_path}/hooks.db"
     log = ""

@@ -36,6 +36,8 @@ ANSWER_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 2.0
 #: the longest path a Unix socket address takes on Linux and macOS, with room to spare
 MAX_SOCKET_PATH = 100
+#: a daemon that cannot start (a config that does not load) is not started again by every call
+START_INTERVAL_S = 10.0
 
 
 class DaemonUnavailable(Exception):
@@ -127,11 +129,17 @@ def ask(path: Path, agent: str, raw: bytes) -> dict[str, Any]:
 def start(path: Path, config: str | None, state: str) -> None:
     """Start a daemon for `path` in the background; if another is already starting, it exits."""
     import subprocess
+    import time
 
     argv = [sys.executable, "-m", "agent_breaker._hook_daemon", "--socket", str(path), "--state", state]
     if config:
         argv += ["--config", config]
     log = path.with_suffix(".log")
+    try:
+        if time.time() - log.stat().st_mtime < START_INTERVAL_S:
+            return  # one was started a moment ago: it is coming up, or its log says why not
+    except OSError:
+        pass
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, start_new_session=True, close_fds=True)

@@ -201,3 +201,25 @@ def test_the_daemon_exits_when_idle_and_takes_its_socket_away(runtime_dir, tmp_p
         os.waitpid(pid, 0)
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_a_daemon_that_cannot_start_is_not_started_again_by_every_call(runtime_dir, tmp_path, monkeypatch):
+    import subprocess
+
+    config = tmp_path / "broken.yml"
+    config.write_text("custom_data:\n  agent_breaker:\n    no_such_key: 1\n")
+    started = []
+    real_popen = subprocess.Popen
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        started.append(args)
+        return real_popen(*args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "Popen", counted)
+    state = f"sqlite:///{tmp_path}/h.db"
+    for n in range(3):
+        out, err = io.StringIO(), io.StringIO()
+        raw = io.BytesIO(json.dumps(pre(CLAUDE_CODE, "s1", n, "ls")).encode())
+        code = _hook_command.run(CLAUDE_CODE, raw, out, err, config=str(config), state=state, server=None, fail_closed=True)
+        assert code == BLOCK_EXIT and "no_such_key" in err.getvalue()  # the config's error, by the fail policy
+    assert len(started) == 1

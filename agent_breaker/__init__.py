@@ -13,13 +13,13 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ._guarded import guarded
     from ._outcomes import is_semantic_failure
     from .breaker import BreakerStateName, IllegalTransition
     from .clock import Clock, FakeClock, SystemClock
     from .config import AgentBreakerConfig, ConfigError, load_config, parse_config
     from .engine import Engine, Listener, log_incident
     from .events import Assistant, Final, InvalidEventError, ToolCall, ToolResult, User, parse_event
-    from .guarded import guarded
     from .receipts import ReceiptKeys
     from .store import MemoryStore, StorageError, Store, store_from_uri
     from .verdicts import BreakerIncident, Incident, ResultVerdict, Verdict
@@ -50,7 +50,7 @@ _MODULES = {
     "ToolResult": ".events",
     "User": ".events",
     "Verdict": ".verdicts",
-    "guarded": ".guarded",
+    "guarded": "._guarded",
     "is_semantic_failure": "._outcomes",
     "load_config": ".config",
     "log_incident": ".engine",

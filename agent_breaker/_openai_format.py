@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .guarded import MAX_ERROR_CHARS
+from ._guarded import MAX_ERROR_CHARS
 
 
 def parse_tool_call(tool_call: Mapping[str, Any]) -> tuple[str | None, Any, str | None]:

@@ -81,6 +81,12 @@ class Replayer:
 
     def __init__(self, engine: Engine, *, errors: IO[str] | None = None) -> None:
         self.engine = engine
+        # heuristics an enforcing config only observes: their verdicts are warnings, not trips (a
+        # run that observes everything, --observe or `mode: observe`, reports would-trips as trips)
+        cfg = getattr(engine, "config", None)  # the demo's NeMo runtime answers with its flows' own
+        enforcing = cfg is not None and cfg.mode == "enforce" and not engine.observe
+        modes = cfg.modes if cfg is not None and enforcing else {}
+        self.observed_only = frozenset(h for h, m in modes.items() if m == "observe")
         self.sessions: dict[str, _SessionReplay] = {}
         self.errors = errors if errors is not None else sys.stderr
         self.invalid = 0
@@ -161,7 +167,7 @@ class Replayer:
                     r.blocked_ids.add(ev.call_id)
             else:
                 r.unpaired.setdefault(ev.tool, deque()).append(blocked)
-            r.verdict(verdict.heuristic, verdict.advisory or self._observed(verdict.heuristic))
+            r.verdict(verdict.heuristic, verdict.advisory or verdict.heuristic in self.observed_only)
             return
         if isinstance(ev, ToolResult):
             if ev.call_id is not None:
@@ -174,14 +180,7 @@ class Replayer:
                     return
         outcome = self.engine.process(ev)
         if not isinstance(ev, ToolResult):
-            r.verdict(outcome.heuristic, getattr(outcome, "advisory", False) or self._observed(outcome.heuristic))
-
-    def _observed(self, heuristic: str | None) -> bool:
-        """A heuristic an enforcing config only reports (`modes: {x: observe}`): its verdicts
-        are warnings, not trips. A run that observes everything (--observe, `mode: observe`)
-        reports would-trips as trips."""
-        cfg = self.engine.config
-        return heuristic is not None and not self.engine.observe and cfg.mode == "enforce" and cfg.mode_of(heuristic) == "observe"
+            r.verdict(outcome.heuristic, getattr(outcome, "advisory", False) or outcome.heuristic in self.observed_only)
 
     def results(self) -> Iterator[dict[str, Any]]:
         for r in self.sessions.values():

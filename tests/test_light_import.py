@@ -80,3 +80,21 @@ def test_the_shipped_configs_are_served_without_redis_but_the_redis_one():
     # asked for by itself, it is an error that names the extra
     assert refused.startswith("config agent_breaker_redis:") and '"agent-breaker[redis]"' in refused
     assert own.startswith("config agent_breaker_redis:") and '"agent-breaker[redis]"' in own
+
+
+PUBLIC_NAMES = """
+import importlib, pkgutil, types, agent_breaker
+# every module of the package imported first, as an application's other imports may
+for info in pkgutil.walk_packages(agent_breaker.__path__, "agent_breaker."):
+    if ".integrations." not in info.name and ".server" not in info.name and not info.name.endswith("__main__"):
+        importlib.import_module(info.name)
+bad = [n for n in agent_breaker.__all__ if isinstance(getattr(agent_breaker, n), types.ModuleType)]
+print(sorted(agent_breaker.__all__) == sorted(agent_breaker._MODULES), bad)
+"""
+
+
+def test_each_public_name_is_what_it_names_whatever_was_imported_before():
+    # a public name spelled like a module of the package would be that module once imported
+    proc = subprocess.run([sys.executable, "-c", PUBLIC_NAMES], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["True", "[]"]

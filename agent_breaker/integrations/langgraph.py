@@ -33,8 +33,8 @@ from langchain_core.tools.base import ArgsSchema  # noqa: E402
 from langgraph.prebuilt import ToolNode  # noqa: E402
 from pydantic import PrivateAttr  # noqa: E402
 
+from .._guarded import FailureKind, failure_kind, guarded, with_advice  # noqa: E402
 from ..engine import Engine  # noqa: E402
-from ..guarded import FailureKind, failure_kind, guarded, with_advice  # noqa: E402
 
 #: the configurable key a graph run names its thread by (LangGraph's own)
 THREAD_ID = "thread_id"

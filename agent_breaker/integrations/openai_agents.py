@@ -48,8 +48,8 @@ from typing import Any  # noqa: E402
 from agents import FunctionTool, function_tool  # noqa: E402
 from agents.tool_context import ToolContext  # noqa: E402
 
+from .._guarded import FailureKind, failure_kind, guarded, with_advice  # noqa: E402
 from ..engine import Engine  # noqa: E402
-from ..guarded import FailureKind, failure_kind, guarded, with_advice  # noqa: E402
 
 RunSession = str | Callable[[ToolContext[Any]], str]
 RunTenant = str | Callable[[ToolContext[Any]], str | None] | None

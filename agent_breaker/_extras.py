@@ -4,6 +4,14 @@ from __future__ import annotations
 
 import importlib.util
 
+#: the distribution's name on the package index (`agent-breaker` there is another project's); the
+#: package it installs is `agent_breaker`, the command `agent-breaker`
+DISTRIBUTION = "agent-breaker-rails"
+
+
+def install_hint(extra: str) -> str:
+    return f'pip install "{DISTRIBUTION}[{extra}]"'
+
 
 class MissingExtra(ImportError):
     """An optional dependency is not installed; the message names the pip extra."""
@@ -16,4 +24,4 @@ def require(module: str, extra: str, feature: str) -> None:
     except (ImportError, ValueError):  # a module set to None in sys.modules, or a broken one
         found = False
     if not found:
-        raise MissingExtra(f'{feature} needs {module!r}, which is not installed: pip install "agent-breaker[{extra}]"')
+        raise MissingExtra(f"{feature} needs {module!r}, which is not installed: {install_hint(extra)}")

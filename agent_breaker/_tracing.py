@@ -13,6 +13,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from ._extras import install_hint
+
 OTLP_ENDPOINT_ENVS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 INSTRUMENTATION = "agent_breaker"
 
@@ -45,7 +47,7 @@ def export_from_env(environ: Mapping[str, str] = os.environ) -> bool:
     except ImportError as exc:
         raise ImportError(
             f"{' or '.join('$' + n for n in OTLP_ENDPOINT_ENVS)} is set, but OpenTelemetry's SDK and OTLP exporter are not "
-            'installed: pip install "agent-breaker[otel]"'
+            f"installed: {install_hint('otel')}"
         ) from exc
     provider = TracerProvider(resource=Resource.create({"service.name": environ.get("OTEL_SERVICE_NAME", "agent-breaker")}))
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))

@@ -43,6 +43,8 @@ from typing import Any, BinaryIO
 
 import orjson
 
+from agent_breaker._extras import DISTRIBUTION
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 TESTS = ROOT / "tests"
@@ -326,7 +328,7 @@ def machine_facts() -> dict[str, Any]:
         "memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
         "python": platform.python_version(),
         "python_implementation": platform.python_implementation(),
-        "agent_breaker_version": version("agent-breaker"),
+        "agent_breaker_version": version(DISTRIBUTION),
         "agent_breaker": str(Path(spec.origin).resolve().parent) if spec and spec.origin else None,
         **checkout(),
         "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),

@@ -55,6 +55,5 @@ def test_an_integration_imported_without_its_extra_names_it(integration, module,
     )
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.strip() == (
-        f'agent_breaker.integrations.{integration} needs {module!r}, which is not installed: pip install "agent-breaker[{extra}]"'
-    )
+    needs = f"agent_breaker.integrations.{integration} needs {module!r}, which is not installed"
+    assert proc.stdout.strip() == f'{needs}: pip install "agent-breaker-rails[{extra}]"'

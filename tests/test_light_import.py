@@ -43,7 +43,7 @@ def test_the_core_runs_without_redis_or_nemo(tmp_path):
     lines = proc.stdout.splitlines()
     assert lines[-2] == "IDENTICAL_FAILURE ['identical_failure'] False"
     # a feature whose extra is missing names it
-    assert lines[-1] == "storage.url redis:// needs 'redis', which is not installed: pip install \"agent-breaker[redis]\""
+    assert lines[-1] == "storage.url redis:// needs 'redis', which is not installed: pip install \"agent-breaker-rails[redis]\""
 
 
 SERVE_WITHOUT_REDIS = """
@@ -76,10 +76,10 @@ def test_the_shipped_configs_are_served_without_redis_but_the_redis_one():
     assert proc.returncode == 0, proc.stderr[-2000:]
     served, refused, own = proc.stdout.splitlines()[-3:]
     assert served == "['agent_breaker', 'agent_breaker_observe', 'agent_breaker_v1', 'coding_agent']"
-    assert "config agent_breaker_redis is not served" in proc.stderr and '"agent-breaker[redis]"' in proc.stderr
+    assert "config agent_breaker_redis is not served" in proc.stderr and '"agent-breaker-rails[redis]"' in proc.stderr
     # asked for by itself, it is an error that names the extra
-    assert refused.startswith("config agent_breaker_redis:") and '"agent-breaker[redis]"' in refused
-    assert own.startswith("config agent_breaker_redis:") and '"agent-breaker[redis]"' in own
+    assert refused.startswith("config agent_breaker_redis:") and '"agent-breaker-rails[redis]"' in refused
+    assert own.startswith("config agent_breaker_redis:") and '"agent-breaker-rails[redis]"' in own
 
 
 PUBLIC_NAMES = """

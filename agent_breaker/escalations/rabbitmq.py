@@ -14,7 +14,7 @@ batch. A consumer must therefore drop message ids it has seen, recording them wh
 effect is recorded (in the same database transaction), not in memory as `DedupConsumer` does
 for the tests.
 
-`pip install "agent-breaker[rabbitmq]"` (pika). A pika connection belongs to one thread: give
+`pip install "agent-breaker-rails[rabbitmq]"` (pika). A pika connection belongs to one thread: give
 each relay its own publisher.
 """
 

@@ -31,7 +31,7 @@ from ._colang import ColangPool, ColangThread, ServedConfigs
 from ._errors import json_error
 from ._gateway import ID_PATTERN, Answer, prepared_events, validated
 from ._guard import ADMIN_GRANTED, PARSED_BODY
-from ._paths import CHAT_PATH, CONFIGS_PATH, DEFAULT_CONFIG_ID, EVENTS_PATH, METRICS_PATH
+from ._paths import CHAT_PATH, CONFIGS_PATH, DEFAULT_CONFIG_ID, EVENTS_PATH, HEALTH_PATHS, METRICS_PATH
 
 
 def parsed_body(model: type[BaseModel], request: Request) -> Any:
@@ -184,7 +184,7 @@ def install_escalation_endpoints(app: FastAPI, configs: ServedConfigs) -> None:
 
 #: NeMo's routes that `serve` answers; the rest (its model list, which forwards the caller's
 #: token upstream, its checks and challenges, config listing, docs and OpenAPI schema) are removed
-NEMO_ROUTES_SERVED = frozenset({CHAT_PATH, "/healthz", "/v1/health"})
+NEMO_ROUTES_SERVED = frozenset({CHAT_PATH, *HEALTH_PATHS})
 
 
 def keep_only_served_routes(app: FastAPI) -> None:

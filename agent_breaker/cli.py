@@ -15,7 +15,6 @@ from ._errors import ConfigError
 from ._extras import MissingExtra, require
 from ._hook_command import DEFAULT_STATE, STATE_ENV
 from ._hook_daemon import DAEMON_ENV
-from .breaker.core import SETTABLE_STATES
 from .hooks import AGENTS
 
 if TYPE_CHECKING:
@@ -550,7 +549,43 @@ def _hooks(args: argparse.Namespace) -> int:
     return 0
 
 
+HOOK_HELP = "answer one coding agent's hook call (stdin to stdout), state in a SQLite file"
+
+
+def _hook_arguments(hp: argparse.ArgumentParser) -> None:
+    hp.add_argument("agent", choices=AGENTS, help="the agent whose hook input arrives on stdin")
+    hp.add_argument("--config", help="YAML config (default: the shipped coding_agent config)")
+    hp.add_argument("--state", help=f"the store's URL (default: ${STATE_ENV}, else {DEFAULT_STATE})")
+    hp.add_argument(
+        "--server", metavar="URL", help="ask a running `agent-breaker serve` instead (token: $AGENT_BREAKER_API_TOKEN)"
+    )
+    hp.add_argument(
+        "--fail",
+        choices=("open", "closed"),
+        default="open",
+        help="when the guard cannot decide: let the call go ahead (open, the default) or block it (closed)",
+    )
+    hp.add_argument(
+        "--no-daemon",
+        action="store_true",
+        help=f"decide in this process only (default: a per-user daemon keeps the guard loaded; also ${DAEMON_ENV}=off)",
+    )
+    hp.set_defaults(func=_hook)
+
+
 def main(argv: list[str] | None = None) -> int:
+    args_in = sys.argv[1:] if argv is None else argv
+    if args_in[:1] == ["hook"]:
+        # runs before every tool call of a coding agent: parse its arguments alone, import nothing more
+        hook = argparse.ArgumentParser(prog="agent-breaker hook", description=HOOK_HELP)
+        _hook_arguments(hook)
+        return _hook(hook.parse_args(args_in[1:]))
+    return _main(args_in)
+
+
+def _main(argv: list[str]) -> int:
+    from .breaker.core import SETTABLE_STATES
+
     parser = argparse.ArgumentParser(prog="agent-breaker", description="Deterministic guards for AI agents.")
     sub = parser.add_subparsers(dest="command", required=True)
     rp = sub.add_parser("replay", help="replay a JSONL agent trace through the guards; one JSON line per session")
@@ -635,25 +670,7 @@ def main(argv: list[str] | None = None) -> int:
     relay = sub.add_parser("relay", parents=[db], help="deliver the escalation outbox to RabbitMQ and the incident sinks")
     relay.add_argument("--once", action="store_true", help="deliver what is pending, then exit (1 if a target failed)")
     relay.set_defaults(func=_relay)
-    hp = sub.add_parser("hook", help="answer one coding agent's hook call (stdin to stdout), state in a SQLite file")
-    hp.add_argument("agent", choices=AGENTS, help="the agent whose hook input arrives on stdin")
-    hp.add_argument("--config", help="YAML config (default: the shipped coding_agent config)")
-    hp.add_argument("--state", help=f"the store's URL (default: ${STATE_ENV}, else {DEFAULT_STATE})")
-    hp.add_argument(
-        "--server", metavar="URL", help="ask a running `agent-breaker serve` instead (token: $AGENT_BREAKER_API_TOKEN)"
-    )
-    hp.add_argument(
-        "--fail",
-        choices=("open", "closed"),
-        default="open",
-        help="when the guard cannot decide: let the call go ahead (open, the default) or block it (closed)",
-    )
-    hp.add_argument(
-        "--no-daemon",
-        action="store_true",
-        help=f"decide in this process only (default: a per-user daemon keeps the guard loaded; also ${DAEMON_ENV}=off)",
-    )
-    hp.set_defaults(func=_hook)
+    _hook_arguments(sub.add_parser("hook", help=HOOK_HELP))
     hsp = sub.add_parser("hooks", help="set up coding agents' hooks")
     hsub = hsp.add_subparsers(dest="hooks_command", required=True)
     pc = hsub.add_parser("print-config", help="print the hooks settings that send an agent's tool calls to the guard")

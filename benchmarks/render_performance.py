@@ -97,8 +97,8 @@ def flat(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
 
 def figure_tables(rows: list[tuple[str, Any]]) -> list[str]:
     """The rows as a figure / value table, then each Records row as a table of its own."""
-    lines = ["", "| figure | value |", "| --- | --- |"]
-    lines += [f"| {name} | {shown(v)} |" for name, v in rows if not isinstance(v, Records)]
+    plain = [f"| {name} | {shown(v)} |" for name, v in rows if not isinstance(v, Records)]
+    lines = ["", "| figure | value |", "| --- | --- |", *plain] if plain else []
     for name, records in rows:
         if isinstance(records, Records):
             columns = list(dict.fromkeys(k for r in records for k in r))

@@ -345,7 +345,7 @@ CONFIGS = [
 ]
 PAIRS = [(OracleCanonicalizer(DEFAULT_VOLATILE_FIELDS, **c), Canonicalizer(DEFAULT_VOLATILE_FIELDS, **c)) for c in CONFIGS]  # type: ignore[arg-type]
 SETTINGS = settings(
-    max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+    max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import select
 import signal
 import sys
@@ -10,6 +11,8 @@ import time
 from collections.abc import Mapping
 
 import pytest
+
+ANSI = re.compile(r"\x1b(?:\[[0-9;?]*[ -/]*[@-~]|[@-Z\\-_])")
 
 
 class ChatCLI:
@@ -44,6 +47,20 @@ class ChatCLI:
         seen = len(self.screen)
         os.write(self.fd, (line + "\n").encode())
         assert self.read_until(expect, timeout_s, seen), self.tail()
+
+    def says(self, line: str, expect: str, timeout_s: float = 30) -> None:
+        """Type a line; fail unless `expect` shows up after it as text (colours and cursor moves aside)."""
+        seen = len(self.screen)
+        os.write(self.fd, (line + "\n").encode())
+        deadline = time.monotonic() + timeout_s
+        while expect not in self.text(seen):
+            assert time.monotonic() < deadline and self.read_until(b"\n", deadline - time.monotonic(), len(self.screen)), (
+                f"{expect!r} not shown after {line!r}: {self.text(seen)[-1500:]}"
+            )
+
+    def text(self, start: int = 0) -> str:
+        """The screen from `start`, without terminal escape sequences."""
+        return ANSI.sub("", self.screen[start:].decode(errors="replace"))
 
     def tail(self, n: int = 1500) -> str:
         return self.screen.decode(errors="replace")[-n:]

@@ -1,5 +1,5 @@
 """The protocol table against everything that writes the protocol down: the Colang flows, the
-README table, the engine handlers, the registered actions."""
+NeMo guide's table, the engine handlers, the registered actions."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from agent_breaker.protocol import BY_COLANG, KINDS, missing_fields, to_colang_e
 
 ROOT = Path(__file__).resolve().parents[1]
 FLOWS = (ROOT / "rails" / "flows.co").read_text()
-README = (ROOT / "README.md").read_text()
+NEMO_GUIDE = (ROOT / "docs" / "nemo.md").read_text()
 
 
 def _camel(name: str) -> str:
@@ -65,8 +65,8 @@ def test_the_fail_closed_observation_has_the_fields_of_every_observation():
     assert keys == list(observation(H.GUARD_ERROR, "t", "m", "i", None))
 
 
-def test_the_readme_protocol_table_is_the_protocol_table():
-    table = README.split("### The event protocol (Colang 2.x)")[1].split("\n\n")[1]
+def test_the_nemo_guides_protocol_table_is_the_protocol_table():
+    table = NEMO_GUIDE.split("### The event protocol (Colang 2.x)")[1].split("\n\n")[1]
     rows = [line for line in table.splitlines() if line.startswith("| `")]
     seen = {}
     for row in rows:

@@ -1,0 +1,160 @@
+"""The README's code blocks run as a new user pastes them, in order, and print what it shows.
+
+- `python` blocks run in a fresh interpreter, `bash` blocks in bash (`-e`); what a block exports
+  is in the environment of the blocks after it; background servers a block starts are stopped
+  (its process group) when it ends.
+- A `text` block is the output of the code block before it: its stdout must equal it, or, after
+  an interactive command (`nemoguardrails chat`), it is a transcript: each `> ` line is typed and
+  the line after it must show up.
+- Install lines (`pip install ...`) are not run (the suite runs on the installed package); they
+  must name this distribution. The test command is what `.ci/run` runs (tests/test_habits.py).
+- Each run gets a home, state and runtime folder of its own; port 8000 becomes a free port.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from agent_breaker._extras import DISTRIBUTION
+
+ROOT = Path(__file__).resolve().parents[1]
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```[ \t]*$", re.M | re.S)
+INSTALL = re.compile(r"^(?:python3 -m )?pip install ")
+INTERACTIVE = ("nemoguardrails chat",)
+DOC_PORT = "8000"
+BLOCK_TIMEOUT_S = 240
+
+
+@dataclass
+class Block:
+    lang: str
+    code: str
+    line: int
+    output: str | None = None
+
+
+def blocks(text: str) -> list[Block]:
+    """The code blocks of a Markdown text, each with the `text` block that follows it, if any."""
+    found: list[Block] = []
+    for m in FENCE.finditer(text):
+        lang, code, line = m.group(1), m.group(2), text.count("\n", 0, m.start()) + 1
+        if lang == "text":
+            if found and found[-1].output is None:
+                found[-1].output = code
+            continue
+        found.append(Block(lang, code, line))
+    return found
+
+
+def test_the_readme_blocks_are_read_with_their_outputs():
+    md = "x\n```bash\necho hi\n```\nsays:\n```text\nhi\n```\n```python\nprint(1)\n```\n```json\n{}\n```\n"
+    assert blocks(md) == [Block("bash", "echo hi\n", 2, "hi\n"), Block("python", "print(1)\n", 9), Block("json", "{}\n", 12)]
+
+
+def test_every_install_line_names_this_distribution():
+    for block in blocks((ROOT / "README.md").read_text()):
+        for line in block.code.splitlines():
+            for spec in re.findall(r'pip install (?:-e )?"([^"]+)"', line):
+                assert spec.startswith((".[", f"{DISTRIBUTION}[")) or spec == DISTRIBUTION, (block.line, spec)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Reader:
+    """A new user's shell: one environment carried from block to block, in folders of its own."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.port = str(free_port())
+        runtime = tempfile.mkdtemp(prefix="ab-")  # short: a Unix socket's path is bounded
+        bin_dir = tmp / "bin"
+        bin_dir.mkdir()
+        (bin_dir / "python3").symlink_to(sys.executable)  # `python3` is the interpreter under test
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_BREAKER_")}
+        self.env.update(
+            HOME=str(tmp / "home"),
+            XDG_STATE_HOME=str(tmp / "state"),
+            XDG_RUNTIME_DIR=runtime,
+            NEMO_GUARDRAILS_NO_USAGE_STATS="1",
+            PATH=os.pathsep.join([str(bin_dir), str(Path(sys.executable).parent), self.env.get("PATH", "")]),
+        )
+        (tmp / "home").mkdir()
+
+    def run(self, block: Block) -> str:
+        code = block.code.replace(DOC_PORT, self.port)
+        out, err, env_file = self.tmp / "out", self.tmp / "err", self.tmp / "env"
+        if block.lang == "python":
+            script = self.tmp / f"block_{block.line}.py"
+            script.write_text(code)
+            argv = [sys.executable, str(script)]
+        else:
+            argv = ["bash", "-e", "-c", f"{code}\nenv -0 > {shlex.quote(str(env_file))}"]
+        with out.open("w") as o, err.open("w") as e:
+            proc = subprocess.Popen(argv, cwd=self.tmp, env=self.env, stdout=o, stderr=e, start_new_session=True)
+            try:
+                code_ = proc.wait(timeout=BLOCK_TIMEOUT_S)
+            finally:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)  # what the block left running in the background
+        assert code_ == 0, f"README line {block.line} exited {code_}:\n{err.read_text()[-3000:]}"
+        if block.lang == "bash" and env_file.exists():
+            pairs = (item.split("=", 1) for item in env_file.read_text().split("\0") if "=" in item)
+            self.env = {k: v for k, v in pairs}
+        return out.read_text()
+
+    def chat(self, block: Block) -> None:
+        """An interactive command: type the transcript's `> ` lines, each answer must show up."""
+        from _chat_cli import ChatCLI
+
+        expanded = subprocess.run(
+            ["bash", "-c", f'set -- {block.code.strip().removeprefix("nemoguardrails chat")}; printf "%s\\0" "$@"'],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split("\0")[:-1]
+        config = expanded[expanded.index("--config") + 1]
+        assert block.output is not None, f"README line {block.line}: an interactive command needs its transcript"
+        lines = block.output.splitlines()
+        cli = ChatCLI(config, self.env)
+        try:
+            for typed, answer in zip(lines, lines[1:], strict=False):
+                if typed.startswith("> ") and not answer.startswith("> "):
+                    cli.says(typed[2:], answer)
+        finally:
+            cli.close()
+
+
+@pytest.mark.slow
+def test_every_readme_block_runs_as_pasted_and_prints_what_it_shows(tmp_path):
+    reader = Reader(tmp_path)
+    ran = 0
+    for block in blocks((ROOT / "README.md").read_text()):
+        first = block.code.strip().splitlines()[0] if block.code.strip() else ""
+        if block.lang not in ("bash", "python") or INSTALL.match(first):
+            continue  # data, output, or an install line (checked above)
+        if first.startswith(INTERACTIVE):
+            reader.chat(block)
+        else:
+            printed = reader.run(block)
+            if block.output is not None:
+                assert printed.strip() == block.output.strip(), f"README line {block.line} printed:\n{printed}"
+        ran += 1
+    assert ran >= 6

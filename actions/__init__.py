@@ -8,12 +8,14 @@ engine, and registers the actions and the engine as an action parameter.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 from agent_breaker.actions.guards import ACTIONS, collect_incident
 from agent_breaker.actions.native import NATIVE_ACTIONS
 
-from agent_breaker.config import parse_config
+from agent_breaker.config import ConfigError, parse_config
 from agent_breaker.engine import Engine
 
 __all__ = ["ENGINE_PARAM", "build_engine", "init"]
@@ -30,7 +32,21 @@ def build_engine(custom_data: dict[str, Any] | None) -> Engine:
 
 def init(app: Any) -> None:
     """Called by NeMo with the LLMRails of a config folder that imports this."""
-    engine = build_engine(app.config.custom_data)
+    try:
+        engine = build_engine(app.config.custom_data)
+    except ConfigError as exc:
+        if _in_nemo_chat():
+            # NeMo's chat prints two tracebacks around the cause: the person at the terminal
+            # gets the cause, which names the fix, alone
+            print(f"agent-breaker: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
+        raise
     app.register_action_param(ENGINE_PARAM, engine)
     for fn in ACTIONS + NATIVE_ACTIONS:
         app.register_action(fn, name=fn.action_meta["name"])
+
+
+def _in_nemo_chat() -> bool:
+    """Whether this process is `nemoguardrails chat` (a person at a terminal, not a program)."""
+    program = Path(sys.argv[0])  # the `nemoguardrails` script, or nemoguardrails/__main__.py under -m
+    return sys.argv[1:2] == ["chat"] and "nemoguardrails" in (program.name, program.parent.name)

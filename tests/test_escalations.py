@@ -576,3 +576,49 @@ def test_both_prefixes_are_admin_paths_and_a_route_reached_past_the_check_still_
 
     r = asyncio.run(get())
     assert r.status_code == 403 and "admin token" in r.text
+
+
+def test_without_a_config_id_the_list_holds_every_served_queue_and_resolve_finds_the_record(tmp_path):
+    pytest.importorskip("nemoguardrails")
+    from types import SimpleNamespace
+
+    from fastapi import FastAPI
+
+    from agent_breaker.server import install_escalation_endpoints
+    from agent_breaker.server._guard import ADMIN_GRANTED, PARSED_BODY
+
+    class TwoQueues:  # two served configs, each with its escalations in a file of its own
+        ids = ["alpha", "beta"]
+
+        def engine(self, config_id: str) -> Any:
+            block = {"escalations": {"db": str(tmp_path / f"{config_id}.db"), "db_env": None}}
+            return None, SimpleNamespace(config=parse_config(block))
+
+    first = SqliteEscalations(tmp_path / "alpha.db").escalate(escalation(session="sa", now=NOW))
+    second = SqliteEscalations(tmp_path / "beta.db").escalate(escalation(session="sb", now=NOW + 60))  # the newest
+    app = FastAPI()
+    install_escalation_endpoints(app, TwoQueues())  # type: ignore[arg-type]
+
+    decision = {"decision": "resume"}
+
+    async def guarded(scope: Any, receive: Any, send: Any) -> None:
+        # what the request guard hands the routes: the admin token granted, the body parsed
+        scope.setdefault("state", {}).update({ADMIN_GRANTED: True, PARSED_BODY: decision})
+        await app(scope, receive, send)
+
+    async def talk() -> list[Any]:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=guarded), base_url="http://127.0.0.1") as client:
+            return [
+                await client.get(PATH),
+                await client.get(PATH, params={"config_id": "alpha"}),
+                await client.post(f"{PATH}/{second.id}"),
+                await client.post(f"{PATH}/esc_0000000000000000"),
+            ]
+
+    both, alpha, resolved, missing = asyncio.run(talk())
+    assert both.status_code == 200, both.text
+    assert [(e["id"], e["configs"]) for e in both.json()["escalations"]] == [(second.id, ["beta"]), (first.id, ["alpha"])]
+    assert [e["id"] for e in alpha.json()["escalations"]] == [first.id]
+    assert resolved.status_code == 200 and resolved.json()["status"] == "resumed"
+    assert SqliteEscalations(tmp_path / "beta.db").get(second.id).status == "resumed"
+    assert missing.status_code == 404

@@ -112,3 +112,22 @@ def test_nemoguardrails_chat_shows_blocked_for_a_runaway_typed_by_hand():
         assert b"identical_failure" in chat.screen[chat.screen.rindex(b"BLOCKED") :]
     finally:
         chat.close()
+
+
+def test_nemoguardrails_chat_without_a_receipt_key_says_so_in_one_line():
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in child_env().items() if k != "AGENT_BREAKER_RECEIPT_KEYS"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "nemoguardrails", "chat", "--config", str(config_path())],
+        input="",
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr + proc.stdout
+    [line] = [ln for ln in proc.stderr.splitlines() if ln.startswith("agent-breaker:")]
+    assert "AGENT_BREAKER_RECEIPT_KEYS" in line

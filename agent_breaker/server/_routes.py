@@ -137,23 +137,28 @@ class ResolveRequest(BaseModel):
 def install_escalation_endpoints(app: FastAPI, configs: ServedConfigs) -> None:
     """Add the escalation admin routes (only with an admin token, like the breaker admin's):
     `GET /v1/agent-breaker/escalations` (`?status=`, `?tenant=`, `?limit=`) and `POST .../escalations/{id}`.
-    They read the store the served configs name (`escalations.store`: a SQLite file, or the
-    fleet's Redis); `config_id` picks a config when they name different stores."""
+    They read the stores the served configs name (`escalations.store`: a SQLite file, or the
+    fleet's Redis), every one unless `config_id` picks a config."""
     paths = {config_id: store_location(configs.engine(config_id)[1].config) for config_id in configs.ids}
     stores = Stores()
 
-    async def run(request: Request, act: Callable[[Any], Any]) -> Any:
-        """`act` on the chosen file's store (off the event loop: SQLite may wait on a lock), or the error answer."""
+    def chosen(request: Request) -> dict[Any, list[str]] | JSONResponse:
+        """The stores to act on, each with the ids of the served configs that use it: the one
+        `config_id` names, else every one; or the error answer."""
         if not request.scope.get("state", {}).get(ADMIN_GRANTED):
             return json_error(403, "the admin routes need the admin token")  # reached past the guard's check
         config_id = request.query_params.get("config_id")
         if config_id is not None and config_id not in paths:
             return json_error(404, f"unknown config id; this server serves {configs.ids}")
-        files = {paths[config_id]} if config_id is not None else set(paths.values())
-        if len(files) != 1:
-            return json_error(422, f"config_id is required: the served configs keep escalations in other files ({configs.ids})")
+        files: dict[Any, list[str]] = {}
+        for cid in [config_id] if config_id is not None else configs.ids:
+            files.setdefault(paths[cid], []).append(cid)
+        return files
+
+    async def answered(act: Callable[[], Any]) -> Any:
+        """`act` off the event loop (SQLite may wait on a lock), or the error answer."""
         try:
-            return await asyncio.to_thread(lambda: act(stores.get(files.pop())))
+            return await asyncio.to_thread(act)
         except InvalidEscalation as exc:
             return json_error(422, str(exc))
         except UnknownEscalation as exc:
@@ -166,20 +171,51 @@ def install_escalation_endpoints(app: FastAPI, configs: ServedConfigs) -> None:
     @app.get(ESCALATIONS_PATH, tags=["agent-breaker"])
     async def agent_breaker_escalations(request: Request) -> Any:
         """The newest escalations first (`status`: open, resumed or aborted; `tenant`: one
-        tenant's; `limit`: 1 to 1000)."""
-        status, tenant = request.query_params.get("status"), request.query_params.get("tenant")
+        tenant's; `limit`: 1 to 1000), of every served config's queue unless `config_id` names
+        one; each names the configs that keep it (`configs`)."""
+        files = chosen(request)
+        if isinstance(files, JSONResponse):
+            return files
+        # the store checks the status (422 for another); what is not a small whole number in
+        # ASCII digits is limit 0, which it refuses too
+        status: Any = request.query_params.get("status")
+        tenant = request.query_params.get("tenant")
         raw = request.query_params.get("limit", "100")
-        # what is not a small whole number in ASCII digits is 0, which the store refuses (422)
         limit = int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 5 else 0
-        return await run(request, lambda store: {"escalations": [e.to_dict() for e in store.list(status, limit, tenant=tenant)]})
+
+        def listing() -> dict[str, Any]:
+            rows = [
+                {**e.to_dict(), "configs": ids}
+                for file, ids in files.items()
+                for e in stores.get(file).list(status, limit, tenant=tenant)
+            ]
+            rows.sort(key=lambda row: row["created_at"], reverse=True)
+            return {"escalations": rows[:limit]}
+
+        return await answered(listing)
 
     @app.post(ESCALATIONS_PATH + "/{escalation_id}", tags=["agent-breaker"])
     async def agent_breaker_resolve(escalation_id: str, request: Request) -> Any:
-        """Resume or abort an open escalation; 409 when it was resolved before."""
+        """Resume or abort an open escalation (in whichever served queue holds it, unless
+        `config_id` names one); 409 when it was resolved before."""
         body = parsed_body(ResolveRequest, request)
         if isinstance(body, JSONResponse):
             return body
-        return await run(request, lambda store: store.resolve(escalation_id, body.decision, body.note).to_dict())
+        files = chosen(request)
+        if isinstance(files, JSONResponse):
+            return files
+
+        def resolved() -> dict[str, Any]:
+            missing: UnknownEscalation | None = None
+            for file in files:
+                try:
+                    return stores.get(file).resolve(escalation_id, body.decision, body.note).to_dict()
+                except UnknownEscalation as exc:
+                    missing = exc
+            assert missing is not None
+            raise missing
+
+        return await answered(resolved)
 
 
 #: NeMo's routes that `serve` answers; the rest (its model list, which forwards the caller's

@@ -95,6 +95,7 @@ def _started_app(root: Path, host: str, *, workers: int = 1) -> tuple[Any, list[
     from nemoguardrails.telemetry import DeploymentTypeEnum, set_deployment_type
 
     from ._tracing import export_from_env
+    from .escalations import store_location
     from .escalations.relay import serve_relays
     from .server import ServeError, build_app
     from .server._transport import raise_fd_limit
@@ -118,6 +119,9 @@ def _started_app(root: Path, host: str, *, workers: int = 1) -> tuple[Any, list[
     relays = serve_relays(configs.engine(config_id)[1].config for config_id in configs.ids)
     traced = "; spans exported over OTLP" if tracing else ""
     relayed = f"; {len(relays)} escalation relay(s)" if relays else ""
+    # where the server writes: a newcomer should not find it by searching their disk
+    queues = sorted({str(store_location(configs.engine(config_id)[1].config)) for config_id in configs.ids})
+    written = f"; escalations in {', '.join(queues)}"
     limits = f"; at most {app.transport.max_connections} connections ({fds} file descriptors)"
     # NeMo's and its libraries' objects live as long as the server: out of the collector's
     # reach. The sessions an in-process store holds are long-lived too, and with CPython's
@@ -126,7 +130,7 @@ def _started_app(root: Path, host: str, *, workers: int = 1) -> tuple[Any, list[
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
-    return app, configs.ids, f"{auth}{traced}{relayed}{limits}"
+    return app, configs.ids, f"{auth}{written}{traced}{relayed}{limits}"
 
 
 # ----------------------------------------------------------------------------- serve --workers N

@@ -376,18 +376,19 @@ def test_serve_without_a_receipt_key_exits_naming_the_variable():
     assert proc.returncode == 2 and "AGENT_BREAKER_RECEIPT_KEYS" in proc.stderr, proc.stderr[-2000:]
 
 
-def test_without_a_token_the_server_generates_one_and_says_where(tmp_path):
+def test_without_a_token_the_server_generates_one_and_says_where_it_writes(tmp_path):
     # a working directory holding an actions.py that would leave a mark if it were imported
     mark = tmp_path / "imported"
     (tmp_path / "actions.py").write_text(f"open({str(mark)!r}, 'w').write('x')\n")
     cwd = os.getcwd()
     os.chdir(tmp_path)
     try:
-        srv = start()
+        srv = start({"AGENT_BREAKER_ESCALATIONS_DB": str(tmp_path / "queue.db")})
     finally:
         os.chdir(cwd)
     try:
         assert "bearer token required: it is in " in srv.log()
+        assert f"escalations in {tmp_path / 'queue.db'}" in srv.log()
         # the agent's own HTTP tool, holding no token, cannot post into a session (a user turn
         # would reset its streaks)
         r = httpx.post(

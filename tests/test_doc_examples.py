@@ -145,7 +145,12 @@ class Reader:
 
 #: the pages whose blocks run, and which kinds: the README's all; of the guides, so far the
 #: python blocks of these (they assume the README's setup: the receipt key exported)
-RUN = {"README.md": ("bash", "python"), "docs/python.md": ("python",), "docs/nemo.md": ("python",)}
+RUN = {
+    "README.md": ("bash", "python"),
+    "docs/python.md": ("python",),
+    "docs/nemo.md": ("python",),
+    "docs/integrations.md": ("python",),
+}
 
 
 @pytest.mark.slow

@@ -49,11 +49,13 @@ class ChatCLI:
         assert self.read_until(expect, timeout_s, seen), self.tail()
 
     def says(self, line: str, expect: str, timeout_s: float = 30) -> None:
-        """Type a line; fail unless `expect` shows up after it as text (colours and cursor moves aside)."""
+        """Type a line; fail unless `expect` shows up after it as text (colours, cursor moves and
+        line wrapping aside)."""
         seen = len(self.screen)
         os.write(self.fd, (line + "\n").encode())
         deadline = time.monotonic() + timeout_s
-        while expect not in self.text(seen):
+        wanted = " ".join(expect.split())  # the terminal wraps long lines
+        while wanted not in " ".join(self.text(seen).split()):
             assert time.monotonic() < deadline and self.read_until(b"\n", deadline - time.monotonic(), len(self.screen)), (
                 f"{expect!r} not shown after {line!r}: {self.text(seen)[-1500:]}"
             )

@@ -162,6 +162,7 @@ RUN = {
     "docs/python.md": ("python",),
     "docs/nemo.md": ("bash", "python"),
     "docs/integrations.md": ("python",),
+    "docs/operating.md": ("bash", "python"),
 }
 
 

@@ -163,6 +163,7 @@ RUN = {
     "docs/nemo.md": ("bash", "python"),
     "docs/integrations.md": ("python",),
     "docs/operating.md": ("bash", "python"),
+    "docs/after-a-trip.md": ("bash", "python"),
 }
 
 

@@ -29,19 +29,24 @@ def _config(path: str | None) -> AgentBreakerConfig:
     return load_config(path) if path else AgentBreakerConfig()
 
 
+def _incident_lines_to(target: str) -> None:
+    """The incident JSON lines, one per line, to stderr (`-`) or a file, and nowhere else."""
+    import logging
+
+    handler = logging.StreamHandler(sys.stderr) if target == "-" else logging.FileHandler(target)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger = logging.getLogger("agent_breaker.incidents")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+
+
 def _replay(args: argparse.Namespace) -> int:
     from ._replay import replay_engine, replay_lines
 
     config = _config(args.config)
     if args.incidents:
-        import logging
-
-        handler = logging.StreamHandler(sys.stderr) if args.incidents == "-" else logging.FileHandler(args.incidents)
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        logger = logging.getLogger("agent_breaker.incidents")
-        logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
-        logger.propagate = False
+        _incident_lines_to(args.incidents)
     engine = replay_engine(config, observe=args.observe, shared_breakers=args.shared_breakers, incidents=bool(args.incidents))
     path = Path(args.trace)
     try:
@@ -348,11 +353,12 @@ def _demo(args: argparse.Namespace) -> int:
     # the demo's escalations go to a file of their own, never to the queue a relay delivers to on-call
     os.environ.setdefault("AGENT_BREAKER_ESCALATIONS_DB", str(default_db_path().with_name("demo-escalations.db")))
 
-    if not args.incidents:
+    if args.incidents:
+        _incident_lines_to("-")
+    else:
         import logging
 
         # the table says what was cut; the incident JSON lines are there with --incidents
-        logging.getLogger("agent_breaker.incidents").addHandler(logging.NullHandler())
         logging.getLogger("agent_breaker.incidents").propagate = False
     rows, after = run_demo()
     if args.json:

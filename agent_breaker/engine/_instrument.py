@@ -26,6 +26,10 @@ from ._facts import AnyEvent
 
 log = logging.getLogger("agent_breaker")
 incident_log = logging.getLogger("agent_breaker.incidents")
+# a library's records go where the application's logging sends them, and nowhere (not even
+# Python's last-resort stderr) before it configures any: no incident lines in a notebook's
+# output or a script's stderr unasked; `serve`, `--incidents` and any logging config show them
+incident_log.addHandler(logging.NullHandler())
 
 #: what the engine calls with each incident (a trip of a session, or a breaker that moved)
 Listener = Callable[[Incident | BreakerIncident], None]

@@ -10,7 +10,8 @@ a new user pastes them, in order, and print what the page shows.
   the line after it must show up.
 - Install lines (`pip install ...`) are not run (the suite runs on the installed package); they
   must name this distribution. The test command is what `.ci/run` runs (tests/test_habits.py).
-- Each run gets a home, state and runtime folder of its own; port 8000 becomes a free port.
+- Each run gets a home, state and runtime folder of its own; each port a page names (8000,
+  8001, ...) becomes a free port.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```[ \t]*$", re.M | re.S)
 INSTALL = re.compile(r"^(?:python3 -m )?pip install ")
 INTERACTIVE = ("nemoguardrails chat",)
-DOC_PORT = "8000"
+DOC_PORT = re.compile(r"\b80[0-9]{2}\b")
 BLOCK_TIMEOUT_S = 240
 
 
@@ -90,7 +91,7 @@ class Reader:
 
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
-        self.port = str(free_port())
+        self.ports: dict[str, str] = {}
         runtime = tempfile.mkdtemp(prefix="ab-")  # short: a Unix socket's path is bounded
         bin_dir = tmp / "bin"
         bin_dir.mkdir()
@@ -107,7 +108,8 @@ class Reader:
         self.groups: list[int] = []  # the process group of each block run
 
     def run(self, block: Block) -> str:
-        code = block.code.replace(DOC_PORT, self.port)
+        # each port a page names (8000, 8001, ...) is a free port of the reader's own
+        code = DOC_PORT.sub(lambda m: self.ports.setdefault(m.group(), str(free_port())), block.code)
         out, err, env_file = self.tmp / "out", self.tmp / "err", self.tmp / "env"
         if block.lang == "python":
             script = self.tmp / f"block_{block.line}.py"

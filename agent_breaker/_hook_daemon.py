@@ -69,12 +69,16 @@ def private_dir(path: Path) -> bool:
 
 
 def socket_path(config: str | None, state: str) -> Path | None:
-    """The socket of the daemon for this config, store, install and environment; None where no
+    """The socket of the daemon for this config, store, working directory, install and
+    environment; None where no
     daemon can serve (no Unix sockets, a folder others can write to, a path too long)."""
     if not hasattr(socket, "AF_UNIX") or os.environ.get(DAEMON_ENV, "").lower() in ("off", "0", "false", "no"):
         return None
     key = hashlib.sha256()
-    for part in (*_stamp(config), *_stamp(__file__), *_stamp(str(Path(__file__).with_name("__init__.py"))), state):
+    # the working directory too: a daemon reads relative config and state paths from the one it
+    # started in, so `sqlite:///hooks.db` of another project is another daemon
+    here = os.getcwd()
+    for part in (*_stamp(config), *_stamp(__file__), *_stamp(str(Path(__file__).with_name("__init__.py"))), state, here):
         key.update(part.encode() + b"\0")
     for name in sorted(n for n in os.environ if n.startswith("AGENT_BREAKER_")):
         key.update(f"{name}={os.environ[name]}\0".encode())

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from _ports import free_port
 
 from agent_breaker._extras import DISTRIBUTION
 
@@ -78,14 +79,6 @@ def test_every_install_line_names_this_distribution():
                 assert spec.startswith((".[", f"{DISTRIBUTION}[")) or spec == DISTRIBUTION, (block.line, spec)
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class Reader:
     """A new user's shell: one environment carried from block to block, in folders of its own."""
 
@@ -109,7 +102,7 @@ class Reader:
 
     def run(self, block: Block) -> str:
         # each port a page names (8000, 8001, ...) is a free port of the reader's own
-        code = DOC_PORT.sub(lambda m: self.ports.setdefault(m.group(), str(free_port())), block.code)
+        code = DOC_PORT.sub(lambda m: self.ports.get(m.group()) or self.ports.setdefault(m.group(), str(free_port())), block.code)
         out, err, env_file = self.tmp / "out", self.tmp / "err", self.tmp / "env"
         if block.lang == "python":
             script = self.tmp / f"block_{block.line}.py"

@@ -142,6 +142,10 @@ def test_each_config_store_and_environment_has_a_daemon_of_its_own(runtime_dir, 
     monkeypatch.setenv("AGENT_BREAKER_FINGERPRINT_SECRET", "another key")
     assert first != _hook_daemon.socket_path(str(config), "sqlite:///x.db")
     monkeypatch.delenv("AGENT_BREAKER_FINGERPRINT_SECRET")
+    monkeypatch.chdir(tmp_path)  # relative paths name other files from another folder
+    assert first != _hook_daemon.socket_path(str(config), "sqlite:///x.db")
+    monkeypatch.undo()
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime_dir.parent))
     config.write_text("agent_breaker: {identical_failure: {max_failures: 3}}\n")  # edited: a new daemon
     assert first != _hook_daemon.socket_path(str(config), "sqlite:///x.db")
 

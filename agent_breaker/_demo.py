@@ -14,9 +14,11 @@ import asyncio
 import contextlib
 import os
 import secrets
+import shlex
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._replay import Replayer
@@ -315,8 +317,16 @@ def format_after(rows: list[dict[str, Any]], db: str) -> str:
     lines = ["", "after a trip: enrich_lead, score_lead and sync_crm are down for the whole fleet", ""]
     lines += [f"{r['session']:16} {r['tool']:12} -> {r['route'] or '-':12} {r['then']}" for r in rows]
     if any("escalation_id" in r for r in rows):
-        lines += ["", f"list the escalations with: agent-breaker escalations list --db {db}"]
+        lines += ["", f"list the escalations with: agent-breaker escalations list --db {_shell_path(db)}"]
     return "\n".join(lines)
+
+
+def _shell_path(path: str) -> str:
+    """A path to paste into a shell: quoted, and under the home folder as `~/...`."""
+    home = str(Path.home())
+    if path.startswith(home + os.sep):
+        return "~/" + shlex.quote(path[len(home) + 1 :])
+    return shlex.quote(path)
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:

@@ -303,8 +303,10 @@ def _served_folders(root: Path) -> dict[str, Path]:
     """The config folders `serve` would build from `root` (as `server.ServedConfigs` finds them),
     without importing NeMo."""
 
+    from .config import config_file
+
     def is_config(folder: Path) -> bool:
-        return (folder / "config.yml").is_file() or (folder / "config.yaml").is_file()
+        return config_file(folder) is not None
 
     if not root.is_dir():
         raise ConfigError(f"config root {root} is not a folder")
@@ -322,11 +324,11 @@ def _in_memory(folder: Path) -> bool:
     the engines they build too, and report a file that does not read)."""
     import yaml
 
-    from .config import parse_config
+    from .config import config_file, parse_config
 
-    path = folder / "config.yml" if (folder / "config.yml").is_file() else folder / "config.yaml"
+    path = config_file(folder)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) if path else None
     except (OSError, yaml.YAMLError):
         return False
     custom = data.get("custom_data") if isinstance(data, dict) else None

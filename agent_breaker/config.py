@@ -1116,10 +1116,23 @@ def parse_config(data: Mapping[str, Any] | None) -> AgentBreakerConfig:
         raise ConfigError(f"invalid agent_breaker config: {_describe(exc)}") from None
 
 
+def config_file(folder: Path) -> Path | None:
+    """A NeMo config folder's YAML file (`config.yml`, else `config.yaml`), or None."""
+    for name in ("config.yml", "config.yaml"):
+        if (folder / name).is_file():
+            return folder / name
+    return None
+
+
 def load_config(path: str | Path) -> AgentBreakerConfig:
     """Load a YAML file: either the bare config tree, or a NeMo config.yml whose
-    `custom_data: agent_breaker:` holds it."""
+    `custom_data: agent_breaker:` holds it; or a NeMo config folder (its config.yml)."""
     path = Path(path)
+    if path.is_dir():
+        found = config_file(path)
+        if found is None:
+            raise ConfigError(f"config folder {path} holds no config.yml")
+        path = found
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:

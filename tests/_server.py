@@ -41,11 +41,11 @@ class Server:
         )
 
     def events(
-        self, session: str, *events: dict[str, Any], config_id: str = "agent_breaker", headers: dict[str, str] | None = None
+        self, session: str, *events: dict[str, Any], config_id: str | None = "agent_breaker", headers: dict | None = None
     ) -> httpx.Response:
-        return self.post(
-            "/v1/agent-breaker/events", {"config_id": config_id, "session_id": session, "events": list(events)}, headers=headers
-        )
+        """POST events; `config_id` None: the request names no config."""
+        body = {"session_id": session, "events": list(events)} | ({} if config_id is None else {"config_id": config_id})
+        return self.post("/v1/agent-breaker/events", body, headers=headers)
 
     def verdicts(self, session: str, *events: dict[str, Any], **kw: Any) -> list[dict[str, Any]]:
         r = self.events(session, *events, **kw)

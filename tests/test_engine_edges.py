@@ -112,3 +112,26 @@ def test_a_tools_dependency_argument_keys_its_breaker(make_engine, clock):
         run(engine, clock, "query_db", {"database": "Billing", "q": i}, False, None, session=f"s{i}", error=OUTAGE)
     assert not engine.check_tool_call(call("query_db", {"database": "billing", "q": 99}, session="t")).allowed
     assert engine.check_tool_call(call("query_db", {"database": "crm", "q": 1}, session="u")).allowed
+
+
+def test_a_refusal_says_whose_breaker_opened(make_engine, clock):
+    from conftest import OUTAGE, result
+
+    engine = make_engine({"breaker": {"min_sessions": 2}})
+
+    def fail(session: str, i: int) -> None:
+        clock.advance(1)
+        v = engine.check_tool_call(call("run_sql", {"q": i}, session=session))
+        assert v.allowed, v.reason
+        engine.record_tool_result(result("run_sql", False, session=session, error=OUTAGE, call_id=v.call_id))
+
+    for i in range(5):
+        fail("alone", i)
+    own = engine.check_tool_call(call("run_sql", {"q": 9}, session="alone"))
+    assert (own.allowed, own.heuristic) == (False, "circuit_open")
+    assert "failing for this session" in own.reason  # the shared breaker waits for a second session
+    assert engine.breaker_state("run_sql") is S.CLOSED
+    fail("second", 0)  # a second session's failure: the shared breaker opens
+    shared = engine.check_tool_call(call("run_sql", {"q": 9}, session="third"))
+    assert (shared.allowed, shared.heuristic) == (False, "circuit_open")
+    assert "failing for every session" in shared.reason

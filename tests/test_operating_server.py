@@ -274,3 +274,25 @@ def test_check_plus_events_decides_as_the_flows_alone(server, trace, every):
             flows += server.verdicts(f"flows-{run}-{session}", *events[i : i + 100])
         gateway = _through_check(server, f"gateway-{run}-{session}", [{**e, "tenant": f"gateway-{run}"} for e in trace_events])
         assert [_decision(v) for v in gateway] == [_decision(v) for v in flows], session
+
+
+@pytest.mark.slow  # a server of its own
+def test_a_request_naming_no_config_is_for_the_only_one_served(tmp_path):
+    import shutil
+
+    from _server import start
+    from agent_breaker.configs import config_path
+
+    folder = tmp_path / "solo"
+    shutil.copytree(config_path("agent_breaker_observe"), folder)  # a name that is not the default
+    srv = start(args=("--config", str(folder)))
+    try:
+        session = sid()
+        r = srv.post(CHECK, {"session_id": session, "event": {"call_id": "c1", "tool_name": "run_sql", "tool_args": {}}})
+        assert r.status_code == 200 and r.json()["allowed"], r.text
+        r = srv.events(session, result(1), config_id=None)
+        assert r.status_code == 200 and r.json()["events"][0]["accepted"], r.text
+        r = srv.post(CHECK, {"config_id": "agent_breaker", "session_id": session, "event": call(2)})
+        assert r.status_code == 404 and "solo" in r.text  # named, it must be served
+    finally:
+        srv.stop()

@@ -110,7 +110,7 @@ def decide_tool_call(s: SessionState, x: CallInput) -> tuple[SessionState | None
     if block is None and x.view is not None and s.loops.only_key in (None, x.tool_key):
         block, churn_warn = judge(cfg, [churn.check(x.view, f.values, f.tool, cfg, now)], s)
         warn = warn or churn_warn
-    granted, own_probe = permission, None
+    granted, own_probe, whose = permission, None, "every session"
     if block is None and x.breaker_on and (permission is None or (permission.allowed and permission.probe is None)):
         # the session's own breaker: its failures alone open it, for it alone (a shared one
         # waits for breaker.min_sessions sessions). Asked only when the shared one lets the
@@ -120,9 +120,9 @@ def decide_tool_call(s: SessionState, x: CallInput) -> tuple[SessionState | None
         if own.transition is not None and not x.share_breakers:
             decided.transitions.append(own.transition)  # shared: the tool's breaker did not move
         if permission is None or breaker_trip(permission, f.tool) is None:
-            granted = own
+            granted, whose = own, "this session"
     if block is None and granted is not None:
-        trip = breaker_trip(granted, f.tool)
+        trip = breaker_trip(granted, f.tool, whose)
         if trip is not None:
             # a metrics-only breaker lets the call through and only reports
             if granted.allowed is False and cfg.mode_of(H.CIRCUIT_OPEN) == "enforce":
@@ -417,7 +417,9 @@ def halted_verdict(s: SessionState, cfg: AgentBreakerConfig, tool: str | None) -
     )
 
 
-def breaker_trip(permission: Permission, tool: str) -> Trip | None:
+def breaker_trip(permission: Permission, tool: str, whose: str = "every session") -> Trip | None:
+    """The trip of a breaker that refuses (or would): `whose` breaker it is, the tool's shared
+    one ("every session") or the session's own ("this session")."""
     if permission.allowed and not permission.would_refuse:
         return None
     state = permission.state.value
@@ -425,7 +427,7 @@ def breaker_trip(permission: Permission, tool: str) -> Trip | None:
         heuristic, reason = H.CIRCUIT_HALF_OPEN, f"{tool} is recovering: its probe calls are in flight"
         instruction = f"Wait for {tool} to recover, or use another tool."
     else:
-        heuristic, reason = H.CIRCUIT_OPEN, f"{tool} is failing for every session; its circuit breaker is {state}"
+        heuristic, reason = H.CIRCUIT_OPEN, f"{tool} is failing for {whose}; its circuit breaker is {state}"
         instruction = f"Do not call {tool} now. Use another tool, or tell the user the service is unavailable."
     return Trip(heuristic, "tool", reason, instruction, {"state": state}, permission.retry_after_s)
 

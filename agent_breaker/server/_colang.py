@@ -18,12 +18,13 @@ from nemoguardrails.logging.stats import LLMStats
 from .._extras import MissingExtra
 from ..actions import ENGINE_PARAM
 from ..actions.guards import CALLER_TENANT, PAYLOAD_REF, PAYLOADS, ROUTE_ARGS, merge_context_messages
-from ..config import ConfigError
+from ..config import ConfigError, config_file
 from ..configs import ROOT as SHIPPED
 from ..engine import Engine
 from ..protocol import VERDICT_TYPES
 from ._errors import ServeError
 from ._logging import log
+from ._paths import DEFAULT_CONFIG_ID
 
 POOL_SIZE = 8  # live Colang states per config: its events in flight at once
 # fields the Colang runtime sees of an event; the rest stays in PAYLOADS for the request
@@ -93,10 +94,10 @@ class ServedConfigs:
         root = root.expanduser().resolve()
         if not root.is_dir():
             raise ServeError(f"config root {root} is not a folder")
-        if _is_config(root):
+        if config_file(root):
             folders = {root.name: root}
         else:
-            folders = {p.name: p for p in sorted(root.iterdir()) if p.is_dir() and _is_config(p)}
+            folders = {p.name: p for p in sorted(root.iterdir()) if p.is_dir() and config_file(p)}
         if not folders:
             raise ServeError(f"{root} holds no config folder (a folder with a config.yml)")
         self.root = root
@@ -127,6 +128,11 @@ class ServedConfigs:
     def ids(self) -> list[str]:
         return sorted(self.rails)
 
+    @property
+    def default_id(self) -> str:
+        """The config a request that names none is for: the only one served, else agent_breaker."""
+        return self.ids[0] if len(self.rails) == 1 else DEFAULT_CONFIG_ID
+
     def get(self, config_id: str) -> Any:
         rails = self.rails.get(config_id)
         if rails is None:
@@ -141,10 +147,6 @@ class ServedConfigs:
                 raise ValueError(f"config_id is required: this server serves {self.ids}")
             config_id = self.ids[0]
         return config_id, self.get(config_id).runtime.registered_action_params[ENGINE_PARAM]
-
-
-def _is_config(folder: Path) -> bool:
-    return (folder / "config.yml").is_file() or (folder / "config.yaml").is_file()
 
 
 def _cause(exc: BaseException, types: type[BaseException] | tuple[type[BaseException], ...]) -> BaseException | None:

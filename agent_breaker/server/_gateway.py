@@ -31,7 +31,7 @@ from ..hooks import answer as hook_answer
 from ..protocol import BY_COLANG, TOOL_CALL_EVENT, TOOL_RESULT_EVENT
 from ._colang import _COLANG_FIELDS, ServedConfigs
 from ._errors import error_body
-from ._paths import CHECK_PATH, DEFAULT_CONFIG_ID, HOOK_PATHS, RESULT_PATH
+from ._paths import CHECK_PATH, CONFIG_ID_DESCRIPTION, HOOK_PATHS, RESULT_PATH
 
 ID_PATTERN = r"^[^\x00-\x1f\x7f]+$"
 #: a refused call's reason in a response header: printable ASCII, one line, bounded
@@ -74,7 +74,7 @@ class GatewayRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    config_id: str = Field(DEFAULT_CONFIG_ID, max_length=256, description="A config the server serves.")
+    config_id: str | None = Field(None, max_length=256, description=CONFIG_ID_DESCRIPTION)
     session_id: str = Field(min_length=1, max_length=256, pattern=ID_PATTERN)
     event: dict[str, Any] = Field(description="One event of the endpoint's type (its `type` may be left out).")
 
@@ -170,7 +170,7 @@ class Gateway:
         event = {"type": kind, **body.event}
         if event["type"] != kind:
             return problem(422, f"event.type must be {kind} (or left out) here")
-        verdict = await self.decide(body.config_id, body.session_id, event)
+        verdict = await self.decide(self.configs.default_id if body.config_id is None else body.config_id, body.session_id, event)
         if isinstance(verdict, Answer):
             return verdict
         return checked(verdict) if kind == TOOL_CALL_EVENT else reported(verdict)

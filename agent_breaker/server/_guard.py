@@ -104,12 +104,13 @@ def _native_tool_turn(messages: list[dict[str, Any]]) -> bool:
     return last.get("role") == "tool" and any(m.get("role") == "user" for m in messages)
 
 
-def _requested_config(path: str, data: Any) -> str | None:
-    """The config a request's body names (the events endpoint's default when it names none)."""
+def _requested_config(path: str, data: Any, default: str) -> str | None:
+    """The config a request's body names (`default`, the events endpoint's, when it names none)."""
     if not isinstance(data, dict):
         return None
     if path == EVENTS_PATH or path in GATEWAY_PATHS:
-        config_id = data.get("config_id", DEFAULT_CONFIG_ID)
+        config_id = data.get("config_id")
+        config_id = default if config_id is None else config_id
     elif path == CHAT_PATH:
         guardrails = data.get("guardrails")
         config_id = guardrails.get("config_id") if isinstance(guardrails, dict) else None
@@ -331,7 +332,7 @@ class RequestGuard:
             return b"", None
         problem, data = self.check_json(path, read)
         if problem is None and granted.configs is not None and path in (EVENTS_PATH, *GATEWAY_PATHS, CHAT_PATH):
-            config_id = _requested_config(path, data)
+            config_id = _requested_config(path, data, self.configs.default_id if self.configs else DEFAULT_CONFIG_ID)
             if config_id not in granted.configs:
                 problem = (403, f"this API token may not use config {config_id!r}")
         return Refused(*problem) if problem is not None else (read, data)

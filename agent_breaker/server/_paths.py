@@ -12,6 +12,7 @@ HOOK_PATHS = {"/v1/hooks/claude-code": "claude-code", "/v1/hooks/codex": "codex"
 DEFAULT_HOOK_CONFIG_ID = "coding_agent"  # what the hook endpoints use when `?config_id=` names none
 CONFIGS_PATH = "/v1/agent-breaker/configs"
 DEFAULT_CONFIG_ID = "agent_breaker"  # what the events and check endpoints use when none is named
+CONFIG_ID_DESCRIPTION = f"A config the server serves (default: the only one it serves, else {DEFAULT_CONFIG_ID})."
 METRICS_PATH = "/metrics"
 CHAT_PATH = "/v1/chat/completions"
 HEALTH_PATHS = ("/healthz", "/v1/health")  # NeMo's, kept

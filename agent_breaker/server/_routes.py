@@ -31,7 +31,7 @@ from ._colang import ColangPool, ColangThread, ServedConfigs
 from ._errors import json_error
 from ._gateway import ID_PATTERN, Answer, prepared_events, validated
 from ._guard import ADMIN_GRANTED, PARSED_BODY
-from ._paths import CHAT_PATH, CONFIGS_PATH, DEFAULT_CONFIG_ID, EVENTS_PATH, HEALTH_PATHS, METRICS_PATH
+from ._paths import CHAT_PATH, CONFIG_ID_DESCRIPTION, CONFIGS_PATH, EVENTS_PATH, HEALTH_PATHS, METRICS_PATH
 
 
 def parsed_body(model: type[BaseModel], request: Request) -> Any:
@@ -50,7 +50,7 @@ class EventsRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    config_id: str = Field(DEFAULT_CONFIG_ID, max_length=256, description="A config the server serves.")
+    config_id: str | None = Field(None, max_length=256, description=CONFIG_ID_DESCRIPTION)
     session_id: str = Field(min_length=1, max_length=256, pattern=ID_PATTERN)
     events: list[dict[str, Any]] = Field(min_length=1)
 
@@ -66,11 +66,12 @@ def install_events_endpoint(app: FastAPI, configs: ServedConfigs, colang: Colang
         body = parsed_body(EventsRequest, request)
         if isinstance(body, JSONResponse):
             return body
-        ready = prepared_events(configs, body.config_id, body.session_id, body.events, "events")
+        config_id = configs.default_id if body.config_id is None else body.config_id
+        ready = prepared_events(configs, config_id, body.session_id, body.events, "events")
         if isinstance(ready, Answer):
             return as_response(ready)
         rails, events = ready
-        verdicts = await colang.run(lambda: pool.process(rails, body.config_id, events))
+        verdicts = await colang.run(lambda: pool.process(rails, config_id, events))
         return {"session_id": body.session_id, "events": verdicts}
 
     return pool

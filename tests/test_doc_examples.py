@@ -104,6 +104,9 @@ class Reader:
             PATH=os.pathsep.join([str(bin_dir), str(Path(sys.executable).parent), self.env.get("PATH", "")]),
         )
         (tmp / "home").mkdir()
+        # the pages run from a clone: the recorded runs they replay are the clone's
+        (tmp / "tests").mkdir()
+        (tmp / "tests" / "traces").symlink_to(ROOT / "tests" / "traces")
         self.groups: list[int] = []  # the process group of each block run
         self.redis: subprocess.Popen | None = None
         self.redis_address = ""

@@ -3,11 +3,14 @@
 A config folder's `config.py` holds one line, `from agent_breaker.actions import init`; NeMo
 then calls `init(app)` with its LLMRails, which validates the `custom_data: agent_breaker:`
 block (a bad value stops start-up with the key and the value in the message), builds the
-engine, and registers the actions and the engine as an action parameter.
+engine, and registers the actions and the engine as an action parameter. A root of config
+folders (the shipped `config/`) holds a `config.py` importing `init_root`, which NeMo's server
+calls once at start.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,10 +18,10 @@ from typing import Any
 from agent_breaker.actions.guards import ACTIONS, collect_incident
 from agent_breaker.actions.native import NATIVE_ACTIONS
 
-from agent_breaker.config import ConfigError, parse_config
-from agent_breaker.engine import Engine
+from agent_breaker.config import ConfigError, config_file, load_config, parse_config
+from agent_breaker.engine import Engine, preflight
 
-__all__ = ["ENGINE_PARAM", "build_engine", "init"]
+__all__ = ["ENGINE_PARAM", "build_engine", "init", "init_root"]
 
 ENGINE_PARAM = "agent_breaker_engine"
 
@@ -50,3 +53,25 @@ def _in_nemo_chat() -> bool:
     """Whether this process is `nemoguardrails chat` (a person at a terminal, not a program)."""
     program = Path(sys.argv[0])  # the `nemoguardrails` script, or nemoguardrails/__main__.py under -m
     return sys.argv[1:2] == ["chat"] and "nemoguardrails" in (program.name, program.parent.name)
+
+
+def init_root(app: Any) -> None:
+    """Called by `nemoguardrails server` at start with its app, when it serves a root of config
+    folders: NeMo builds each config at its first request and answers a config that cannot start
+    with a 500 and a traceback in the log. Every agent-breaker config of the root is checked here
+    instead, and if one lacks what it needs (a receipt key, a fingerprint key) or does not
+    validate, the server prints one line per config naming the fix and exits 2 before it serves
+    (uvicorn would log a startup exception as a traceback and serve on, so it exits at once)."""
+    problems: dict[str, list[str]] = {}  # the message, and the configs it is about
+    for folder in sorted(Path(app.rails_config_path).iterdir()):
+        module = folder / "config.py"
+        if config_file(folder) is None or not module.is_file() or "agent_breaker.actions" not in module.read_text():
+            continue  # not a config folder, or not one of ours
+        try:
+            preflight(load_config(folder))
+        except ConfigError as exc:
+            problems.setdefault(str(exc), []).append(folder.name)
+    if problems:
+        lines = [f"agent-breaker: config {', '.join(names)}: {message}" for message, names in problems.items()]
+        print("\n".join(lines), file=sys.stderr, flush=True)
+        os._exit(2)

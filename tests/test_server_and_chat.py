@@ -131,3 +131,37 @@ def test_nemoguardrails_chat_without_a_receipt_key_says_so_in_one_line():
     assert "Traceback" not in proc.stderr + proc.stdout
     [line] = [ln for ln in proc.stderr.splitlines() if ln.startswith("agent-breaker:")]
     assert "AGENT_BREAKER_RECEIPT_KEYS" in line
+
+
+@pytest.mark.slow  # a server of its own
+def test_nemoguardrails_server_on_the_root_without_a_receipt_key_stops_at_start_in_one_line():
+    import subprocess
+    import sys
+
+    from _ports import free_port
+    from agent_breaker.configs import ROOT
+
+    env = {k: v for k, v in child_env().items() if k != "AGENT_BREAKER_RECEIPT_KEYS"}
+    argv = [sys.executable, "-m", "nemoguardrails", "server", "--config", str(ROOT), "--port", str(free_port())]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr + proc.stdout
+    [line] = [ln for ln in proc.stderr.splitlines() if ln.startswith("agent-breaker:")]
+    # the configs that enforce unverified_claim are named; the observing one needs no key
+    assert "agent_breaker," in line and "agent_breaker_observe" not in line and "AGENT_BREAKER_RECEIPT_KEYS" in line
+
+
+def test_the_root_check_leaves_other_configs_of_the_root_alone(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from agent_breaker.actions import init_root
+
+    monkeypatch.delenv("AGENT_BREAKER_RECEIPT_KEYS", raising=False)
+    theirs = tmp_path / "their_bot"  # a NeMo config of the user's own, next to ours: not checked
+    theirs.mkdir()
+    (theirs / "config.yml").write_text("models: []\n")
+    ours = tmp_path / "observed"
+    ours.mkdir()
+    (ours / "config.yml").write_text("custom_data:\n  agent_breaker:\n    mode: observe\n")
+    (ours / "config.py").write_text("from agent_breaker.actions import init  # noqa: F401\n")
+    init_root(SimpleNamespace(rails_config_path=str(tmp_path)))  # returns: nothing is missing

@@ -8,7 +8,16 @@ a decision through them and the store.
 """
 
 from ._decide import UNNAMED_CALL
-from ._front import Engine, breaker_key_parts, fingerprinter_for
+from ._front import Engine, breaker_key_parts, fingerprinter_for, preflight
 from ._instrument import Listener, incident_log, log_incident
 
-__all__ = ["UNNAMED_CALL", "Engine", "Listener", "breaker_key_parts", "fingerprinter_for", "incident_log", "log_incident"]
+__all__ = [
+    "UNNAMED_CALL",
+    "Engine",
+    "Listener",
+    "breaker_key_parts",
+    "fingerprinter_for",
+    "incident_log",
+    "log_incident",
+    "preflight",
+]

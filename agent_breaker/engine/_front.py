@@ -123,9 +123,7 @@ class Engine:
         self.failure_predicates: dict[str, FailurePredicate] = {
             normalize_name(tool): fn for tool, fn in (failure_predicates or {}).items()
         }
-        self.receipt_keys = receipt_keys or ReceiptKeys.from_config(
-            self.config.receipts, required=self.config.mode_of(H.UNVERIFIED_CLAIM) == "enforce" and not observe
-        )
+        self.receipt_keys = receipt_keys or receipt_keys_for(self.config, observe=observe)
         self.fingerprints = fingerprinter or fingerprinter_for(
             self.config, shared=not isinstance(self.store, MemoryStore), receipt_keys=self.receipt_keys
         )
@@ -578,6 +576,19 @@ def breaker_key_parts(key: str) -> tuple[str | None, str]:
     calls without one, or a breaker every tenant shares."""
     *tenant, tool = split_key(key)
     return (tenant[0] or None if tenant else None), tool
+
+
+def receipt_keys_for(config: AgentBreakerConfig, *, observe: bool = False) -> ReceiptKeys | None:
+    """The config's receipt keys (None: none set, and none needed); a ConfigError naming the
+    fix when it enforces `unverified_claim` and has none."""
+    return ReceiptKeys.from_config(config.receipts, required=config.mode_of(H.UNVERIFIED_CLAIM) == "enforce" and not observe)
+
+
+def preflight(config: AgentBreakerConfig) -> None:
+    """Raise the ConfigError an `Engine(config)` would raise for what the environment lacks (a
+    receipt key, a shared store's fingerprint key), without building one: no store, no sinks."""
+    shared = not config.storage.resolved_url().startswith("memory://")
+    fingerprinter_for(config, shared=shared, receipt_keys=receipt_keys_for(config))
 
 
 def fingerprinter_for(config: AgentBreakerConfig, *, shared: bool, receipt_keys: ReceiptKeys | None = None) -> Fingerprinter:

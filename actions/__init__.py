@@ -21,7 +21,7 @@ from agent_breaker.actions.native import NATIVE_ACTIONS
 from agent_breaker.config import ConfigError, config_file, load_config, parse_config
 from agent_breaker.engine import Engine, preflight
 
-__all__ = ["ENGINE_PARAM", "build_engine", "init", "init_root"]
+__all__ = ["ENGINE_PARAM", "build_engine", "init", "init_root", "root_problems"]
 
 ENGINE_PARAM = "agent_breaker_engine"
 
@@ -58,20 +58,28 @@ def _in_nemo_chat() -> bool:
 def init_root(app: Any) -> None:
     """Called by `nemoguardrails server` at start with its app, when it serves a root of config
     folders: NeMo builds each config at its first request and answers a config that cannot start
-    with a 500 and a traceback in the log. Every agent-breaker config of the root is checked here
-    instead, and if one lacks what it needs (a receipt key, a fingerprint key) or does not
-    validate, the server prints one line per config naming the fix and exits 2 before it serves
+    with a 500 and a traceback in the log. The root's configs are checked here instead
+    (`root_problems`); if one cannot start, the server prints why and exits 2 before it serves
     (uvicorn would log a startup exception as a traceback and serve on, so it exits at once)."""
+    problems = root_problems(Path(app.rails_config_path))
+    if problems:
+        print("\n".join(problems), file=sys.stderr, flush=True)
+        os._exit(2)
+
+
+def root_problems(root: Path) -> list[str]:
+    """Why agent-breaker configs under `root` (a config folder, or a folder of them) cannot
+    start, in what the environment lacks (a receipt key, a fingerprint key) or a value that does
+    not validate: one line per distinct problem, naming its configs. Folders whose `config.py`
+    does not import these actions are not ours and are left alone."""
+    folders = [root] if config_file(root) is not None else sorted(root.iterdir())
     problems: dict[str, list[str]] = {}  # the message, and the configs it is about
-    for folder in sorted(Path(app.rails_config_path).iterdir()):
+    for folder in folders:
         module = folder / "config.py"
         if config_file(folder) is None or not module.is_file() or "agent_breaker.actions" not in module.read_text():
-            continue  # not a config folder, or not one of ours
+            continue
         try:
             preflight(load_config(folder))
         except ConfigError as exc:
             problems.setdefault(str(exc), []).append(folder.name)
-    if problems:
-        lines = [f"agent-breaker: config {', '.join(names)}: {message}" for message, names in problems.items()]
-        print("\n".join(lines), file=sys.stderr, flush=True)
-        os._exit(2)
+    return [f"agent-breaker: config {', '.join(names)}: {message}" for message, names in problems.items()]

@@ -77,6 +77,12 @@ def _serve(args: argparse.Namespace) -> int:
     from .configs import ROOT
 
     root = Path(args.config).expanduser().resolve() if args.config else ROOT
+    from .actions import root_problems
+
+    problems = root_problems(root) if root.is_dir() else []
+    if problems:  # every config that cannot start, at once (building them stops at the first)
+        print("\n".join(problems), file=sys.stderr)
+        return 2
     if args.workers > 1:
         return _serve_workers(args, root)
     import uvicorn

@@ -134,7 +134,8 @@ def test_nemoguardrails_chat_without_a_receipt_key_says_so_in_one_line():
 
 
 @pytest.mark.slow  # a server of its own
-def test_nemoguardrails_server_on_the_root_without_a_receipt_key_stops_at_start_in_one_line():
+@pytest.mark.parametrize("command", [["-m", "nemoguardrails", "server"], ["-m", "agent_breaker.cli", "serve"]])
+def test_a_server_on_the_root_without_a_receipt_key_stops_at_start_in_one_line(command):
     import subprocess
     import sys
 
@@ -142,19 +143,20 @@ def test_nemoguardrails_server_on_the_root_without_a_receipt_key_stops_at_start_
     from agent_breaker.configs import ROOT
 
     env = {k: v for k, v in child_env().items() if k != "AGENT_BREAKER_RECEIPT_KEYS"}
-    argv = [sys.executable, "-m", "nemoguardrails", "server", "--config", str(ROOT), "--port", str(free_port())]
+    argv = [sys.executable, *command, "--config", str(ROOT), "--port", str(free_port())]
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, stdin=subprocess.DEVNULL)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr + proc.stdout
     [line] = [ln for ln in proc.stderr.splitlines() if ln.startswith("agent-breaker:")]
-    # the configs that enforce unverified_claim are named; the observing one needs no key
-    assert "agent_breaker," in line and "agent_breaker_observe" not in line and "AGENT_BREAKER_RECEIPT_KEYS" in line
+    # every config that enforces unverified_claim is named at once; the observing ones need no key
+    assert line.startswith("agent-breaker: config agent_breaker, agent_breaker_redis, agent_breaker_v1: receipts need")
+    assert "AGENT_BREAKER_RECEIPT_KEYS" in line
 
 
 def test_the_root_check_leaves_other_configs_of_the_root_alone(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    from agent_breaker.actions import init_root
+    from agent_breaker.actions import init_root, root_problems
 
     monkeypatch.delenv("AGENT_BREAKER_RECEIPT_KEYS", raising=False)
     theirs = tmp_path / "their_bot"  # a NeMo config of the user's own, next to ours: not checked
@@ -165,3 +167,10 @@ def test_the_root_check_leaves_other_configs_of_the_root_alone(tmp_path, monkeyp
     (ours / "config.yml").write_text("custom_data:\n  agent_breaker:\n    mode: observe\n")
     (ours / "config.py").write_text("from agent_breaker.actions import init  # noqa: F401\n")
     init_root(SimpleNamespace(rails_config_path=str(tmp_path)))  # returns: nothing is missing
+    enforced = tmp_path / "enforced"
+    enforced.mkdir()
+    (enforced / "config.yml").write_text("custom_data:\n  agent_breaker:\n    mode: enforce\n")
+    (enforced / "config.py").write_text((ours / "config.py").read_text())
+    for root in (tmp_path, enforced):  # a folder of configs, or one config folder
+        [line] = root_problems(root)
+        assert line.startswith("agent-breaker: config enforced: receipts need a signing key"), line

@@ -1,15 +1,20 @@
-"""The README's code blocks (and, so far, the python blocks of the Python and NeMo guides) run as
-a new user pastes them, in order, and print what the page shows.
+"""Every code block of the README and the docs pages runs as a new user pastes it, in order, and
+prints what the page shows; or it is data the tests load (`yaml`, `json`: test_doc_blocks.py;
+`promql`: test_doc_promql.py), or output.
 
 - `python` blocks run in a fresh interpreter, `bash` blocks in bash (`-e`); what a block sets
-  is in the environment of the blocks after it, as in one shell session; what a block leaves running in the background
-  (a server) runs on for the page's next blocks, as in a user's shell, and is stopped (by
-  process group) at the page's end.
+  is in the environment of the blocks after it, as in one shell session; what a block leaves
+  running in the background (a server) runs on for the page's next blocks, as in a user's shell,
+  and is stopped (by process group) at the page's end. Nothing is set for a page that the page
+  does not set itself.
 - A `text` block is the output of the code block before it: its stdout must equal it, or, after
   an interactive command (`nemoguardrails chat`), it is a transcript: each `> ` line is typed and
   the line after it must show up.
-- Install lines (`pip install ...`) are not run (the suite runs on the installed package); they
-  must name this distribution. The test command is what `.ci/run` runs (tests/test_habits.py).
+- A `text` block of usage synopses (lines starting `agent-breaker `) may name only options the
+  command's `--help` lists.
+- Install lines (`pip install ...`) are not run (the suite runs on the installed package; what
+  follows `&&` on the line is); they must name this distribution. Lines that run this suite
+  are not run either: the README's test command must be what `.ci/run` runs.
 - Each run gets a home, state and runtime folder of its own; each port a page names (8000,
   8001, ...) becomes a free port; a page that names the Redis on 127.0.0.1:6379 gets a
   redis-server of its own on a free port instead (fleet commands list and change whatever the
@@ -256,3 +261,27 @@ def test_every_block_runs_as_pasted_and_prints_what_it_shows(page, tmp_path):
     finally:
         reader.close()
     assert ran >= 1
+
+
+def synopses() -> list[tuple[str, str]]:
+    """(page, line) of each usage synopsis: a `text` line that starts with `agent-breaker `."""
+    found = []
+    for page in PAGES:
+        for m in FENCE.finditer((ROOT / page).read_text()):
+            if m.group(1) == "text":
+                found += [(page, line) for line in m.group(2).splitlines() if line.startswith("agent-breaker ")]
+    return found
+
+
+def test_every_synopsis_names_only_options_its_command_takes():
+    assert len(synopses()) >= 5
+    for page, line in synopses():
+        words = line.split()[1:3]
+        # `escalations list` is a subcommand's subcommand; `replay TRACE.jsonl` is not
+        for path in (words, words[:1]):
+            helped = subprocess.run([sys.executable, "-m", "agent_breaker.cli", *path, "--help"], capture_output=True, text=True)
+            if helped.returncode == 0:
+                break
+        assert helped.returncode == 0, (page, line, helped.stderr)
+        for option in re.findall(r"--[a-z][a-z-]*", line):
+            assert re.search(rf"{option}\b", helped.stdout), f"{page}: {line!r} names {option}, which {path} does not take"

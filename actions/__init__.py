@@ -18,10 +18,10 @@ from typing import Any
 from agent_breaker.actions.guards import ACTIONS, collect_incident
 from agent_breaker.actions.native import NATIVE_ACTIONS
 
-from agent_breaker.config import ConfigError, config_file, load_config, parse_config
+from agent_breaker.config import AgentBreakerConfig, ConfigError, config_folders, nemo_block
 from agent_breaker.engine import Engine, preflight
 
-__all__ = ["ENGINE_PARAM", "build_engine", "init", "init_root", "root_problems"]
+__all__ = ["ENGINE_PARAM", "build_engine", "init", "init_root", "root_problems", "served_config"]
 
 ENGINE_PARAM = "agent_breaker_engine"
 
@@ -29,8 +29,7 @@ ENGINE_PARAM = "agent_breaker_engine"
 def build_engine(custom_data: dict[str, Any] | None) -> Engine:
     """The engine for one NeMo config: its `custom_data: agent_breaker:` block, validated.
     Incidents go to the flows (which call the incident action), not straight to the log."""
-    config = parse_config((custom_data or {}).get("agent_breaker"))
-    return Engine(config, listeners=[collect_incident])
+    return Engine(nemo_block(custom_data, "custom_data"), listeners=[collect_incident])
 
 
 def init(app: Any) -> None:
@@ -38,7 +37,7 @@ def init(app: Any) -> None:
     try:
         engine = build_engine(app.config.custom_data)
     except ConfigError as exc:
-        if _in_nemo_chat():
+        if _in_nemo("chat"):
             # NeMo's chat prints two tracebacks around the cause: the person at the terminal
             # gets the cause, which names the fix, alone
             print(f"agent-breaker: {exc}", file=sys.stderr)
@@ -49,37 +48,58 @@ def init(app: Any) -> None:
         app.register_action(fn, name=fn.action_meta["name"])
 
 
-def _in_nemo_chat() -> bool:
-    """Whether this process is `nemoguardrails chat` (a person at a terminal, not a program)."""
+def _in_nemo(command: str) -> bool:
+    """Whether this process is NeMo's command line running `command` (`chat`: a person at a
+    terminal; `server`: NeMo's server, not a program that embeds its app)."""
     program = Path(sys.argv[0])  # the `nemoguardrails` script, or nemoguardrails/__main__.py under -m
-    return sys.argv[1:2] == ["chat"] and "nemoguardrails" in (program.name, program.parent.name)
+    return sys.argv[1:2] == [command] and "nemoguardrails" in (program.name, program.parent.name)
 
 
 def init_root(app: Any) -> None:
-    """Called by `nemoguardrails server` at start with its app, when it serves a root of config
-    folders: NeMo builds each config at its first request and answers a config that cannot start
-    with a 500 and a traceback in the log. The root's configs are checked here instead
-    (`root_problems`); if one cannot start, the server prints why and exits 2 before it serves
-    (uvicorn would log a startup exception as a traceback and serve on, so it exits at once)."""
+    """Called by NeMo's server at start with its app, when it serves a root of config folders:
+    NeMo builds each config at its first request and answers a config that cannot start with a
+    500 and a traceback in the log. The root's configs are checked here instead
+    (`root_problems`). Under `nemoguardrails server` a problem is printed and the process exits
+    2 before it serves (uvicorn would log a startup exception as a traceback and serve on); an
+    application that embeds NeMo's app gets the ConfigError."""
+    if getattr(app.state, "agent_breaker_configs", None) is not None:
+        return  # `agent-breaker serve`: it checked the configs, and built them, before it served
     problems = root_problems(Path(app.rails_config_path))
-    if problems:
+    if not problems:
+        return
+    if _in_nemo("server"):
         print("\n".join(problems), file=sys.stderr, flush=True)
         os._exit(2)
+    raise ConfigError("; ".join(problems))
 
 
 def root_problems(root: Path) -> list[str]:
     """Why agent-breaker configs under `root` (a config folder, or a folder of them) cannot
-    start, in what the environment lacks (a receipt key, a fingerprint key) or a value that does
-    not validate: one line per distinct problem, naming its configs. Folders whose `config.py`
+    start: what the environment lacks (a receipt key, a fingerprint key) or a value that does
+    not validate, one line per distinct problem, naming its configs. Folders whose `config.py`
     does not import these actions are not ours and are left alone."""
-    folders = [root] if config_file(root) is not None else sorted(root.iterdir())
     problems: dict[str, list[str]] = {}  # the message, and the configs it is about
-    for folder in folders:
+    for name, folder in config_folders(root).items():
         module = folder / "config.py"
-        if config_file(folder) is None or not module.is_file() or "agent_breaker.actions" not in module.read_text():
+        if not module.is_file() or "agent_breaker.actions" not in module.read_text(errors="replace"):
             continue
         try:
-            preflight(load_config(folder))
+            config = served_config(folder)
         except ConfigError as exc:
-            problems.setdefault(str(exc), []).append(folder.name)
+            problems.setdefault(str(exc), []).append(name)
+            continue
+        except Exception:  # NeMo cannot read the folder (a Colang error...): whoever builds it says why
+            continue
+        try:
+            preflight(config)
+        except ConfigError as exc:
+            problems.setdefault(str(exc), []).append(name)
     return [f"agent-breaker: config {', '.join(names)}: {message}" for message, names in problems.items()]
+
+
+def served_config(folder: Path) -> AgentBreakerConfig:
+    """A config folder's agent_breaker block as NeMo reads the folder (every YAML file in it,
+    merged its way)."""
+    from nemoguardrails import RailsConfig
+
+    return nemo_block(RailsConfig.from_path(str(folder)).custom_data, folder)

@@ -79,7 +79,7 @@ def _serve(args: argparse.Namespace) -> int:
     root = Path(args.config).expanduser().resolve() if args.config else ROOT
     from .actions import root_problems
 
-    problems = root_problems(root) if root.is_dir() else []
+    problems = root_problems(root)
     if problems:  # every config that cannot start, at once (building them stops at the first)
         print("\n".join(problems), file=sys.stderr)
         return 2
@@ -164,7 +164,9 @@ def _serve_workers(args: argparse.Namespace, root: Path) -> int:
     import socket
     import threading
 
-    served = _served_folders(root)
+    from .config import config_folders
+
+    served = config_folders(root)
     local = [name for name, folder in served.items() if _in_memory(folder)]
     if local:
         print(f"agent-breaker: {_in_memory_refusal(local, args.workers)}", file=sys.stderr)
@@ -305,41 +307,16 @@ def _end_with(supervisor: int) -> None:
         sys.exit(0)
 
 
-def _served_folders(root: Path) -> dict[str, Path]:
-    """The config folders `serve` would build from `root` (as `server.ServedConfigs` finds them),
-    without importing NeMo."""
-
-    from .config import config_file
-
-    def is_config(folder: Path) -> bool:
-        return config_file(folder) is not None
-
-    if not root.is_dir():
-        raise ConfigError(f"config root {root} is not a folder")
-    if is_config(root):
-        return {root.name: root}
-    folders = {p.name: p for p in sorted(root.iterdir()) if p.is_dir() and is_config(p)}
-    if not folders:
-        raise ConfigError(f"{root} holds no config folder (a folder with a config.yml)")
-    return folders
-
-
 def _in_memory(folder: Path) -> bool:
-    """Whether a config folder's guard state is in process memory (`storage.url` memory://),
-    read from its config.yml: `custom_data: agent_breaker:`, absent or not (the workers check
-    the engines they build too, and report a file that does not read)."""
-    import yaml
+    """Whether a config folder's guard state is in process memory (`storage.url` memory://), as
+    NeMo reads the folder; a folder it cannot read is not refused here: the workers build it
+    and say why."""
+    from .actions import served_config
 
-    from .config import config_file, parse_config
-
-    path = config_file(folder)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) if path else None
-    except (OSError, yaml.YAMLError):
+        return bool(served_config(folder).storage.in_process)
+    except Exception:  # NeMo's errors come in many types
         return False
-    custom = data.get("custom_data") if isinstance(data, dict) else None
-    block = custom.get("agent_breaker") if isinstance(custom, dict) else None
-    return parse_config(block).storage.resolved_url().startswith("memory://")
 
 
 def _in_memory_refusal(ids: list[str], workers: int) -> str:
@@ -572,7 +549,9 @@ HOOK_HELP = "answer one coding agent's hook call (stdin to stdout), state in a S
 
 def _hook_arguments(hp: argparse.ArgumentParser) -> None:
     hp.add_argument("agent", choices=AGENTS, help="the agent whose hook input arrives on stdin")
-    hp.add_argument("--config", help="YAML config (default: the shipped coding_agent config)")
+    hp.add_argument(
+        "--config", help="config: a NeMo config folder or its config.yml, or the agent_breaker block (default: coding_agent)"
+    )
     hp.add_argument("--state", help=f"the store's URL (default: ${STATE_ENV}, else {DEFAULT_STATE})")
     hp.add_argument(
         "--server", metavar="URL", help="ask a running `agent-breaker serve` instead (token: $AGENT_BREAKER_API_TOKEN)"
@@ -608,7 +587,7 @@ def _main(argv: list[str]) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     rp = sub.add_parser("replay", help="replay a JSONL agent trace through the guards; one JSON line per session")
     rp.add_argument("trace", help="trace file (JSONL, shared/spec/traces.md), or - for stdin")
-    rp.add_argument("--config", help="YAML config: the agent_breaker block, or a NeMo config.yml holding it")
+    rp.add_argument("--config", help="config: the agent_breaker block, a NeMo config.yml holding it, or its folder")
     rp.add_argument("--observe", action="store_true", help="block nothing; report would-trip decisions")
     rp.add_argument(
         "--shared-breakers",
@@ -636,7 +615,7 @@ def _main(argv: list[str]) -> int:
     dp.set_defaults(func=_demo)
     rep = sub.add_parser("report", help="what the guards did or would have done: trips, spend stopped, counters, thresholds")
     rep.add_argument("input", help="a trace (JSONL, replayed in observe mode) or an incidents file (JSONL), or - for stdin")
-    rep.add_argument("--config", help="YAML config to replay a trace with (the agent_breaker block, or a NeMo config.yml)")
+    rep.add_argument("--config", help="config to replay a trace with (the agent_breaker block, a NeMo config.yml, or its folder)")
     rep.add_argument("--legit", metavar="FILE", help="legitimate session ids, one per line (or label lines): suggest thresholds")
     rep.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page with plots to FILE")
     rep.add_argument("--json", action="store_true", help="one JSON object instead of the text")
@@ -650,7 +629,9 @@ def _main(argv: list[str]) -> int:
         help="a fleet's Redis instead of a server (redis://host:6379/0; a cluster: redis+cluster://host:port)",
     )
     where.add_argument("--prefix", help="the fleet's key prefix (default: the config's storage.key_prefix, ab)")
-    where.add_argument("--config", help="YAML config whose storage settings name the fleet's Redis (and its breaker settings)")
+    where.add_argument(
+        "--config", help="config (file or NeMo folder) whose storage settings name the fleet's Redis (and breaker settings)"
+    )
     where.add_argument("--tenant", help="breakers keyed by this tenant (list: only theirs)")
     where.add_argument("--json", action="store_true", help="one JSON line per breaker")
     bp = sub.add_parser("breakers", help="list tool breakers, or force one, on a server or a fleet's Redis")
@@ -668,7 +649,7 @@ def _main(argv: list[str]) -> int:
         help="a fleet's Redis instead of the file (redis://host:6379/0; a cluster: redis+cluster://host:port)",
     )
     db.add_argument("--prefix", help="the fleet's key prefix (default: the config's storage.key_prefix, ab)")
-    db.add_argument("--config", help="YAML config whose escalations (and incidents) settings to use")
+    db.add_argument("--config", help="config (file or NeMo folder) whose escalations (and incidents) settings to use")
     ep = sub.add_parser("escalations", help="sessions frozen for a human: list, show, resolve (resume or abort)")
     esub = ep.add_subparsers(dest="action", required=True)
     el = esub.add_parser("list", parents=[db], help="the newest escalations first")

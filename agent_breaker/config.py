@@ -789,6 +789,11 @@ class StorageConfig(_Frozen):
 
         return (os.environ.get(self.url_env) if self.url_env else None) or self.url
 
+    @property
+    def in_process(self) -> bool:
+        """Whether the state lives in this process's memory alone (`memory://`)."""
+        return self.resolved_url().startswith("memory://")
+
 
 INCIDENT_WEBHOOK_ENV = "AGENT_BREAKER_INCIDENT_WEBHOOK"
 
@@ -1124,21 +1129,51 @@ def config_file(folder: Path) -> Path | None:
     return None
 
 
+def config_folders(root: Path) -> dict[str, Path]:
+    """The NeMo config folders under `root`, by name: `root` itself when it is one, else its
+    sub-folders that are (what `nemoguardrails server` and `agent-breaker serve` serve)."""
+    if not root.is_dir():
+        raise ConfigError(f"config root {root} is not a folder")
+    if config_file(root) is not None:
+        return {root.name: root}
+    folders = {p.name: p for p in sorted(root.iterdir()) if p.is_dir() and config_file(p) is not None}
+    if not folders:
+        raise ConfigError(f"{root} holds no config folder (a folder with a config.yml)")
+    return folders
+
+
+#: top-level keys of a NeMo config.yml: a file holding one is read as NeMo's, not as the bare tree
+_NEMO_KEYS = frozenset({"custom_data", "models", "colang_version", "rails", "instructions", "prompts", "sample_conversation"})
+
+
+def nemo_block(custom_data: Any, where: str | Path) -> AgentBreakerConfig:
+    """The config in a NeMo config's `custom_data: agent_breaker:` (the defaults when absent)."""
+    if custom_data is None:
+        return AgentBreakerConfig()
+    if not isinstance(custom_data, Mapping):
+        raise ConfigError(f"{where}: custom_data must be a mapping, but was {type(custom_data).__name__}")
+    return parse_config(custom_data.get("agent_breaker"))
+
+
 def load_config(path: str | Path) -> AgentBreakerConfig:
     """Load a YAML file: either the bare config tree, or a NeMo config.yml whose
-    `custom_data: agent_breaker:` holds it; or a NeMo config folder (its config.yml)."""
+    `custom_data: agent_breaker:` holds it; or a NeMo config folder (its config.yml, read as
+    NeMo's: no `agent_breaker` block means the defaults)."""
     path = Path(path)
-    if path.is_dir():
+    folder = path.is_dir()
+    if folder:
         found = config_file(path)
         if found is None:
             raise ConfigError(f"config folder {path} holds no config.yml")
         path = found
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
+    except (OSError, UnicodeError) as exc:
+        raise ConfigError(f"cannot read config {path}: {getattr(exc, 'strerror', None) or exc}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"config {path} is not valid YAML: {exc}") from None
-    if isinstance(data, Mapping) and "custom_data" in data:
-        data = (data.get("custom_data") or {}).get("agent_breaker")
+    if folder or (isinstance(data, Mapping) and not _NEMO_KEYS.isdisjoint(data)):
+        if data is not None and not isinstance(data, Mapping):
+            raise ConfigError(f"config {path} must be a mapping, but was {type(data).__name__}")
+        return nemo_block((data or {}).get("custom_data"), path)
     return parse_config(data)

@@ -64,6 +64,29 @@ def test_a_missing_or_broken_config_file_is_a_config_error(tmp_path):
         load_config(bad)
 
 
+def test_a_config_folder_and_a_nemo_file_without_our_block_load_as_nemo_configs(tmp_path):
+    (tmp_path / "config.yml").write_text("models: []\ncustom_data:\n  agent_breaker:\n    mode: observe\n")
+    assert load_config(tmp_path).mode == "observe"  # the folder: its config.yml
+    (tmp_path / "config.yml").write_text("models: []\ncolang_version: '2.x'\n")
+    assert load_config(tmp_path) == load_config(tmp_path / "config.yml") == parse_config(None)  # the defaults
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="holds no config.yml"):
+        load_config(tmp_path / "empty")
+
+
+@pytest.mark.parametrize("text", ["custom_data: [1]\n", "custom_data: 3\n", "[1, 2]\n"])
+def test_a_nemo_config_of_the_wrong_shape_is_a_config_error(tmp_path, text):
+    (tmp_path / "config.yml").write_text(text)
+    with pytest.raises(ConfigError, match="must be a mapping"):
+        load_config(tmp_path)
+
+
+def test_a_config_file_that_is_not_utf8_is_a_config_error(tmp_path):
+    (tmp_path / "config.yml").write_bytes(b"mode: \xff\xfe\n")
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path)
+
+
 def test_overrides_resolve_most_specific_last():
     cfg = parse_config(
         {

@@ -7,28 +7,23 @@ from __future__ import annotations
 
 import importlib
 import json
-import re
-from pathlib import Path
 
 import pytest
 import yaml
+from test_doc_examples import FENCE, PAGES, ROOT
 
 from agent_breaker.config import AgentBreakerConfig, parse_config
 from agent_breaker.hooks import settings
 
-ROOT = Path(__file__).resolve().parents[1]
-FENCE = re.compile(r"^```(\w*)\n(.*?)^```[ \t]*$", re.M | re.S)
-PAGES = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
-
 
 def fenced(lang: str) -> list[tuple[str, str]]:
-    """(page:line, code) of every `lang` block of the docs and the README."""
+    """(page:line, code) of every `lang` block of the pages the doc runner reads."""
     found = []
     for page in PAGES:
-        text = page.read_text()
+        text = (ROOT / page).read_text()
         for m in FENCE.finditer(text):
             if m.group(1) == lang:
-                found.append((f"{page.name}:{text.count(chr(10), 0, m.start()) + 1}", m.group(2)))
+                found.append((f"{page}:{text.count(chr(10), 0, m.start()) + 1}", m.group(2)))
     return found
 
 

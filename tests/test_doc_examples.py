@@ -101,7 +101,8 @@ class Reader:
         bin_dir.mkdir()
         (bin_dir / "python3").symlink_to(sys.executable)  # `python3` is the interpreter under test
         # state goes under the reader's home, where the pages say (~/.local/state/agent-breaker)
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENT_BREAKER_", "XDG_STATE_HOME"))}
+        # nothing of the test run's own: no key, no state folder, no Redis (a page sets what it needs)
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENT_BREAKER_", "XDG_STATE_HOME", "REDIS_URL"))}
         self.env.update(
             HOME=str(tmp / "home"),
             XDG_RUNTIME_DIR=runtime,
@@ -260,7 +261,7 @@ def test_every_block_runs_as_pasted_and_prints_what_it_shows(page, tmp_path):
             ran += 1
     finally:
         reader.close()
-    assert ran >= 1
+    assert ran >= (6 if page == "README.md" else 1)
 
 
 def synopses() -> list[tuple[str, str]]:

@@ -1,4 +1,4 @@
-"""The operating guide's PromQL queries, run by a real Prometheus on what a real server exports:
+"""The docs' PromQL queries (the operating guide's), run by a real Prometheus on what a real server exports:
 every query is valid and evaluates, every metric it names is one the server exports, and the
 queries meant to show something (the refusals of a cut loop, a breaker held open, the decision
 latency) show it. Prometheus (Debian's `prometheus`, installed by .ci/run) and the server run on
@@ -21,7 +21,7 @@ pytest.importorskip("nemoguardrails")
 
 from _ports import free_port  # noqa: E402
 from _server import Server, call, result, start  # noqa: E402
-from test_doc_examples import ROOT, blocks  # noqa: E402
+from test_doc_examples import PAGES, ROOT, blocks  # noqa: E402
 
 ADMIN = "admin-token-" + "e" * 24
 SCRAPE_S = 1
@@ -130,10 +130,11 @@ def test_every_query_of_the_operating_guide_runs_on_what_the_server_exports(serv
     until_scraped(prometheus, 'agent_breaker_breaker_state{state="forced_open"} == 1')
     until_scraped(prometheus, 'agent_breaker_incidents_total{outcome="failed"}')  # after the webhook's retries
 
-    (block,) = [b for b in blocks((ROOT / "docs" / "operating.md").read_text()) if b.lang == "promql"]
+    promql = [b.code for page in PAGES for b in blocks((ROOT / page).read_text()) if b.lang == "promql"]
+    assert promql, "no PromQL block in the docs"
     exported = set(_names(prometheus))
     answers = {}
-    for comment, query in queries(block.code):
+    for comment, query in queries("".join(promql)):
         for name in re.findall(r"\bagent_breaker_\w+", query):
             assert name in exported, f"{comment}: {name} is not exported ({sorted(exported)})"
         answers[comment] = ask(prometheus, query)

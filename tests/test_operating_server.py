@@ -285,13 +285,18 @@ def test_a_request_naming_no_config_is_for_the_only_one_served(tmp_path):
 
     folder = tmp_path / "solo"
     shutil.copytree(config_path("agent_breaker_observe"), folder)  # a name that is not the default
-    srv = start(args=("--config", str(folder)))
+    scoped = "scoped-token-" + "f" * 24  # a token that may use this config alone
+    (tmp_path / "tokens.json").write_text(json.dumps({TOKEN: "*", scoped: {"tenant": "acme", "configs": ["solo"]}}))
+    srv = start({"AGENT_BREAKER_API_TOKENS_FILE": str(tmp_path / "tokens.json")}, args=("--config", str(folder)), token=TOKEN)
     try:
         session = sid()
-        r = srv.post(CHECK, {"session_id": session, "event": {"call_id": "c1", "tool_name": "run_sql", "tool_args": {}}})
-        assert r.status_code == 200 and r.json()["allowed"], r.text
-        r = srv.events(session, result(1), config_id=None)
-        assert r.status_code == 200 and r.json()["events"][0]["accepted"], r.text
+        for token in (TOKEN, scoped):
+            headers = {"Authorization": f"Bearer {token}"}
+            event = {"call_id": f"c-{token[:4]}", "tool_name": "run_sql", "tool_args": {}}
+            r = srv.post(CHECK, {"session_id": session, "event": event}, headers=headers)
+            assert r.status_code == 200 and r.json()["allowed"], r.text
+            r = srv.events(session, result(f"-{token[:4]}"), config_id=None, headers=headers)
+            assert r.status_code == 200 and r.json()["events"][0]["accepted"], r.text
         r = srv.post(CHECK, {"config_id": "agent_breaker", "session_id": session, "event": call(2)})
         assert r.status_code == 404 and "solo" in r.text  # named, it must be served
     finally:

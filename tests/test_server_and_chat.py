@@ -153,24 +153,32 @@ def test_a_server_on_the_root_without_a_receipt_key_stops_at_start_in_one_line(c
     assert "AGENT_BREAKER_RECEIPT_KEYS" in line
 
 
-def test_the_root_check_leaves_other_configs_of_the_root_alone(tmp_path, monkeypatch):
+def test_the_root_check_reads_our_configs_as_nemo_does_and_leaves_others_alone(tmp_path, monkeypatch):
+    import os
     from types import SimpleNamespace
 
     from agent_breaker.actions import init_root, root_problems
 
+    from agent_breaker.config import ConfigError
+
     monkeypatch.delenv("AGENT_BREAKER_RECEIPT_KEYS", raising=False)
-    theirs = tmp_path / "their_bot"  # a NeMo config of the user's own, next to ours: not checked
-    theirs.mkdir()
-    (theirs / "config.yml").write_text("models: []\n")
-    ours = tmp_path / "observed"
-    ours.mkdir()
-    (ours / "config.yml").write_text("custom_data:\n  agent_breaker:\n    mode: observe\n")
-    (ours / "config.py").write_text("from agent_breaker.actions import init  # noqa: F401\n")
-    init_root(SimpleNamespace(rails_config_path=str(tmp_path)))  # returns: nothing is missing
-    enforced = tmp_path / "enforced"
-    enforced.mkdir()
-    (enforced / "config.yml").write_text("custom_data:\n  agent_breaker:\n    mode: enforce\n")
-    (enforced / "config.py").write_text((ours / "config.py").read_text())
-    for root in (tmp_path, enforced):  # a folder of configs, or one config folder
+    monkeypatch.setattr(os, "_exit", lambda code: pytest.fail(f"init_root exited {code}"))
+    ours = "from agent_breaker.actions import init  # noqa: F401\n"
+
+    def folder(name: str, files: dict[str, str]) -> None:
+        (tmp_path / name).mkdir()
+        for file, text in files.items():
+            (tmp_path / name / file).write_text(text)
+
+    folder("their_bot", {"config.yml": "models: []\n"})  # a NeMo config of the user's own: not checked
+    # ours, observing, its agent_breaker block in a second YAML file (NeMo merges every file)
+    folder("observed", {"config.yml": "models: []\n", "guard.yml": "custom_data:\n  agent_breaker:\n    mode: observe\n"})
+    (tmp_path / "observed" / "config.py").write_text(ours)
+    app = SimpleNamespace(rails_config_path=str(tmp_path), state=SimpleNamespace())
+    init_root(app)  # returns: nothing is missing
+    folder("enforced", {"config.yml": "models: []\n", "config.py": ours})  # no block: the defaults, enforcing
+    for root in (tmp_path, tmp_path / "enforced"):  # a folder of configs, or one config folder
         [line] = root_problems(root)
         assert line.startswith("agent-breaker: config enforced: receipts need a signing key"), line
+    with pytest.raises(ConfigError, match="enforced: receipts need"):
+        init_root(app)  # not NeMo's server (an app that embeds it): an error, not an exit

@@ -587,8 +587,7 @@ def receipt_keys_for(config: AgentBreakerConfig, *, observe: bool = False) -> Re
 def preflight(config: AgentBreakerConfig) -> None:
     """Raise the ConfigError an `Engine(config)` would raise for what the environment lacks (a
     receipt key, a shared store's fingerprint key), without building one: no store, no sinks."""
-    shared = not config.storage.resolved_url().startswith("memory://")
-    fingerprinter_for(config, shared=shared, receipt_keys=receipt_keys_for(config))
+    fingerprinter_for(config, shared=not config.storage.in_process, receipt_keys=receipt_keys_for(config))
 
 
 def fingerprinter_for(config: AgentBreakerConfig, *, shared: bool, receipt_keys: ReceiptKeys | None = None) -> Fingerprinter:

@@ -18,7 +18,7 @@ from nemoguardrails.logging.stats import LLMStats
 from .._extras import MissingExtra
 from ..actions import ENGINE_PARAM
 from ..actions.guards import CALLER_TENANT, PAYLOAD_REF, PAYLOADS, ROUTE_ARGS, merge_context_messages
-from ..config import ConfigError, config_file
+from ..config import ConfigError, config_folders
 from ..configs import ROOT as SHIPPED
 from ..engine import Engine
 from ..protocol import VERDICT_TYPES
@@ -92,14 +92,10 @@ class ServedConfigs:
 
     def __init__(self, root: Path) -> None:
         root = root.expanduser().resolve()
-        if not root.is_dir():
-            raise ServeError(f"config root {root} is not a folder")
-        if config_file(root):
-            folders = {root.name: root}
-        else:
-            folders = {p.name: p for p in sorted(root.iterdir()) if p.is_dir() and config_file(p)}
-        if not folders:
-            raise ServeError(f"{root} holds no config folder (a folder with a config.yml)")
+        try:
+            folders = config_folders(root)
+        except ConfigError as exc:
+            raise ServeError(str(exc)) from None
         self.root = root
         self.rails: dict[str, Any] = {}
         self.takes_events: dict[str, bool] = {}
@@ -128,9 +124,11 @@ class ServedConfigs:
     def ids(self) -> list[str]:
         return sorted(self.rails)
 
-    @property
-    def default_id(self) -> str:
-        """The config a request that names none is for: the only one served, else agent_breaker."""
+    def resolve(self, config_id: str | None) -> str:
+        """The config a request is for: the one it names, else the only one served, else
+        agent_breaker."""
+        if config_id is not None:
+            return config_id
         return self.ids[0] if len(self.rails) == 1 else DEFAULT_CONFIG_ID
 
     def get(self, config_id: str) -> Any:

@@ -170,7 +170,7 @@ class Gateway:
         event = {"type": kind, **body.event}
         if event["type"] != kind:
             return problem(422, f"event.type must be {kind} (or left out) here")
-        verdict = await self.decide(self.configs.default_id if body.config_id is None else body.config_id, body.session_id, event)
+        verdict = await self.decide(self.configs.resolve(body.config_id), body.session_id, event)
         if isinstance(verdict, Answer):
             return verdict
         return checked(verdict) if kind == TOOL_CALL_EVENT else reported(verdict)

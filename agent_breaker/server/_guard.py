@@ -104,20 +104,15 @@ def _native_tool_turn(messages: list[dict[str, Any]]) -> bool:
     return last.get("role") == "tool" and any(m.get("role") == "user" for m in messages)
 
 
-def _requested_config(path: str, data: Any, default: str) -> str | None:
-    """The config a request's body names (`default`, the events endpoint's, when it names none)."""
+def _requested_config(path: str, data: Any) -> Any:
+    """The config a request's body names, as sent (None when it names none)."""
     if not isinstance(data, dict):
         return None
     if path == EVENTS_PATH or path in GATEWAY_PATHS:
-        config_id = data.get("config_id")
-        config_id = default if config_id is None else config_id
-    elif path == CHAT_PATH:
-        guardrails = data.get("guardrails")
-        config_id = guardrails.get("config_id") if isinstance(guardrails, dict) else None
-        config_id = config_id if config_id is not None else data.get("config_id")
-    else:
-        return None
-    return config_id if isinstance(config_id, str) else repr(config_id)
+        return data.get("config_id")
+    guardrails = data.get("guardrails")  # the chat path
+    config_id = guardrails.get("config_id") if isinstance(guardrails, dict) else None
+    return config_id if config_id is not None else data.get("config_id")
 
 
 def _native_turn_size(messages: Any) -> int:
@@ -332,7 +327,10 @@ class RequestGuard:
             return b"", None
         problem, data = self.check_json(path, read)
         if problem is None and granted.configs is not None and path in (EVENTS_PATH, *GATEWAY_PATHS, CHAT_PATH):
-            config_id = _requested_config(path, data, self.configs.default_id if self.configs else DEFAULT_CONFIG_ID)
+            named = _requested_config(path, data)
+            if named is None:
+                named = self.configs.resolve(None) if self.configs else DEFAULT_CONFIG_ID
+            config_id = named if isinstance(named, str) else repr(named)
             if config_id not in granted.configs:
                 problem = (403, f"this API token may not use config {config_id!r}")
         return Refused(*problem) if problem is not None else (read, data)

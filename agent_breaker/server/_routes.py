@@ -66,7 +66,7 @@ def install_events_endpoint(app: FastAPI, configs: ServedConfigs, colang: Colang
         body = parsed_body(EventsRequest, request)
         if isinstance(body, JSONResponse):
             return body
-        config_id = configs.default_id if body.config_id is None else body.config_id
+        config_id = configs.resolve(body.config_id)
         ready = prepared_events(configs, config_id, body.session_id, body.events, "events")
         if isinstance(ready, Answer):
             return as_response(ready)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -24,6 +25,11 @@ os.environ.pop("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", None)
 
 from agent_breaker import Engine, FakeClock, ReceiptKeys
 from agent_breaker.verdicts import BreakerIncident, Incident
+
+# pytest rewrites each test module's asserts when it imports it, and keeps the result as
+# bytecode; with PYTHONDONTWRITEBYTECODE set (as on our CI machines) it redid that, and compiled
+# every module again, on each run: a fifth of the fast tier. Bytecode goes to __pycache__ (ignored).
+sys.dont_write_bytecode = False
 
 #: Hypothesis profiles, chosen by $HYPOTHESIS_PROFILE: `quick` (the default, for every change) runs
 #: each property test's own example count (Hypothesis's 100 where it names none) under the 200 ms

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -391,9 +392,7 @@ def test_each_worker_refuses_an_engine_on_in_memory_state_too():
 
 def test_a_worker_that_cannot_start_stops_them_all(tmp_path: Path):
     folder = tmp_path / "broken_redis"
-    folder.mkdir()
-    for f in REDIS_CONFIG.iterdir():
-        (folder / f.name).write_bytes(f.read_bytes())
+    shutil.copytree(REDIS_CONFIG, folder, ignore=shutil.ignore_patterns("__pycache__"))
     (folder / "broken.co").write_text("flow broken\n  this is not colang ((\n")
     done = serve_cli("--workers", "2", "--config", str(folder), env={"REDIS_URL": db_url(REDIS_DB)})
     assert done.returncode == 2, done.stderr

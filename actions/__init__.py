@@ -21,7 +21,7 @@ from agent_breaker.actions.native import NATIVE_ACTIONS
 from agent_breaker.config import AgentBreakerConfig, ConfigError, config_folders, nemo_block
 from agent_breaker.engine import Engine, preflight
 
-__all__ = ["ENGINE_PARAM", "build_engine", "init", "init_root", "root_problems", "served_config"]
+__all__ = ["ENGINE_PARAM", "build_engine", "init", "init_root", "read_root", "root_problems", "served_config"]
 
 ENGINE_PARAM = "agent_breaker_engine"
 
@@ -74,10 +74,17 @@ def init_root(app: Any) -> None:
 
 
 def root_problems(root: Path) -> list[str]:
-    """Why agent-breaker configs under `root` (a config folder, or a folder of them) cannot
-    start: what the environment lacks (a receipt key, a fingerprint key) or a value that does
-    not validate, one line per distinct problem, naming its configs. Folders whose `config.py`
-    does not import these actions are not ours and are left alone."""
+    """Why agent-breaker configs under `root` cannot start (see `read_root`)."""
+    return read_root(root)[1]
+
+
+def read_root(root: Path) -> tuple[dict[str, AgentBreakerConfig], list[str]]:
+    """The agent-breaker configs under `root` (a config folder, or a folder of them) as NeMo
+    reads them, and why any cannot start: what the environment lacks (a receipt key, a
+    fingerprint key) or a value that does not validate, one line per distinct problem, naming
+    its configs. Folders whose `config.py` does not import these actions are not ours, and
+    folders NeMo cannot read are left to whoever builds them."""
+    configs: dict[str, AgentBreakerConfig] = {}
     problems: dict[str, list[str]] = {}  # the message, and the configs it is about
     for name, folder in config_folders(root).items():
         module = folder / "config.py"
@@ -94,7 +101,9 @@ def root_problems(root: Path) -> list[str]:
             preflight(config)
         except ConfigError as exc:
             problems.setdefault(str(exc), []).append(name)
-    return [f"agent-breaker: config {', '.join(names)}: {message}" for message, names in problems.items()]
+            continue
+        configs[name] = config
+    return configs, [f"agent-breaker: config {', '.join(names)}: {message}" for message, names in problems.items()]
 
 
 def served_config(folder: Path) -> AgentBreakerConfig:

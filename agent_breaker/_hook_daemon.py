@@ -70,8 +70,8 @@ def private_dir(path: Path) -> bool:
 
 def socket_path(config: str | None, state: str) -> Path | None:
     """The socket of the daemon for this config, store, working directory, install and
-    environment; None where no
-    daemon can serve (no Unix sockets, a folder others can write to, a path too long)."""
+    environment; None where no daemon can serve (no Unix sockets, a folder others can write to,
+    a path too long)."""
     if not hasattr(socket, "AF_UNIX") or os.environ.get(DAEMON_ENV, "").lower() in ("off", "0", "false", "no"):
         return None
     key = hashlib.sha256()

@@ -77,14 +77,14 @@ def _serve(args: argparse.Namespace) -> int:
     from .configs import ROOT
 
     root = Path(args.config).expanduser().resolve() if args.config else ROOT
-    from .actions import root_problems
+    from .actions import read_root
 
-    problems = root_problems(root)
+    configs, problems = read_root(root)
     if problems:  # every config that cannot start, at once (building them stops at the first)
         print("\n".join(problems), file=sys.stderr)
         return 2
     if args.workers > 1:
-        return _serve_workers(args, root)
+        return _serve_workers(args, root, [name for name, config in configs.items() if config.storage.in_process])
     import uvicorn
 
     from .server import ServeError
@@ -151,12 +151,12 @@ STARTUP_FAILURE = 3  # uvicorn's exit status for a server that could not start
 GC_THRESHOLDS = (10_000, 50, 100)
 
 
-def _serve_workers(args: argparse.Namespace, root: Path) -> int:
+def _serve_workers(args: argparse.Namespace, root: Path, local: list[str]) -> int:
     """N worker processes on one port. Each builds the app from `root` (as one-process `serve`
     does: tracing, the configs, escalation relays), then listens on a socket of its own bound
     with SO_REUSEPORT, so the kernel spreads new connections over the workers that listen; the
     CLI process supervises them. Guard state must be shared: a config whose state would be in
-    each worker's memory is refused (exit 2) before anything is bound, and again by each worker
+    each worker's memory (`local`) is refused (exit 2) before anything is bound, and again by each worker
     from the engines it built. A worker that cannot start stops them all (exit 2); one that dies
     later is replaced. SIGTERM or SIGINT stops them all."""
     import multiprocessing
@@ -167,7 +167,6 @@ def _serve_workers(args: argparse.Namespace, root: Path) -> int:
     from .config import config_folders
 
     served = config_folders(root)
-    local = [name for name, folder in served.items() if _in_memory(folder)]
     if local:
         print(f"agent-breaker: {_in_memory_refusal(local, args.workers)}", file=sys.stderr)
         return 2
@@ -305,18 +304,6 @@ def _end_with(supervisor: int) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     if os.getppid() != supervisor:  # it died before the line above
         sys.exit(0)
-
-
-def _in_memory(folder: Path) -> bool:
-    """Whether a config folder's guard state is in process memory (`storage.url` memory://), as
-    NeMo reads the folder; a folder it cannot read is not refused here: the workers build it
-    and say why."""
-    from .actions import served_config
-
-    try:
-        return bool(served_config(folder).storage.in_process)
-    except Exception:  # NeMo's errors come in many types
-        return False
 
 
 def _in_memory_refusal(ids: list[str], workers: int) -> str:

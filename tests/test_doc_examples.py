@@ -37,6 +37,7 @@ from pathlib import Path
 
 import pytest
 from _ports import free_port
+from _redis import RedisServer
 
 from agent_breaker._extras import DISTRIBUTION
 
@@ -90,6 +91,14 @@ def test_every_install_line_names_this_distribution():
             assert spec.startswith((".[", f"{DISTRIBUTION}[")) or spec == DISTRIBUTION, (page, spec)
 
 
+def _alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 class Reader:
     """A new user's shell: one environment carried from block to block, in folders of its own."""
 
@@ -113,16 +122,16 @@ class Reader:
         # the pages run from a clone: the recorded runs they replay are the clone's
         (tmp / "tests").mkdir()
         (tmp / "tests" / "traces").symlink_to(ROOT / "tests" / "traces")
-        self.groups: list[int] = []  # the process group of each block run
-        self.redis: subprocess.Popen | None = None
-        self.redis_address = ""
+        self.groups: list[int] = []  # the process groups of blocks that left something running
+        self.redis: RedisServer | None = None
 
     def run(self, block: Block) -> str:
         # each port a page names (8000, 8001, ...) is a free port of the reader's own
         code = DOC_PORT.sub(lambda m: self.ports.get(m.group()) or self.ports.setdefault(m.group(), str(free_port())), block.code)
         if DOC_REDIS in code:
             code = code.replace(DOC_REDIS, self.own_redis())
-        out, err, env_file = self.tmp / "out", self.tmp / "err", self.tmp / "env"
+        # files of the block's own: what an earlier block left running writes to its own
+        out, err, env_file = (self.tmp / f"{name}_{block.line}" for name in ("out", "err", "env"))
         if block.lang == "python":
             script = self.tmp / f"block_{block.line}.py"
             script.write_text(code)
@@ -132,8 +141,10 @@ class Reader:
             argv = ["bash", "-e", "-c", f"set -a\n{code}\nenv -0 > {shlex.quote(str(env_file))}"]
         with out.open("w") as o, err.open("w") as e:
             proc = subprocess.Popen(argv, cwd=self.tmp, env=self.env, stdout=o, stderr=e, start_new_session=True)
-            self.groups.append(proc.pid)
             code_ = proc.wait(timeout=BLOCK_TIMEOUT_S)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, 0)  # the group lives on (a server in the background): stopped at the page's end
+            self.groups.append(proc.pid)
         assert code_ == 0, f"line {block.line} exited {code_}:\n{err.read_text()[-3000:]}"
         if block.lang == "bash" and env_file.exists():
             pairs = (item.split("=", 1) for item in env_file.read_text().split("\0") if "=" in item)
@@ -143,31 +154,24 @@ class Reader:
     def own_redis(self) -> str:
         """The address of the page's own redis-server, started on first use."""
         if self.redis is None:
-            import redis
-
-            port = free_port()
-            argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-            self.redis = subprocess.Popen([*argv, "--dir", str(self.tmp)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            probe, deadline = redis.Redis(port=port, socket_timeout=1), time.monotonic() + 10
-            while True:
-                try:
-                    probe.ping()
-                    break
-                except redis.RedisError:
-                    assert time.monotonic() < deadline and self.redis.poll() is None, "redis-server did not start"
-                    time.sleep(0.02)
-            self.redis_address = f"127.0.0.1:{port}"
-            self.env["REDIS_URL"] = f"redis://{self.redis_address}/0"  # the shipped Redis config's default, moved too
-        return self.redis_address
+            self.redis = RedisServer(str(self.tmp))
+            self.redis.start()
+            self.env["REDIS_URL"] = self.redis.url  # the shipped Redis config's default, moved too
+        return self.redis.address
 
     def close(self) -> None:
-        """Stop what the blocks left running in the background (a user's shell keeps it until then)."""
-        for group in self.groups:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(group, signal.SIGTERM)
+        """Stop what the blocks left running in the background (a user's shell keeps it until
+        then): SIGTERM, then SIGKILL to what is still there after a few seconds."""
+        for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 0.0)):
+            for group in self.groups:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(group, sig)
+            deadline = time.monotonic() + grace
+            while self.groups and time.monotonic() < deadline:
+                self.groups = [g for g in self.groups if _alive(g)]
+                time.sleep(0.1)
         if self.redis is not None:
-            self.redis.terminate()
-            self.redis.wait(10)
+            self.redis.stop()
 
     def chat(self, block: Block) -> None:
         """An interactive command: type the transcript's `> ` lines, each answer must show up."""
@@ -285,4 +289,4 @@ def test_every_synopsis_names_only_options_its_command_takes():
                 break
         assert helped.returncode == 0, (page, line, helped.stderr)
         for option in re.findall(r"--[a-z][a-z-]*", line):
-            assert re.search(rf"{option}\b", helped.stdout), f"{page}: {line!r} names {option}, which {path} does not take"
+            assert re.search(rf"{option}(?![\w-])", helped.stdout), f"{page}: {line!r} names {option}, which {path} does not take"

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import shutil
-import socket
-import subprocess
 import threading
 import uuid
 
 import pytest
+from _redis import RedisServer
 from conftest import REDIS_URL, redis_or_skip
 
 from agent_breaker import Engine, FakeClock, ReceiptKeys
@@ -80,52 +78,6 @@ def test_a_tool_failing_in_one_worker_is_open_in_all_of_them():
 
 
 # ------------------------------------------------------------------ Redis down and back
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class RedisServer:
-    """A redis-server of the test's own, on a free loopback port, stopped by its PID."""
-
-    def __init__(self) -> None:
-        if shutil.which("redis-server") is None:
-            pytest.skip("redis-server is not installed")
-        self.port = free_port()
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        import redis
-
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        client = redis.Redis.from_url(self.url, socket_timeout=0.5)
-        for _ in range(200):
-            try:
-                if client.ping():
-                    return
-            except redis.RedisError:
-                self.proc.poll()
-                if self.proc.returncode is not None:
-                    break
-                threading.Event().wait(0.05)  # the server process, not the code under test
-        raise RuntimeError("redis-server did not start")
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(timeout=10)
-            self.proc = None
 
 
 @pytest.fixture

@@ -34,10 +34,10 @@ def served_root(tmp: Path) -> Path:
 
 def test_a_decision_held_up_by_redis_does_not_stall_another_configs_decision(tmp_path):
     redis_or_skip()
-    upstream = httpx.URL(db_url(12).replace("redis://", "http://"))
+    upstream = httpx.URL(db_url(8).replace("redis://", "http://"))
     proxy = TcpProxy((upstream.host, upstream.port or 6379))
     server = start(
-        {"REDIS_URL": f"redis://127.0.0.1:{proxy.port}/12", "AGENT_BREAKER_API_TOKEN": TOKEN},
+        {"REDIS_URL": f"redis://127.0.0.1:{proxy.port}/8", "AGENT_BREAKER_API_TOKEN": TOKEN},
         args=("--config", str(served_root(tmp_path))),
         token=TOKEN,
     )

@@ -327,12 +327,13 @@ class RequestGuard:
             return b"", None
         problem, data = self.check_json(path, read)
         if problem is None and granted.configs is not None and path in (EVENTS_PATH, *GATEWAY_PATHS, CHAT_PATH):
-            named = _requested_config(path, data)
-            if named is None:
-                named = self.configs.resolve(None) if self.configs else DEFAULT_CONFIG_ID
-            config_id = named if isinstance(named, str) else repr(named)
-            if config_id not in granted.configs:
-                problem = (403, f"this API token may not use config {config_id!r}")
+            config_id = _requested_config(path, data)
+            if config_id is None:
+                config_id = self.configs.resolve(None) if self.configs else DEFAULT_CONFIG_ID
+            if not isinstance(config_id, str) or config_id not in granted.configs:
+                # the caller's value is echoed only when it is a plausible name (the body may be 1 MiB)
+                shown = repr(config_id) if isinstance(config_id, str) and len(config_id) <= 256 else "it names"
+                problem = (403, f"this API token may not use the config {shown}")
         return Refused(*problem) if problem is not None else (read, data)
 
     async def _body(self, receive: Receive) -> bytes | tuple[int, str]:

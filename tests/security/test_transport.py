@@ -45,7 +45,7 @@ def server(tmp_path_factory) -> Iterator[Server]:
         "AGENT_BREAKER_MAX_IN_FLIGHT": str(MAX_IN_FLIGHT),
     }
     tokens = {TOKEN: "*", ACME: "acme", GLOBEX: "globex"}
-    with served_with_tenants(tokens, tmp_path_factory.mktemp("tokens"), 12, env) as srv:
+    with served_with_tenants(tokens, tmp_path_factory.mktemp("tokens"), 9, env) as srv:
         yield srv
 
 

@@ -42,12 +42,6 @@ class ChatCLI:
                     return True
         return False
 
-    def say(self, line: str, expect: bytes, timeout_s: float = 30) -> None:
-        """Type a line; fail unless `expect` shows up after it."""
-        seen = len(self.screen)
-        os.write(self.fd, (line + "\n").encode())
-        assert self.read_until(expect, timeout_s, seen), self.tail()
-
     def says(self, line: str, expect: str, timeout_s: float = 30) -> None:
         """Type a line; fail unless `expect` shows up after it as text (colours, cursor moves and
         line wrapping aside)."""

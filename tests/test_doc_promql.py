@@ -107,7 +107,6 @@ def until_scraped(prometheus: str, query: str) -> None:
         time.sleep(0.5)
 
 
-@pytest.mark.slow  # two servers of its own
 def test_every_query_of_the_operating_guide_runs_on_what_the_server_exports(server: Server, prometheus: str):
     # what the queries watch: a loop cut at the gateway, a breaker an operator holds open
     for n in range(1, 6):

@@ -6,6 +6,7 @@ is refused), and GET /metrics."""
 from __future__ import annotations
 
 import json
+import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +16,8 @@ import pytest
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("nemoguardrails")
 
-from _server import TOKEN, Server, call, result, served_with_tenants  # noqa: E402
+from _server import TOKEN, Server, call, result, served_with_tenants, start  # noqa: E402
+from agent_breaker.configs import config_path  # noqa: E402
 from conftest import CALL_ERROR, OUTAGE  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
@@ -276,13 +278,7 @@ def test_check_plus_events_decides_as_the_flows_alone(server, trace, every):
         assert [_decision(v) for v in gateway] == [_decision(v) for v in flows], session
 
 
-@pytest.mark.slow  # a server of its own
 def test_a_request_naming_no_config_is_for_the_only_one_served(tmp_path):
-    import shutil
-
-    from _server import start
-    from agent_breaker.configs import config_path
-
     folder = tmp_path / "solo"
     shutil.copytree(config_path("agent_breaker_observe"), folder)  # a name that is not the default
     scoped = "scoped-token-" + "f" * 24  # a token that may use this config alone

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -11,8 +13,9 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("nemoguardrails")
 
 from _chat_cli import ChatCLI  # noqa: E402
+from _ports import free_port  # noqa: E402
 from _server import call, child_env, result, start  # noqa: E402
-from agent_breaker.configs import config_path  # noqa: E402
+from agent_breaker.configs import ROOT, config_path  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -104,20 +107,17 @@ def test_nemoguardrails_chat_shows_blocked_for_a_runaway_typed_by_hand():
         assert chat.read_until(b"> ", 90), chat.tail(1000)
         failing = ['tool run_sql {"q": 1}', "result run_sql error relation orders does not exist"]
         for line in failing * 3:
-            chat.say(line, b"ALLOWED")
+            chat.says(line, "ALLOWED")
         # the fourth try is warned (it runs), the fifth is cut
-        chat.say(failing[0], b"ALLOWED identical_failure")
-        chat.say(failing[1], b"ALLOWED")
-        chat.say('tool run_sql {"q": 1}', b"BLOCKED")
+        chat.says(failing[0], "ALLOWED identical_failure")
+        chat.says(failing[1], "ALLOWED")
+        chat.says('tool run_sql {"q": 1}', "BLOCKED")
         assert b"identical_failure" in chat.screen[chat.screen.rindex(b"BLOCKED") :]
     finally:
         chat.close()
 
 
 def test_nemoguardrails_chat_without_a_receipt_key_says_so_in_one_line():
-    import subprocess
-    import sys
-
     env = {k: v for k, v in child_env().items() if k != "AGENT_BREAKER_RECEIPT_KEYS"}
     proc = subprocess.run(
         [sys.executable, "-m", "nemoguardrails", "chat", "--config", str(config_path())],
@@ -133,15 +133,8 @@ def test_nemoguardrails_chat_without_a_receipt_key_says_so_in_one_line():
     assert "AGENT_BREAKER_RECEIPT_KEYS" in line
 
 
-@pytest.mark.slow  # a server of its own
 @pytest.mark.parametrize("command", [["-m", "nemoguardrails", "server"], ["-m", "agent_breaker.cli", "serve"]])
 def test_a_server_on_the_root_without_a_receipt_key_stops_at_start_in_one_line(command):
-    import subprocess
-    import sys
-
-    from _ports import free_port
-    from agent_breaker.configs import ROOT
-
     env = {k: v for k, v in child_env().items() if k != "AGENT_BREAKER_RECEIPT_KEYS"}
     argv = [sys.executable, *command, "--config", str(ROOT), "--port", str(free_port())]
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, stdin=subprocess.DEVNULL)

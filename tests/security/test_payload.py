@@ -304,7 +304,7 @@ def test_the_chat_cli_shows_no_payload_in_its_verdicts():
             f"final Transferred to {marker}",
         ]
         for line in lines:
-            chat.say(line, b"ED")  # ALLOWED / BLOCKED
+            chat.says(line, "ED")  # ALLOWED / BLOCKED
         text = chat.screen.decode(errors="replace")
         verdict_lines = [ln for ln in text.splitlines() if "ALLOWED" in ln or "BLOCKED" in ln]
         assert any("identical_failure" in ln for ln in verdict_lines)

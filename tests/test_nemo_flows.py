@@ -206,12 +206,12 @@ def test_in_process_an_unknown_event_type_raises_and_a_batch_is_sent_one_event_a
     assert [(v["call_id"], v["allowed"]) for v in verdicts] == [("c1", True), ("c2", True)]
 
 
-def test_the_flows_keep_a_flat_number_of_flow_instances_past_a_round_of_each_guard_loop(rails):
-    # 250 calls and 250 results: each of their guard loops runs a whole round of 200 events
-    # and starts the next, where a leak per event would show (250 extra instances)
+def test_the_flows_keep_a_flat_number_of_flow_instances_over_two_rounds_of_each_guard_loop(rails):
+    # 450 calls and 450 results: each of their guard loops runs two whole rounds of 200
+    # events and starts a third, where a leak per event or per round would show
     s = Session(rails)
     counts = []
-    for i in range(250):
+    for i in range(450):
         s.send(tool_call(i, "read_doc", {"doc": i}))
         s.send(tool_result(i, "read_doc", ok=True, result={"text": i}))
         if (i + 1) % 50 == 0:

@@ -24,6 +24,10 @@ if TYPE_CHECKING:
     from .store import MemoryStore, StorageError, Store, store_from_uri
     from .verdicts import BreakerIncident, Incident, ResultVerdict, Verdict
 
+#: the distribution's name on the package index (`agent-breaker` there is another project's); the
+#: package it installs is `agent_breaker`, the command `agent-breaker`
+DISTRIBUTION = "agent-breaker-rails"
+
 # each public name's module, imported on first use (PEP 562): `agent-breaker hook`, which runs once
 # per tool call, pays only for what it uses
 _MODULES = {
@@ -94,6 +98,13 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":  # read on first use: importlib.metadata costs a hook call milliseconds
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version(DISTRIBUTION)
+        except PackageNotFoundError:  # a source tree on sys.path, never installed
+            return "0+unknown"
     module = _MODULES.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -103,4 +114,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_MODULES))
+    return sorted(set(globals()) | set(_MODULES) | {"__version__"})

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ._extras import no_nemo_usage_stats
 from ._replay import Replayer
 from .clock import FakeClock
 
@@ -190,7 +191,7 @@ def run_demo(listener: Callable[[Any], None] | None = None) -> tuple[list[dict[s
     given the static answer, escalated). `listener` also receives the incidents."""
     # receipts need a signing key; the demo's never leave this process, so a random one will
     # do (set only while the config is built: the caller's environment is left as it was)
-    os.environ.setdefault("NEMO_GUARDRAILS_NO_USAGE_STATS", "1")
+    no_nemo_usage_stats()
     with _environ_default(AGENT_BREAKER_RECEIPT_KEYS="demo:" + secrets.token_hex(32)):
         runtime = NemoRuntime(custom={"tools": FALLBACK_TOOLS})
     if listener is not None:

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 
-#: the distribution's name on the package index (`agent-breaker` there is another project's); the
-#: package it installs is `agent_breaker`, the command `agent-breaker`
-DISTRIBUTION = "agent-breaker-rails"
+from . import DISTRIBUTION
 
 
 def install_hint(extra: str) -> str:
@@ -25,3 +24,14 @@ def require(module: str, extra: str, feature: str) -> None:
         found = False
     if not found:
         raise MissingExtra(f"{feature} needs {module!r}, which is not installed: {install_hint(extra)}")
+
+
+#: NeMo Guardrails' own switch for its usage statistics ("1" or "true": off)
+NEMO_USAGE_STATS_ENV = "NEMO_GUARDRAILS_NO_USAGE_STATS"
+
+
+def no_nemo_usage_stats() -> None:
+    """NeMo records usage statistics (a `startup` event in ~/.config/nemoguardrails, reported to
+    NVIDIA) in every process that builds its rails unless told not to. Off in the processes we
+    start, and in their children; a user who wants them sets NeMo's switch to 0."""
+    os.environ.setdefault(NEMO_USAGE_STATS_ENV, "1")

@@ -54,6 +54,8 @@ def run(
         out = _forwarded(agent, raw, server) if server else _decided(agent, raw, payload, config, state, daemon)
     except (GuardFailure, HookInputError) as exc:
         return _failed(str(exc), stdout, stderr, fail_closed)
+    except ImportError:  # a broken install decides nothing; `agent_breaker.__main__` says so
+        raise
     except Exception as exc:  # a guard that crashes must not decide by accident: the policy does
         return _failed(f"{type(exc).__name__}: {exc}", stdout, stderr, fail_closed)
     if out.exit_code == BLOCK_EXIT:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._errors import ConfigError
-from ._extras import MissingExtra, require
+from ._extras import MissingExtra, no_nemo_usage_stats, require
 from ._hook_command import DEFAULT_STATE, STATE_ENV
 from ._hook_daemon import DAEMON_ENV
 from .hooks import AGENTS
@@ -73,6 +73,7 @@ def _replay(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     require("nemoguardrails", "nemo", "agent-breaker serve")
+    no_nemo_usage_stats()
     os.environ.setdefault("NEMO_GUARDRAILS_DISABLE_CHAT_UI", "true")
     from .configs import ROOT
 
@@ -527,8 +528,25 @@ def _hook(args: argparse.Namespace) -> int:
 def _hooks(args: argparse.Namespace) -> int:
     from .hooks import settings
 
-    print(json.dumps(settings(args.agent, server=args.server, fail=args.fail), indent=2))
+    command = _installed_command()
+    print(json.dumps(settings(args.agent, server=args.server, fail=args.fail, command=command), indent=2))
+    print(
+        f"agent-breaker: these settings run {command}; print them again after moving or recreating its environment",
+        file=sys.stderr,
+    )
     return 0
+
+
+def _installed_command() -> str:
+    """This install's `agent-breaker`, by absolute path: an agent started without this environment
+    on its PATH would find no command, a hook error every agent lets the call through on."""
+    import shlex
+    import sysconfig
+
+    script = Path(sysconfig.get_path("scripts")) / "agent-breaker"
+    if script.is_file():
+        return shlex.quote(str(script))
+    return f"{shlex.quote(sys.executable)} -m agent_breaker"  # a user-scheme or unusual install
 
 
 HOOK_HELP = "answer one coding agent's hook call (stdin to stdout), state in a SQLite file"
@@ -567,10 +585,23 @@ def main(argv: list[str] | None = None) -> int:
     return _main(args_in)
 
 
+def _version() -> str:
+    import platform
+
+    from . import DISTRIBUTION, __version__
+
+    return f"{DISTRIBUTION} {__version__} ({Path(__file__).parent}, Python {platform.python_version()})"
+
+
 def _main(argv: list[str]) -> int:
     from .breaker.core import SETTABLE_STATES
 
-    parser = argparse.ArgumentParser(prog="agent-breaker", description="Deterministic guards for AI agents.")
+    parser = argparse.ArgumentParser(
+        prog="agent-breaker",
+        description="Deterministic guards for AI agents.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,  # --version's line as written, never wrapped
+    )
+    parser.add_argument("--version", action="version", version=_version(), help="the installed version, where, and Python's")
     sub = parser.add_subparsers(dest="command", required=True)
     rp = sub.add_parser("replay", help="replay a JSONL agent trace through the guards; one JSON line per session")
     rp.add_argument("trace", help="trace file (JSONL, shared/spec/traces.md), or - for stdin")

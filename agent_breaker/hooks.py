@@ -18,6 +18,7 @@ none: the engine pairs a result with the oldest unanswered call of its tool).
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -203,10 +204,10 @@ _SETTINGS = {
 }
 
 
-def settings(agent: str, *, server: str | None = None, fail: str = "open") -> dict[str, Any]:
+def settings(agent: str, *, server: str | None = None, fail: str = "open", command: str = "agent-breaker") -> dict[str, Any]:
     """The `hooks` settings that send `agent`'s tool calls to the guard: an HTTP hook to a server
     (Claude Code, given `server`), else the `agent-breaker hook` command (with `--server` for the
-    agents that run commands only)."""
+    agents that run commands only); `command` is how the agent's shell starts `agent-breaker`."""
     if agent not in _SETTINGS:
         raise HookInputError(f"unknown agent {agent!r}; one of {', '.join(AGENTS)}")
     tool_events, turn_events, every_tool = _SETTINGS[agent]
@@ -222,12 +223,12 @@ def settings(agent: str, *, server: str | None = None, fail: str = "open") -> di
         if fail == "closed":
             handler["onFailure"] = "block"
     else:
-        command = (
-            f"agent-breaker hook {agent}"
-            + (f" --server {server}" if server else "")
+        line = (
+            f"{command} hook {agent}"
+            + (f" --server {shlex.quote(server)}" if server else "")
             + (" --fail closed" if fail == "closed" else "")
         )
-        handler = {"type": "command", "command": command}  # each agent's own time-out (their units differ)
+        handler = {"type": "command", "command": line}  # each agent's own time-out (their units differ)
     hooks: dict[str, Any] = {name: [{"matcher": every_tool, "hooks": [handler]}] for name in tool_events}
     hooks.update({name: [{"hooks": [handler]}] for name in turn_events})
     return {"hooks": hooks}

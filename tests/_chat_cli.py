@@ -18,11 +18,13 @@ ANSI = re.compile(r"\x1b(?:\[[0-9;?]*[ -/]*[@-~]|[@-Z\\-_])")
 class ChatCLI:
     """Types lines into the chat CLI and reads its screen; stopped by PID."""
 
-    def __init__(self, config: str, env: Mapping[str, str]) -> None:
+    def __init__(self, config: str, env: Mapping[str, str], python: str = sys.executable, cwd: str | None = None) -> None:
         pty = pytest.importorskip("pty")
         self.pid, self.fd = pty.fork()
-        if self.pid == 0:  # the child: the interpreter running the tests, so the chat is the one installed beside them
-            os.execve(sys.executable, [sys.executable, "-m", "nemoguardrails", "chat", "--config", config], dict(env))
+        if self.pid == 0:  # the child: by default the interpreter running the tests, so the chat is the one installed beside them
+            if cwd is not None:
+                os.chdir(cwd)  # `-m` imports from the working directory first: a source tree's must not shadow the install
+            os.execve(python, [python, "-m", "nemoguardrails", "chat", "--config", config], dict(env))
         self.screen = b""
 
     def read_until(self, marker: bytes, timeout_s: float, start: int = 0) -> bool:

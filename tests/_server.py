@@ -88,16 +88,18 @@ def start(
     log_level: str = "warning",
     args: tuple[str, ...] = (),
     token: str | None = None,
+    command: tuple[str, ...] = (sys.executable, "-m", "agent_breaker.cli"),
+    env: dict[str, str] | None = None,
 ) -> Server:
+    """`command serve` on a free port; its environment `env` as given, else the tests' own with
+    `extra_env`."""
     port = free_port()
     log_path = Path(tempfile.mkstemp(prefix="agent-breaker-serve-", suffix=".log")[1])
-    env = child_env(extra_env)
+    env = child_env(extra_env) if env is None else env
     with log_path.open("wb") as log_file:
         proc = subprocess.Popen(
             [
-                sys.executable,
-                "-m",
-                "agent_breaker.cli",
+                *command,
                 "serve",
                 "--host",
                 host,
@@ -113,9 +115,9 @@ def start(
         )
     server = Server(f"http://127.0.0.1:{port}", proc, log_path, {"Authorization": f"Bearer {token}"} if token else {})
     deadline = time.monotonic() + 90
-    generated = Path(env["AGENT_BREAKER_TOKEN_FILE"])
+    generated = Path(env["AGENT_BREAKER_TOKEN_FILE"]) if "AGENT_BREAKER_TOKEN_FILE" in env else None
     while True:
-        if not server.headers and generated.exists():
+        if not server.headers and generated is not None and generated.exists():
             # no token given: the one the server generated at start (linked in whole)
             server.headers = {"Authorization": f"Bearer {generated.read_text().strip()}"}
         try:

@@ -14,17 +14,20 @@ from _cluster import Cluster
 from hypothesis import settings
 
 os.environ.setdefault("NEMO_GUARDRAILS_NO_USAGE_STATS", "1")
+# The caller's shell may hold anything the docs tell users to export (a receipt key, a token, a
+# state file, a webhook): every test starts from none of it and sets what it needs itself. Only
+# the suite's own knobs (AGENT_BREAKER_TEST_*) are read from it.
+for _name in [n for n in os.environ if n.startswith("AGENT_BREAKER_") and not n.startswith("AGENT_BREAKER_TEST_")]:
+    del os.environ[_name]
 # shared (Redis) configs need one fingerprint secret per fleet; worker processes inherit it
-os.environ.setdefault("AGENT_BREAKER_FINGERPRINT_SECRET", "test-fingerprint-secret")
-# a developer's shell may point these at a real webhook or collector: tests set their own
-os.environ.pop("AGENT_BREAKER_INCIDENT_WEBHOOK", None)
+os.environ["AGENT_BREAKER_FINGERPRINT_SECRET"] = "test-fingerprint-secret"
 # escalations of the tests' engines go to a file of this run's own, never to the user's state folder
 os.environ["AGENT_BREAKER_ESCALATIONS_DB"] = os.path.join(tempfile.mkdtemp(prefix="agent-breaker-tests-"), "escalations.db")
 os.environ.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
 os.environ.pop("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", None)
 
-from agent_breaker import Engine, FakeClock, ReceiptKeys
-from agent_breaker.verdicts import BreakerIncident, Incident
+from agent_breaker import Engine, FakeClock, ReceiptKeys  # noqa: E402
+from agent_breaker.verdicts import BreakerIncident, Incident  # noqa: E402
 
 # pytest rewrites each test module's asserts when it imports it, and keeps the result as
 # bytecode; with PYTHONDONTWRITEBYTECODE set (as on our CI machines) it redid that, and compiled

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 
 import pytest
 import yaml
-from test_doc_examples import FENCE, PAGES, ROOT
+from _doc_runner import FENCE, PAGES, ROOT
 
 from agent_breaker.config import load_config
 from agent_breaker.hooks import settings
@@ -51,7 +52,10 @@ def test_each_json_block_parses_and_hooks_settings_are_print_configs(where, code
         commands = json.dumps(data)
         agent = next(a for a in ("claude-code", "codex", "gemini-cli") if a in commands)
         server = "http://127.0.0.1:8000" if '"type": "http"' in commands else None
-        assert data == settings(agent, server=server), where
+        # what print-config prints names the command by its absolute path, wherever it is installed
+        program = re.search(r'"command": "(\S+) hook ', commands)
+        command = program.group(1) if program else "agent-breaker"
+        assert data == settings(agent, server=server, command=command), where
 
 
 def test_there_are_data_blocks_to_check():

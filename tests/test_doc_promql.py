@@ -19,9 +19,9 @@ import pytest
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("nemoguardrails")
 
+from _doc_runner import PAGES, ROOT, blocks  # noqa: E402
 from _ports import free_port  # noqa: E402
 from _server import Server, call, result, start  # noqa: E402
-from test_doc_examples import PAGES, ROOT, blocks  # noqa: E402
 
 ADMIN = "admin-token-" + "e" * 24
 SCRAPE_S = 1

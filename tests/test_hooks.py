@@ -558,3 +558,58 @@ def test_a_recorded_session_through_the_command_is_cut_where_replay_cuts_it(tmp_
 
     refused = through(answer_of, CLAUDE_CODE, "rec-cmd")
     assert refused[0] == trip_event and len(refused) == blocked
+
+
+# ----------------------------------------------------------------------------- a broken install
+
+
+@pytest.mark.parametrize(("fail", "code"), [("open", 1), ("closed", BLOCK_EXIT)])
+@pytest.mark.parametrize("missing", ["agent_breaker.engine", "agent_breaker.cli"])
+def test_a_broken_install_is_never_a_decision_to_let_the_call_through(monkeypatch, capsys, tmp_path, missing, fail, code):
+    """A module missing from the install (the engine, or the command itself) is one line on
+    stderr naming it and the fix: an error the agent shows (exit 1), or a block under
+    --fail closed; never the silent exit 0 of a guard that decided."""
+    import io
+    import json
+    import sys
+
+    from agent_breaker.__main__ import main
+
+    monkeypatch.setitem(sys.modules, missing, None)  # importing it now fails, as a file missing would
+    monkeypatch.setenv("AGENT_BREAKER_HOOK_DAEMON", "off")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(json.dumps(pre(CLAUDE_CODE, "s-b", 1, "ls")).encode())))
+    argv = ["hook", "claude-code", "--state", f"sqlite:///{tmp_path}/hooks.db", "--fail", fail]
+
+    assert main(argv) == code
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1
+    assert missing in err and "pip install --force-reinstall" in err
+
+
+def test_print_config_names_this_installs_command_by_absolute_path(capsys):
+    import json
+    import os
+    import shlex
+
+    from agent_breaker.cli import main
+
+    assert main(["hooks", "print-config", "codex"]) == 0
+    out, err = capsys.readouterr()
+    command = shlex.split(json.loads(out)["hooks"]["PreToolUse"][0]["hooks"][0]["command"])
+    program = command[0]
+    assert os.path.isabs(program) and os.access(program, os.X_OK), program
+    assert command[1:] in (["hook", "codex"], ["-m", "agent_breaker", "hook", "codex"])
+    assert program in err and "print them again" in err
+
+
+def test_version_is_the_installed_distributions(capsys):
+    from importlib.metadata import version
+
+    import agent_breaker
+    from agent_breaker.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.startswith(f"agent-breaker-rails {version('agent-breaker-rails')} (")
+    assert agent_breaker.__version__ == version("agent-breaker-rails")

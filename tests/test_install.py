@@ -220,6 +220,12 @@ def test_the_core_install_cuts_a_loop_without_nemo_or_redis(core_venv, tmp_path)
     assert demo.returncode == 2 and f'pip install "{DISTRIBUTION}[nemo]"' in demo.stderr
 
 
+def test_the_engine_pulls_in_no_nemo_even_where_it_is_installed(nemo_venv, tmp_path):
+    env = user_env(tmp_path / "home", AGENT_BREAKER_RECEIPT_KEYS="k1:" + "ab" * 32)
+    out = run([nemo_venv, "-c", ENGINE_LOOP], env=env, cwd=tmp_path).stdout
+    assert out.split(maxsplit=2) == ["5", "identical_failure", "[]\n"]
+
+
 def test_a_broken_install_says_so_and_never_passes_for_a_decision(core_venv, tmp_path):
     broken = tmp_path / "broken"
     shutil.copytree(core_venv.parents[1], broken, symlinks=True)

@@ -28,6 +28,8 @@ from collections.abc import Iterable
 from itertools import repeat
 from operator import sub
 
+from ._text import looks_random
+
 # Keys are matched as a suffix after a separator or a camel-case hump ("message_id",
 # "messageId"), or as the whole key. Each one is a fixed-width look-behind, tried only where a
 # key ends (`":`).
@@ -172,7 +174,59 @@ def _mask_identity(text: str) -> str:
         text = _REF.sub("~", text)
     if "#" in text:
         text = _RUN_NUMBER.sub("~", text)
+    return _mask_counters(text)
+
+
+# Counters a tool or its shell adds to every run, which change while nothing else does: a shell's
+# line number ("bash: line 13008: cd: ..."), a traceback's, a process, group, job or thread
+# number, a port, a chunk, request or trace number, a temp file's name. A count of what the
+# run did ("5 failed") has no such label and stays.
+_LINE_NUMBER = re.compile(r"line \d+")
+_COUNTER_LABELS = ("pid", "pgid", "tid", "process", "job", "port", "thread", "worker", "chunk", "request", "trace", "span")
+_COUNTER = re.compile(
+    r"\b((?:p?pids?|pgid|tid|process(?: group)?(?: id| pgid)?|job|port|thread|worker|chunk|request|trace|span|seq)"
+    r"(?:[ _-]?ids?)?(?:[ _#:=(\[-]{1,3}))\d+",
+    re.IGNORECASE,
+)
+_TEMP_FILE = re.compile(r"(?:/tmp/|/var/folders/|\btmp)[\w.-]*\d[\w.-]*")
+
+
+def _mask_counters(text: str) -> str:
+    if "line " in text:
+        text = _LINE_NUMBER.sub("line ~", text)
+    lowered = text.lower()
+    if any(label in lowered for label in _COUNTER_LABELS):
+        text = _COUNTER.sub(r"\1~", text)
+    if "tmp" in text or "/var/folders/" in text:
+        text = _TEMP_FILE.sub("~", text)
     return text
+
+
+# Beside the counters, a failure's text carries ids made up for the run: a long number, a hex id
+# (a digest, a container's), a random token. A failure's text is short, so these slower passes
+# read it alone, never a whole result.
+_LONG_NUMBER = re.compile(r"(?<![\d.])\d{6,}(?![\d.])")
+_HEX_ID = re.compile(r"\b(?=[0-9a-fA-F]*[0-9])(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{8,}\b")
+_TOKEN = re.compile(r"[A-Za-z0-9+/_=-]{16,}")
+#: a count of what a failed run did or found ("5 failed", "3 of 7"): its change is news
+_COUNT = re.compile(
+    r"\b(\d+) ?(passed|failed|failures?|errors?|warnings?|skipped|deselected|xfailed|xpassed|tests?|"
+    r"succeeded|remaining|left|fixed|issues?|problems?|files?|changed)\b|\b(\d+) ?(?:/|of) ?(\d+)\b|\d+(?:\.\d+)?%",
+    re.IGNORECASE,
+)
+
+
+def mask_failure_ids(text: str) -> str:
+    """A failure's text (already masked as a repeat's) without the ids made up for its run."""
+    text = _LONG_NUMBER.sub("~", text)
+    text = _HEX_ID.sub("~", text)
+    return _TOKEN.sub(lambda m: "~" if looks_random(m.group()) else m.group(), text)
+
+
+def counts(text: str) -> tuple[str, ...]:
+    """The counts a failure reports, in order ("5 failed", "3/7"): two failures that read alike
+    but count differently are news (an edit fixed one test of five)."""
+    return tuple(m.group().lower() for m in _COUNT.finditer(text))
 
 
 class ChurnMask:

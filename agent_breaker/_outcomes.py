@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ._canonical import normalize_key
 from ._text import caseless_matcher, says_interrupted
 from .config import AgentBreakerConfig
 from .events import ErrorKind, ToolResult
@@ -282,9 +283,24 @@ CONTENT_CHARS = 500  # a string argument this long is content, not a question
 CONTENT_LINE_CHARS = 80  # ... or this long with a line break (a file body, a message text)
 
 
+#: argument names that hold what a call writes (an edit's new text, a patch, a file's body),
+#: normalized as keys are compared (lower case, letters and digits only)
+WRITE_KEYS = frozenset(
+    ("newstring", "newstr", "newtext", "newcontent", "filetext", "content", "contents", "patch", "diff", "edits", "inserttext")
+)
+
+
+def writes(args: Any) -> bool:
+    """A call that writes something: an argument names what it writes (`new_string`, `patch`,
+    `content`, ...) or is content itself (`carries_content`). The same answer to such calls is
+    an acknowledgement, and a new one changes the world the agent's other calls run in."""
+    if isinstance(args, dict) and any(type(k) is str and normalize_key(k) in WRITE_KEYS for k in args):
+        return True
+    return carries_content(args)
+
+
 def carries_content(args: Any, depth: int = 0) -> bool:
-    """A call that writes something: one of its string arguments is content (a file body, an
-    e-mail text), not a query. The same answer to such calls is an acknowledgement."""
+    """One of a call's string arguments is content (a file body, an e-mail text), not a query."""
     if isinstance(args, str):
         return len(args) >= CONTENT_CHARS or (len(args) >= CONTENT_LINE_CHARS and "\n" in args)
     if depth >= 3 or not isinstance(args, (dict, list)):

@@ -17,7 +17,7 @@ from ._claims import ClaimChecker
 from ._state import CallFacts, SessionState
 from ._text import caseless_matcher
 from .config import DEFAULT_AUTO_REPLY_PATTERNS, AgentBreakerConfig, Mode
-from .detectors import loops
+from .detectors import failures, loops
 from .governor import budget
 from .verdicts import Trip
 
@@ -82,7 +82,7 @@ CALL_CHECKS: tuple[tuple[str, Check], ...] = SESSION_LIMITS + (
     (H.TOOL_TOKEN_BUDGET, lambda c: budget.check_tool_token_budget(c.s, c.cfg, _facts(c).tool)),
     (H.DUPLICATE_MUTATION, lambda c: loops.check_duplicate_mutation(c.s, _facts(c), c.cfg, c.now)),
     (H.EARLY_RETRY, lambda c: loops.check_early_retry(c.s, _facts(c), c.now)),
-    (H.IDENTICAL_FAILURE, lambda c: loops.check_identical_failure(c.s, _facts(c), c.cfg, c.now)),
+    (H.IDENTICAL_FAILURE, lambda c: failures.check(c.s, _facts(c), c.cfg)),
     (H.IDENTICAL_CALL, lambda c: loops.check_identical_call(c.s, _facts(c), c.cfg, c.now, c.polling)),
     (H.STUCK_POLLING, lambda c: loops.check_stuck_polling(c.s, _facts(c), c.cfg, c.now, c.polling)),
     (H.NEAR_DUPLICATE, lambda c: loops.check_near_duplicate(c.s, _facts(c), c.cfg, c.similar, c.polling)),
@@ -104,10 +104,11 @@ def graded(cfg: AgentBreakerConfig, s: SessionState | None, trip: Trip) -> Trip 
     n = cfg.warn_first.get(trip.heuristic, 0)
     if not n or s is None or trip.certain:
         return None
-    spent = s.loops.warned.get(trip.heuristic, 0)
+    key = trip.heuristic if trip.pattern is None else f"{trip.heuristic}:{trip.pattern}"
+    spent = s.loops.warned.get(key, 0)
     if spent >= n:
         return None
-    s.loops.warned[trip.heuristic] = spent + 1
+    s.loops.warned[key] = spent + 1
     return replace(trip, advisory=True)
 
 

@@ -23,9 +23,12 @@ from .breaker import BreakerState
 #: each record
 _INT, _ENTRY, _POOLED, _POOL = 36, 70, 18, 250
 _BASE, _PENDING, _KEY, _CHAIN, _ANSWER, _ROW, _DONE, _TURN = 2_400, 700, 330, 420, 200, 150, 200, 160
-_BREAKER, _BUCKET, _RECEIPT = 900, 120, 1_200
+_BREAKER, _BUCKET, _RECEIPT, _FAILING = 900, 120, 1_200, 250
 
 MAX_KEYS = 256
+MAX_FAILING = 32  # identical_failure: failing calls followed (only failures enter: reads cannot push one out)
+MAX_RETRIED_KEYS = 8  # ... and the distinct calls of a tool's streak kept
+MAX_RETRIED_TOOLS = 8  # tools failing the same way under other arguments followed at once
 MAX_PENDING = 64  # calls in flight; past it a new call is refused (invalid_event), lost ones aside
 MAX_TURNS = 16
 MAX_SEEN = 1024  # (call, result) and (tool, answer) pairs: what is news
@@ -209,15 +212,6 @@ class Loops:
     pending: dict[str, Pending] = field(default_factory=dict)
     auto_ids: int = 0
     keys: dict[int, KeyStat] = field(default_factory=dict)
-    fail_key: int | None = None  # identical_failure: the call failing in a row ...
-    fail_run: int = 0  # ... and how many times ...
-    fail_transient: bool = False  # ... and whether its last error looked transient ...
-    fail_out: int | None = None  # ... and that error (its hash; FAILED for a dependency's)
-    fail_tool: str | None = None  # the tool whose calls, whatever their arguments, fail in a row ...
-    fail_sig: tuple[int, ...] | None = None  # ... with an error that reads like this (its words' shapes) ...
-    sig_run: int = 0  # ... and how many times ...
-    sig_common: list[int] = field(default_factory=list)  # ... with these argument values in common
-    sig_shape: tuple[int, ...] | None = None  # ... and the last one's argument shapes (near_duplicate on)
     epoch: int = 0  # counts results that were progress
     chains: dict[str, Chain] = field(default_factory=dict)
     history: list[list[Any]] = field(default_factory=list)  # [key, result hash or None]
@@ -232,14 +226,11 @@ class Loops:
     done: dict[int, tuple[float, int | None, int | None]] = field(default_factory=dict)
     said: dict[int, None] = field(default_factory=dict)  # hashes of the user turns so far
     wait: dict[str, float] = field(default_factory=dict)  # early_retry: tool -> no call before (Retry-After)
-    # graduated heuristics: warnings given since the last progress (warn_first), per heuristic
+    # graduated heuristics: warnings given (warn_first), per heuristic since the last progress,
+    # or per heuristic and pattern (`heuristic:pattern`) since that pattern's last progress
     warned: dict[str, int] = field(default_factory=dict)
     # the user stopped a call, and has not spoken since: their next turn is new information
     interrupted: bool = False
-
-    def sig_common_disjoint(self, values: tuple[int, ...]) -> bool:
-        """Does a call hold none of the argument values the failing streak's calls share."""
-        return set(self.sig_common).isdisjoint(values)
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -261,17 +252,6 @@ class Loops:
             "keys": [
                 [k, st.runs, st.last_result, st.last_ts, st.polling, st.poll_ts, st.transient, st.epoch, st.since, st.silent]
                 for k, st in self.keys.items()
-            ],
-            "fail": [
-                self.fail_key,
-                self.fail_run,
-                self.fail_transient,
-                self.fail_tool,
-                _fp(self.fail_sig),
-                self.sig_run,
-                self.sig_common,
-                _fp(self.sig_shape),
-                self.fail_out,
             ],
             "epoch": self.epoch,
             "chains": {
@@ -303,24 +283,12 @@ class Loops:
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> Loops:
-        # a session stored before failures were compared by their error has three fields here
-        fail_key, fail_run, fail_transient, *by_error = d["fail"]
-        fail_tool, fail_sig, sig_run, sig_common, sig_shape, fail_out = by_error or (None, None, 0, [], None, None)
         history, history_base = d["history"]
         return cls(
             pending={cid: Pending(_unfacts(p[0]), *p[1:9]) for cid, p in d["pending"].items()},
             auto_ids=d["auto_ids"],
             # a streak stored before `since` existed began no later than its last run
             keys={k[0]: KeyStat(k[1], k[2], k[3], k[4], list(k[5]), k[6], k[7], *(k[8:] or [k[3]])) for k in d["keys"]},
-            fail_key=fail_key,
-            fail_run=fail_run,
-            fail_transient=fail_transient,
-            fail_out=fail_out,
-            fail_tool=fail_tool,
-            fail_sig=_unfp_or_none(fail_sig),
-            sig_run=sig_run,
-            sig_common=list(sig_common),
-            sig_shape=_unfp_or_none(sig_shape),
             epoch=d["epoch"],
             chains={
                 tool: Chain(_unfp(c[0]), _unfp(c[1]), _unfp_or_none(c[2]), c[3], c[4], c[5], c[6], c[7], c[8], *c[9:11])
@@ -338,6 +306,72 @@ class Loops:
             wait=dict(d.get("wait", {})),
             warned=dict(d.get("warned", {})),
             interrupted=bool(d.get("interrupted", False)),
+        )
+
+
+@dataclass(slots=True)
+class Failing:
+    """identical_failure: one distinct call (tool + canonical arguments) failing the same way."""
+
+    run: int  # failures in a row of this call, whatever other calls did in between
+    out: int  # the failure: its noise-masked error and payload (a hash; FAILED for a dependency's)
+    words: tuple[int, ...] | None  # its words (sorted hashes), to judge "the same way" by similarity
+    counts: int  # what it counted ("5 failed"; a hash, 0 for none): other counts are news
+    transient: bool  # it looked transient (timeout, 429, 503): more retries are expected
+    acts: int  # the session's successful calls when it failed (`Failures.acts`)
+
+    def to_wire(self) -> list[Any]:
+        return [self.run, self.out, _fp(self.words), self.counts, self.transient, self.acts]
+
+    @classmethod
+    def from_wire(cls, d: list[Any]) -> Failing:
+        return cls(d[0], d[1], _unfp_or_none(d[2]), d[3], d[4], d[5])
+
+
+@dataclass(slots=True)
+class Retried:
+    """identical_failure: one tool failing the same way under other arguments that share a
+    value or read alike (a salt, a fresh ref, a new edit the linter rejects)."""
+
+    run: int
+    error: tuple[int, ...]  # the error's words' shapes, the call's own echoed words aside
+    common: list[int]  # the argument values every call of the streak held (keyed hashes)
+    shape: tuple[int, ...] | None  # the last call's argument shapes (None: not fingerprinted)
+    keys: list[int]  # its distinct calls (at most MAX_RETRIED_KEYS): repeats of one are that call's streak
+    tried: list[int]  # the argument values its calls held (keyed hashes, at most MAX_VALUES)
+    told: list[int]  # the values its last error named (keyed hashes as argument values are, at most MAX_VALUES)
+
+    def to_wire(self) -> list[Any]:
+        return [self.run, _fp(self.error), self.common, _fp(self.shape), self.keys, self.tried, self.told]
+
+    @classmethod
+    def from_wire(cls, d: list[Any]) -> Retried:
+        return cls(d[0], _unfp(d[1]), list(d[2]), _unfp_or_none(d[3]), list(d[4]), list(d[5]), list(d[6]))
+
+
+@dataclass(slots=True)
+class Failures:
+    """identical_failure's slice: each failing call's streak, and each tool's, counted on their
+    own (what other calls return in between is not news about these)."""
+
+    calls: dict[int, Failing] = field(default_factory=dict)
+    tools: dict[str, Retried] = field(default_factory=dict)
+    acts: int = 0  # successful calls so far: what may have changed the world between two failures
+
+    def to_wire(self) -> list[Any]:
+        return [[[k, f.to_wire()] for k, f in self.calls.items()], {t: r.to_wire() for t, r in self.tools.items()}, self.acts]
+
+    @classmethod
+    def from_wire(cls, d: list[Any] | None) -> Failures:
+        if d is None:  # a session stored before failures had a slice of their own
+            return cls()
+        calls = {k: Failing.from_wire(f) for k, f in d[0]}
+        return cls(calls, {t: Retried.from_wire(r) for t, r in d[1].items()}, d[2])
+
+    def weight(self) -> int:
+        return sum(_FAILING + _INT * len(f.words or ()) for f in self.calls.values()) + sum(
+            _CHAIN + _INT * (len(r.error) + len(r.common) + len(r.shape or ()) + len(r.keys) + len(r.tried) + len(r.told))
+            for r in self.tools.values()
         )
 
 
@@ -369,6 +403,7 @@ class SessionState:
     # the escalation that froze the session (a human resolves it); every call is refused until then
     escalation: str | None = None
     loops: Loops = field(default_factory=Loops)
+    failures: Failures = field(default_factory=Failures)
     turns: list[Turn] = field(default_factory=list)
     # session-scoped breakers (when breakers are not shared)
     breakers: dict[str, BreakerState] = field(default_factory=dict)
@@ -390,7 +425,7 @@ class SessionState:
         w += sum(_CHAIN + _INT * (len(c.fp_text) + len(c.fp_shape) + len(c.fp_thought or ())) for c in lp.chains.values())
         w += sum(_ANSWER + _INT * len(a.keys) for a in lp.answers.values())
         w += _ROW * len(lp.history) + _ENTRY * (len(lp.seen) + len(lp.said) + len(lp.wait) + len(lp.warned))
-        w += _DONE * len(lp.done) + _INT * (len(lp.sig_common) + len(lp.fail_sig or ()) + len(lp.sig_shape or ()))
+        w += _DONE * len(lp.done) + self.failures.weight()
         w += sum(_TURN + _INT * len(t[1]) for t in self.turns)
         w += sum(_BREAKER + _BUCKET * (len(b.window.buckets) if b.window is not None else 0) for b in self.breakers.values())
         w += _RECEIPT * len(led.receipts) + 3 * _POOL + _POOLED * (len(led.references) + len(led.confirmed) + len(led.runs))
@@ -402,7 +437,7 @@ class SessionState:
     def compacted(self) -> SessionState:
         """The same session with its detectors' state dropped: its halt, escalation, spend and
         breakers stay. What an in-process store keeps of a halted session it must make room for."""
-        return replace(self, loops=Loops(), turns=[], ledger=Ledger(), churn=None)
+        return replace(self, loops=Loops(), failures=Failures(), turns=[], ledger=Ledger(), churn=None)
 
     @property
     def sid(self) -> str:
@@ -424,9 +459,7 @@ class SessionState:
         loops.keys.clear()
         loops.answers.clear()
         loops.done.clear()
-        loops.fail_key = None
-        loops.fail_run = 0
-        loops.fail_tool, loops.fail_sig, loops.sig_run, loops.sig_common, loops.sig_shape = None, None, 0, [], None
+        self.failures = Failures()
         loops.epoch += 1
         loops.chains.clear()
         loops.history_base += len(loops.history)

@@ -23,6 +23,9 @@ class Trip:
     advisory: bool = False
     #: the heuristic is sure (a duplicate of a call still in flight): never only a warning
     certain: bool = False
+    #: which of the heuristic's patterns tripped, where it follows several (a failing call's
+    #: streak): its warnings are counted apart, and given back only by that pattern's progress
+    pattern: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,9 +16,12 @@ from agent_breaker._state import (
     Chain,
     ChurnChain,
     ChurnView,
+    Failing,
+    Failures,
     KeyStat,
     Loops,
     Pending,
+    Retried,
     SessionState,
     Spend,
 )
@@ -149,15 +152,6 @@ def sessions(draw) -> SessionState:
             pending=draw(st.dictionaries(ids, pending, max_size=3)),
             auto_ids=draw(st.integers(0, 10**6)),
             keys=draw(st.dictionaries(u64, keystats, max_size=3)),
-            fail_key=draw(st.one_of(st.none(), u64)),
-            fail_run=draw(st.integers(0, 100)),
-            fail_transient=draw(st.booleans()),
-            fail_tool=draw(st.one_of(st.none(), ids)),
-            fail_sig=draw(st.one_of(st.none(), fps)),
-            fail_out=draw(st.one_of(st.none(), hash_or_failed)),
-            sig_run=draw(st.integers(0, 100)),
-            sig_common=draw(st.lists(u64, max_size=4)),
-            sig_shape=draw(st.one_of(st.none(), fps)),
             epoch=draw(st.integers(0, 10**6)),
             chains=draw(st.dictionaries(ids, chains, max_size=3)),
             history=draw(st.lists(st.tuples(u64, st.one_of(st.none(), hash_or_failed)).map(list), max_size=4)),
@@ -173,6 +167,40 @@ def sessions(draw) -> SessionState:
             said=dict.fromkeys(draw(st.lists(u64, max_size=3, unique=True))),
             wait=draw(st.dictionaries(ids, times, max_size=2)),
             warned=draw(st.dictionaries(ids, st.integers(1, 10), max_size=3)),
+        ),
+        failures=Failures(
+            draw(
+                st.dictionaries(
+                    u64,
+                    st.builds(
+                        Failing,
+                        st.integers(1, 100),
+                        hash_or_failed,
+                        st.one_of(st.none(), fps),
+                        u64,
+                        st.booleans(),
+                        st.integers(0, 10**6),
+                    ),
+                    max_size=3,
+                )
+            ),
+            draw(
+                st.dictionaries(
+                    ids,
+                    st.builds(
+                        Retried,
+                        st.integers(1, 100),
+                        fps,
+                        st.lists(u32, max_size=4),
+                        st.one_of(st.none(), fps),
+                        st.lists(u64, max_size=3),
+                        st.lists(u32, max_size=4),
+                        st.lists(u32, max_size=4),
+                    ),
+                    max_size=2,
+                )
+            ),
+            draw(st.integers(0, 10**6)),
         ),
         turns=draw(st.lists(st.tuples(u32, fps, st.booleans(), st.booleans()), max_size=3)),
         breakers={b.name: b for b in draw(st.lists(breakers, max_size=2))},
@@ -248,21 +276,16 @@ def test_a_session_stored_before_warnings_error_streaks_and_model_steps_reads_wi
     facts = CallFacts("t", 1, None, None, None, 0, 0.0, 0, True, 9, False, (6,), 7, frozenset({3}))
     loops = Loops(
         pending={"c1": Pending(facts, "c1", "b", None, False, False, 0, 12.5)},
-        fail_key=1,
-        fail_run=2,
-        fail_tool="t",
-        fail_sig=(3,),
-        sig_run=2,
         done={9: (100.0, 7, 8)},
         warned={"identical_failure": 1},
     )
     wire = loops.to_wire()
-    wire["fail"] = wire["fail"][:3]
+    wire["fail"] = [1, 2, False]  # a failure streak of its time: read as none (the streak starts over)
     wire["done"] = [d[:2] for d in wire["done"]]
     wire["pending"] = {cid: [p[0][:11], *p[1:7]] for cid, p in wire["pending"].items()}
     del wire["warned"]
     old = Loops.from_wire(wire)
-    assert (old.fail_key, old.fail_run, old.fail_tool, old.fail_sig, old.sig_run, old.sig_common) == (1, 2, None, None, 0, [])
+    assert Failures.from_wire(None) == Failures()  # sessions stored before failures had their own slice
     assert old.done == {9: (100.0, None, None)} and old.warned == {}
     p = old.pending["c1"]
     assert (p.facts.values, p.facts.turn, p.facts.sizes, p.facts.effect, p.ts) == ((), None, frozenset(), 9, 0.0)

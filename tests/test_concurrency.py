@@ -243,8 +243,9 @@ def test_one_session_hammered_by_identical_failing_calls_stays_consistent(make_e
     s = engine.store.peek_session("s1")
     assert s.loops.pending == {}  # every admitted call got its result
     assert s.loops.auto_ids == allowed
-    assert s.loops.fail_run == allowed  # every recorded result failed, all the same call
-    assert s.loops.keys[s.loops.fail_key].runs == allowed
+    [streak] = s.failures.calls.values()
+    assert streak.run == allowed  # every recorded result failed, all the same call
+    assert s.loops.keys[next(iter(s.failures.calls))].runs == allowed
     # nothing trips before 3 identical failures are recorded, and each needs an admitted call;
     # the first trip only warns (its call runs), whatever the interleaving: the next one cuts
     warned = [v for v in verdicts if v.allowed and v.heuristic is not None]

@@ -184,7 +184,7 @@ def test_reworded_retries_of_a_failing_query_are_the_same_error_to_identical_fai
     ]
     vs = [run(engine, clock, "run_sql", {"query": q, "db": "crm"}, False, None) for q in queries]
     assert [v.heuristic for v in vs] == [None, None, None, "identical_failure"] and vs[-1].advisory
-    assert vs[-1].counters == {"failures": 3, "max_failures": 3, "same_error": 1}
+    assert vs[-1].counters == {"failures": 3, "max_failures": 3, "same_error": 1, "variants": 2}
     v = engine.check_tool_call(call("run_sql", {"db": "crm", "query": "SELECT name, email FROM customers WHERE region='EMEA'"}))
     assert (v.allowed, v.heuristic) == (False, "identical_failure")
 

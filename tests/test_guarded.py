@@ -32,7 +32,7 @@ def test_a_tool_runs_while_allowed_and_a_looping_call_gets_the_observation_not_t
     out = run_sql("SELEC 1")
     assert ran == ["SELEC 1"] * 4  # the fifth call never reached the tool
     assert (out["error"], out["tool"]) == ("IDENTICAL_FAILURE", "run_sql")
-    assert "failed 4 times in a row" in out["message"] and out["actionable_instruction"]
+    assert "failed 4 times with the same arguments" in out["message"] and out["actionable_instruction"]
     assert run_sql.__name__ == "run_sql"
     # another run (session) is not affected
     token = run_id.set("run-2")

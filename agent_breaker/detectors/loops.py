@@ -20,7 +20,6 @@ from .._state import (
     CallFacts,
     Chain,
     KeyStat,
-    Loops,
     Pending,
     SessionState,
     put_bounded,
@@ -30,67 +29,14 @@ from ..heuristics import (
     DUPLICATE_MUTATION,
     EARLY_RETRY,
     IDENTICAL_CALL,
-    IDENTICAL_FAILURE,
     NEAR_DUPLICATE,
     OSCILLATION,
     SAME_ANSWER,
     STUCK_POLLING,
 )
 from ..verdicts import Trip
+from . import failures
 from .base import similarity
-
-
-def failure_limit(cfg: AgentBreakerConfig, limit: int, transient: bool) -> int:
-    """Transient errors (timeouts, 429, 503) are expected to clear: they get more retries."""
-    return max(limit, cfg.identical_failure.max_transient_failures) if transient else limit
-
-
-def check_identical_failure(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig, now: float) -> Trip | None:
-    lp = s.loops
-    limit = failure_limit(cfg, cfg.identical_failure.max_failures, lp.fail_transient)
-    if lp.fail_key == f.key and lp.fail_run >= limit:
-        return Trip(
-            IDENTICAL_FAILURE,
-            "session",
-            f"{f.tool} failed {lp.fail_run} times in a row with the same arguments",
-            "Stop retrying this call: it fails the same way every time. Report the error or try a different approach.",
-            {"failures": lp.fail_run, "max_failures": limit},
-        )
-    limit = cfg.identical_failure.max_failures
-    if lp.fail_tool == f.tool and lp.sig_run >= limit and retried(lp, f, cfg):
-        # what changes from one call to the next (a salt, a fresh ref, a new edit) changes nothing
-        return Trip(
-            IDENTICAL_FAILURE,
-            "session",
-            f"{f.tool} failed {lp.sig_run} times in a row with the same error, whatever its arguments",
-            "Stop: changing the arguments does not change the error. Fix its cause, or report it.",
-            {"failures": lp.sig_run, "max_failures": limit, "same_error": 1},
-        )
-    return None
-
-
-#: two failures whose errors' words are this similar (ids and numbers aside) failed the same way
-SAME_ERROR = 0.8
-
-
-def _unechoed(failure: tuple[int, ...], call: tuple[int, ...] | None) -> tuple[int, ...]:
-    """A failure's words without the call's own: an error that echoes a salt reads the same."""
-    if not call:
-        return failure
-    own = set(call)
-    return tuple(w for w in failure if w not in own)
-
-
-def retried(lp: Loops, f: CallFacts, cfg: AgentBreakerConfig) -> bool:
-    """Is this call a retry of the failing streak's call: it shares an argument value with
-    every call of it, or its arguments read like the last one's (ids and numbers aside)."""
-    if not lp.sig_common_disjoint(f.values):
-        return True
-    return (
-        lp.sig_shape is not None
-        and f.fp_shape is not None
-        and similarity(f.fp_shape, lp.sig_shape) >= cfg.identical_failure.args_similarity
-    )
 
 
 def check_identical_call(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig, now: float, polling: bool) -> Trip | None:
@@ -98,7 +44,7 @@ def check_identical_call(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig,
     c = cfg.identical_call
     if st is None or polling or st.epoch != s.loops.epoch or now - st.last_ts > c.window_s:
         return None
-    limit = c.max_silent_repeats if st.silent else failure_limit(cfg, c.max_repeats, st.transient)
+    limit = c.max_silent_repeats if st.silent else failures.failure_limit(cfg, c.max_repeats, st.transient)
     if st.runs < limit:
         return None
     return Trip(
@@ -187,7 +133,7 @@ def check_near_duplicate(
     c = cfg.near_duplicate
     if chain is None or not (similar.shape if chain.failed else similar.text):
         return None
-    if chain.length < failure_limit(cfg, c.max_repeats, chain.failed and chain.transient):
+    if chain.length < failures.failure_limit(cfg, c.max_repeats, chain.failed and chain.transient):
         return None
     if polling and not chain.failed:
         return None  # an unchanged poll is stuck_polling's call
@@ -355,6 +301,9 @@ class Heard(NamedTuple):
     tool: int
     failure: int | None = None
     failure_shape: tuple[int, ...] | None = None  # a failure's words, sorted, digits folded (ids aside)
+    failure_words: tuple[int, ...] | None = None  # a failure's words, sorted (ids aside)
+    failure_counts: int = 0  # what a failure counted ("5 failed"; a hash, 0 for none)
+    failure_values: tuple[int, ...] = ()  # the values a failure named, hashed as argument values are
     ack: bool = False  # only says the call went through
     effect: int | None = None  # a mutating call's success: what it did (ids, timings and numbers aside)
     news: int = 0  # the tool's answer as news is judged: `repeat` with echoes masked too (ids aside)
@@ -400,41 +349,24 @@ def record_result(
         while len(s.loops.seen) > MAX_SEEN:
             del s.loops.seen[next(iter(s.loops.seen))]
 
-    # identical_failure: the same call failing, or one tool failing the same way under other
-    # arguments (the call's own failures only: an outage under many calls is the breaker's);
-    # news, or a success of that call or tool, ends them
-    lp = s.loops
-    # the same call failing otherwise than it last did (the tests run after an edit: 5 failed,
-    # then 4) is news too; only the world changes a call's error, the arguments being the same
-    changed = failed and not transient and lp.fail_key == f.key and lp.fail_out != outcome
+    # identical_failure: the call's own streak, whatever other calls did (failures.py); the
+    # same call failing otherwise than it last did (the tests run after an edit: 5 failed, then
+    # 4) is news too: only the world changes a call's error, the arguments being the same
+    changed = failures.record(
+        s,
+        f,
+        cfg,
+        failed=failed,
+        transient=transient,
+        out=outcome,
+        words=heard.failure_words,
+        shape=heard.failure_shape,
+        told=heard.failure_values,
+        counts=heard.failure_counts,
+    )
     progress = progress or changed
-    if failed:
-        lp.fail_run = lp.fail_run + 1 if lp.fail_key == f.key and lp.fail_out == outcome else 1
-        lp.fail_key, lp.fail_out = f.key, outcome
-        lp.fail_transient = transient
-        if not transient and heard.failure_shape is not None:
-            error = _unechoed(heard.failure_shape, f.fp_shape)
-            # a retry of the streak's call: it shares an argument value with it (what stays while
-            # a salt, a fresh ref or a new edit churns) or reads much like it (a salt inside a
-            # value), and fails with an error that reads the same (one that echoes the salt too);
-            # calls with nothing in common are a search, not a retry
-            common = set(lp.sig_common).intersection(f.values)
-            same = (
-                not changed
-                and lp.fail_tool == f.tool
-                and lp.fail_sig is not None
-                and similarity(error, lp.fail_sig) >= SAME_ERROR
-                and retried(lp, f, cfg)
-            )
-            lp.sig_run = lp.sig_run + 1 if same else 1
-            lp.fail_tool, lp.fail_sig, lp.sig_shape = f.tool, error, f.fp_shape
-            lp.sig_common = sorted(common) if same and common else list(f.values)
-    else:
-        if progress or lp.fail_key == f.key:
-            lp.fail_key = None
-            lp.fail_run = 0
-        if progress or lp.fail_tool == f.tool:
-            lp.fail_tool, lp.fail_sig, lp.sig_run, lp.sig_common, lp.sig_shape = None, None, 0, [], None
+    if progress and not failed and (f.writes or f.mutating):
+        failures.world_changed(s)
 
     # identical_call / stuck_polling: per distinct call
     st = s.loops.keys.pop(f.key, None)
@@ -519,7 +451,9 @@ def record_result(
 
     if progress:
         s.loops.epoch += 1
-        s.loops.warned.clear()  # a new pattern: graduated heuristics warn again first
+        # a new stretch: graduated heuristics warn again first, but for the patterns followed
+        # on their own (`heuristic:pattern`), whose own progress gives their warning back
+        s.loops.warned = {k: n for k, n in s.loops.warned.items() if ":" in k}
         if chain is not None:
             chain.epoch = s.loops.epoch
     if answer is not None:

@@ -253,7 +253,19 @@ def decide_tool_result(s: SessionState, x: ResultInput) -> tuple[SessionState | 
     news = r.repeat_hash if echoed_masked == r.masked else fp.hash64(echoed_masked)
     effect = effect_hash(fp, r.masked) if f.effect is not None and not out.failed else None
     ack = is_acknowledgement(ev.result)
-    heard = loops.Heard(r.repeat_hash, answer, r.tool_key, r.failure, r.failure_shape, ack, effect, news)
+    heard = loops.Heard(
+        r.repeat_hash,
+        answer,
+        r.tool_key,
+        r.failure,
+        r.failure_shape,
+        r.failure_words,
+        r.failure_counts,
+        r.failure_values,
+        ack,
+        effect,
+        news,
+    )
     if loops.record_result(s, pending, heard, out, r.blank, x.polling, now, cfg):
         # new information: assistant turns start a new stretch, and so do this session's own
         # breaker streaks

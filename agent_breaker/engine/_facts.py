@@ -10,8 +10,9 @@ from typing import Any, Generic, TypeVar
 import orjson
 
 from .._canonical import CanonicalError, Fingerprinter, collapse_whitespace
+from .._churn import counts, mask_failure_ids
 from .._ledger import Refs
-from .._outcomes import Outcome, carries_content, is_blank, says_nothing
+from .._outcomes import Outcome, is_blank, says_nothing, writes
 from .._policy import Policy
 from .._state import MAX_VALUES, CallFacts, SessionState
 from .._text import normalize_text
@@ -27,6 +28,8 @@ MEMBER = "member"
 TURN = "turn"
 EFFECT = "effect"
 _NUMBER = re.compile(r"[0-9]+")
+#: a value an error may name: a number or a word (an id, a name), as an argument would hold it
+_ERROR_VALUE = re.compile(r"[0-9]+(?:\.[0-9]+)?|[a-z_][a-z0-9_.-]*[a-z0-9]")
 #: joins tenant and session id in a session key: ids cannot hold control characters
 TENANT_SEPARATOR = "\x1f"
 #: a call's argument values hashed, and a result's fields looked at for echoes (bounds per event)
@@ -35,6 +38,10 @@ MAX_ECHOED = 32
 MAX_ECHO_CHARS = 1024  # a longer result value is content, not an echo
 #: how much of a failure's error and payload its shape is read from
 MAX_ERROR_CHARS = 4096
+#: the words of a failure kept to compare it: the smallest of its keyed word hashes (a sample
+#: of its words no caller can choose; the whole of a short error), so a session's failing
+#: streaks stay small
+MAX_FAILURE_WORDS = 64
 
 AnyEvent = ToolCall | ToolResult | Assistant | User | Final
 E = TypeVar("E", ToolCall, ToolResult, Assistant, User, Final)
@@ -83,7 +90,7 @@ def call_facts(fp: Fingerprinter, ev: ToolCall, p: Policy) -> CallFacts:
         depth=ev.depth or 0,
         mutating=mutating,
         effect=effect,
-        writes=carries_content(ev.args),
+        writes=writes(ev.args),
         values=values,
         sizes=frozenset(sizes),
         turn=None if effect is None or ev.turn is None else fp.hash64(TURN, ev.turn),
@@ -108,8 +115,11 @@ class ResultFacts:
     timed_hash: int
     masked: str  # timings and identities masked
     repeat_hash: int
-    failure: int | None  # a failure's error and payload (None: it did not fail)
-    failure_shape: tuple[int, ...] | None
+    failure: int | None  # a failure's error and payload, noise masked (None: it did not fail)
+    failure_shape: tuple[int, ...] | None  # its words, sorted, digits folded
+    failure_words: tuple[int, ...] | None  # its words, sorted
+    failure_counts: int  # what a failure counted ("5 failed"; a hash, 0 for none)
+    failure_values: tuple[int, ...]  # the values it named (numbers, words), hashed as argument values are
     tool_key: int
     blank: bool
     references: Refs | None  # what a successful result names (ids a final answer may cite)
@@ -122,11 +132,21 @@ def result_facts(fp: Fingerprinter, ev: ToolResult, p: Policy, out: Outcome) -> 
     timed_hash = result_hash if timed == canonical else fp.hash64(timed)
     masked = p.churn.identity(timed)
     repeat_hash = timed_hash if masked == timed else fp.hash64(masked)
-    failure, failure_shape = None, None
+    failure, failure_shape, failure_words, failure_counts = None, None, None, 0
+    failure_values: tuple[int, ...] = ()
     if out.failed:
-        error = p.churn(json_text(ev.error))
-        failure = fp.hash64(FAILURE, masked, error)
-        failure_shape = tuple(sorted(fp.shapes(f"{error} {masked}"[:MAX_ERROR_CHARS])))
+        # what a failure says beyond the noise of its run: the same masks as a repeated
+        # result's, and the ids made up for the run (read from its first MAX_ERROR_CHARS)
+        error = mask_failure_ids(p.churn(json_text(ev.error)[:MAX_ERROR_CHARS]))
+        payload = mask_failure_ids(masked[:MAX_ERROR_CHARS])
+        failure = fp.hash64(FAILURE, payload, error)
+        said = f"{error} {payload}"[:MAX_ERROR_CHARS]
+        failure_shape = tuple(sorted(fp.shapes(said))[:MAX_FAILURE_WORDS])
+        failure_words = tuple(sorted(fp.tokens(said))[:MAX_FAILURE_WORDS])
+        counted = counts(said)
+        failure_counts = fp.hash64(FAILURE, *counted) if counted else 0
+        # what the error named that a next call might take up (the amount it asked for)
+        failure_values = tuple(sorted({_value_hash(fp, w) for w in _ERROR_VALUE.findall(_normalized(said))})[:MAX_VALUES])
     return ResultFacts(
         result_hash,
         timed,
@@ -135,6 +155,9 @@ def result_facts(fp: Fingerprinter, ev: ToolResult, p: Policy, out: Outcome) -> 
         repeat_hash,
         failure,
         failure_shape,
+        failure_words,
+        failure_counts,
+        failure_values,
         fp.labeled(TOOL, ev.tool),
         is_blank(ev.result),
         p.claims.result_references(canonical) if not out.failed else None,

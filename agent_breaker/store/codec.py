@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from .._ledger import Ledger
-from .._state import ChurnView, Loops, SessionState, Spend, turns_from_wire, turns_to_wire
+from .._state import ChurnView, Failures, Loops, SessionState, Spend, turns_from_wire, turns_to_wire
 from ..breaker import BreakerState
 
 FORMAT = 3  # 3: named slices, each with its own wire form
@@ -25,6 +25,7 @@ def encode(s: SessionState) -> bytes:
         "meta": [s.key, s.tenant, s.feature, s.agent, s.created_s, None if s.halted is None else list(s.halted), s.escalation],
         "spend": s.spend.to_wire(),
         "loops": s.loops.to_wire(),
+        "failures": s.failures.to_wire(),
         "turns": turns_to_wire(s.turns),
         "ledger": s.ledger.to_wire(),
         "breakers": {name: b.to_wire() for name, b in s.breakers.items()},
@@ -54,6 +55,7 @@ def decode(raw: bytes | str) -> SessionState | None:
         halted=None if halted is None else (halted[0], halted[1]),
         escalation=escalation[0] if escalation else None,
         loops=Loops.from_wire(slices["loops"]),
+        failures=Failures.from_wire(slices.get("failures")),
         turns=turns_from_wire(slices["turns"]),
         breakers={name: BreakerState.from_wire(name, b) for name, b in slices["breakers"].items()},
         ledger=Ledger.from_wire(slices["ledger"]),

@@ -295,7 +295,7 @@ def test_a_reference_quoted_inside_a_result_sentence_may_be_cited(engine, clock)
 # ----------------------------------------------------------------------------- bounded sessions
 
 #: the largest encoded session the caps allow (docs/configuration.md: "Sessions and what is kept")
-MAX_SESSION_BYTES = 640 * 1024
+MAX_SESSION_BYTES = 704 * 1024
 
 
 @size_test
@@ -320,6 +320,10 @@ def test_a_session_cannot_grow_past_its_bound(make_engine, clock):
         engine.record_tool_result(
             result(f"create_{t}", True, {"ids": [f"ID-{rng.randrange(10**6)}" for _ in range(40)]}, call_id=v.call_id)
         )
+    for t in range(100):  # failing calls and tools: each streak keeps its error's words
+        clock.advance(1)
+        v = engine.check_tool_call(call(f"fail_{t % 40}", {"q": words(300)}, thought=words(300)))
+        engine.record_tool_result(result(f"fail_{t % 40}", False, None, error=words(400), call_id=v.call_id))
     for t in range(200):  # calls left in flight
         clock.advance(1)
         engine.check_tool_call(call(f"send_{t}", {"q": words(300)}, thought=words(300)))

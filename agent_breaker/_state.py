@@ -41,7 +41,8 @@ MAX_CHURN_CHAINS = 4  # session_churn: chains of one tool view, one per outcome
 MAX_CHURN_MEMBERS = 32  # ... and the sessions each one follows
 
 FAILED = -1  # result hash of a failed execution: any two failures compare equal
-MIXED = -1  # SessionState.only_key once the session's calls are of several tools (hashes are >= 0)
+#: a session stored before openings: the one tool its calls were all of, or this once several
+_MIXED = -1
 
 
 def put_bounded(d: dict[Any, Any], key: Any, value: Any, cap: int) -> None:
@@ -217,9 +218,9 @@ class Loops:
     history: list[list[Any]] = field(default_factory=list)  # [key, result hash or None]
     history_base: int = 0  # absolute index of history[0]
     seen: dict[int, None] = field(default_factory=dict)  # (call, result) pairs seen: progress test
-    # session_churn: the one tool (its keyed hash) every allowed call so far was of (None: no
-    # call yet; MIXED: calls of several tools)
-    only_key: int | None = None
+    # session_churn: the tools (keyed hashes) of the calls of the session's opening, its first
+    # `session_churn.opening_calls` calls (None: past it, the session left the tool views)
+    opening: list[int] | None = field(default_factory=list)
     answers: dict[str, Answer] = field(default_factory=dict)  # same_answer, per tool
     # duplicate_mutation: effect -> when it succeeded, in which model step (keyed hash, or None),
     # and what it did (its result, ids, timings and numbers aside: a keyed hash, or None)
@@ -272,7 +273,7 @@ class Loops:
             },
             "history": [self.history, self.history_base],
             "seen": list(self.seen),
-            "only_key": self.only_key,
+            "opening": self.opening,
             "answers": {tool: a.to_wire() for tool, a in self.answers.items()},
             "done": [[k, *d] for k, d in self.done.items()],
             "said": list(self.said),
@@ -297,7 +298,7 @@ class Loops:
             history=[list(h) for h in history],
             history_base=history_base,
             seen=dict.fromkeys(d["seen"]),
-            only_key=d["only_key"],
+            opening=_opening(d),
             # sessions written before these detectors existed have none of their state
             answers={tool: Answer.from_wire(a) for tool, a in d.get("answers", {}).items()},
             # a success stored before model steps and effects were kept has neither
@@ -375,6 +376,13 @@ class Failures:
         )
 
 
+def _opening(d: dict[str, Any]) -> list[int] | None:
+    if "opening" in d:
+        return None if d["opening"] is None else list(d["opening"])
+    only_key = d.get("only_key")  # stored before openings: the one tool so far, or several
+    return [] if only_key is None else None if only_key == _MIXED else [only_key]
+
+
 #: an assistant turn since the last progress: (agent, fingerprint, repeats its own turn, repeats any turn)
 Turn = tuple[int, tuple[int, ...], bool, bool]
 
@@ -425,7 +433,7 @@ class SessionState:
         w += sum(_CHAIN + _INT * (len(c.fp_text) + len(c.fp_shape) + len(c.fp_thought or ())) for c in lp.chains.values())
         w += sum(_ANSWER + _INT * len(a.keys) for a in lp.answers.values())
         w += _ROW * len(lp.history) + _ENTRY * (len(lp.seen) + len(lp.said) + len(lp.wait) + len(lp.warned))
-        w += _DONE * len(lp.done) + self.failures.weight()
+        w += _DONE * len(lp.done) + _INT * len(lp.opening or ()) + self.failures.weight()
         w += sum(_TURN + _INT * len(t[1]) for t in self.turns)
         w += sum(_BREAKER + _BUCKET * (len(b.window.buckets) if b.window is not None else 0) for b in self.breakers.values())
         w += _RECEIPT * len(led.receipts) + 3 * _POOL + _POOLED * (len(led.references) + len(led.confirmed) + len(led.runs))

@@ -181,7 +181,8 @@ DEFAULT_DEADLOCK_TURNS = 3
 # graduated heuristics: how many of a pattern's trips only warn before the next one cuts
 DEFAULT_WARN_FIRST = dict.fromkeys(sorted(H.GRADUATED), 1)
 MAX_WARN_FIRST = 10
-DEFAULT_CHURN_CALLS = 10
+DEFAULT_CHURN_SESSIONS = 3
+DEFAULT_CHURN_OPENING_CALLS = 3
 DEFAULT_CHURN_WINDOW_S = 60.0
 
 # room for a long run: max_steps (500) at a 40k-token context each; a coding agent re-sends its
@@ -664,14 +665,21 @@ class AgentDeadlockConfig(_Frozen):
 
 
 class SessionChurnConfig(_Frozen):
-    """session_churn: the same call repeated across new sessions (or agent ids) of one tenant."""
+    """session_churn: the same failing call retried across new sessions (or agent ids) of one tenant."""
 
-    max_calls: int = Field(
-        DEFAULT_CHURN_CALLS,
+    max_sessions: int = Field(
+        DEFAULT_CHURN_SESSIONS,
         ge=2,
-        description="New sessions of one tenant, whatever their agent, that each made only calls of one tool and got "
-        "the same answer from calls sharing their argument values: this many block the next such call. The same "
-        "failure (the call's own) needs only identical_failure.max_failures sessions.",
+        description="New sessions of one tenant, whatever their agent, in whose opening a call failed the same way "
+        "(the call's own failure) with calls sharing their argument values: this many block the next such call. "
+        "Successful calls are never churn: many users open sessions with the same lookup.",
+    )
+    opening_calls: int = Field(
+        DEFAULT_CHURN_OPENING_CALLS,
+        ge=1,
+        le=64,
+        description="A session counts toward the chains while it has made at most this many calls: a retry opens a "
+        "session, tries, and gives up; a session that goes on to real work leaves them.",
     )
     window_s: float = Field(DEFAULT_CHURN_WINDOW_S, gt=0, description="A chain idle longer than this starts over.")
 

@@ -157,7 +157,7 @@ def sessions(draw) -> SessionState:
             history=draw(st.lists(st.tuples(u64, st.one_of(st.none(), hash_or_failed)).map(list), max_size=4)),
             history_base=draw(st.integers(0, 10**6)),
             seen=dict.fromkeys(draw(st.lists(u64, max_size=4, unique=True))),
-            only_key=draw(st.one_of(st.none(), u64, st.just(-1))),
+            opening=draw(st.one_of(st.none(), st.lists(u64, max_size=3))),
             answers=draw(
                 st.dictionaries(
                     ids, st.builds(Answer, hash_or_failed, st.lists(u64, max_size=3), st.integers(0, 1000)), max_size=2

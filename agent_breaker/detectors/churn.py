@@ -1,12 +1,14 @@
-"""A loop spread over new sessions and agent ids (`session_churn`).
+"""A failing call retried over new sessions and agent ids (`session_churn`).
 
-Per-session detectors see one call per session when an agent (or whoever drives it) opens a new
+Per-session detectors see one try per session when an agent (or whoever drives it) opens a new
 session, or takes a new agent id, for every retry. A tool view, one per (tenant, tool), follows
-the sessions whose calls so far are all of that tool: calls that keep getting the same outcome
-and share their arguments' values (what stays while a salt or a fresh id churns) form a chain,
-and a chain that spans enough sessions trips. Chains of other outcomes live beside it (healthy
-sessions of the same tool do not end a failing chain), and a session that goes on to another
-tool leaves its chains: parallel runs of one task, which go on to real work, are no loop.
+the sessions in their opening (their first `opening_calls` calls: a retry opens a session,
+tries, and gives up, maybe after one other call): calls that fail the same way, the call's own
+failure, and share their arguments' values (what stays while a salt or a fresh id churns) form
+a chain, and a chain that spans enough sessions trips. Chains of other failures live beside it,
+and a session that goes past its opening leaves its chains: parallel runs of one task, which go
+on to real work, are no loop. Churn is about retries: a successful call is never churn (many
+users of one deployment open their sessions with the same lookup).
 """
 
 from __future__ import annotations
@@ -29,19 +31,16 @@ def check(view: ChurnView | None, values: tuple[int, ...], tool: str, cfg: Agent
     held = set(values or NO_VALUES)
     for chain in view.chains:
         # sessions, not calls: a loop inside one session is the per-session detectors' (another
-        # session that meets the same failure once is not a retry); the same failure needs no more
-        # sessions than a session needs tries (identical_failure)
-        limit = cfg.identical_failure.max_failures if chain.failed else c.max_calls
-        if len(chain.members) < limit or abs(now - chain.last_ts) > c.window_s:
+        # session that meets the same failure once is not a retry)
+        if not chain.failed or len(chain.members) < c.max_sessions or abs(now - chain.last_ts) > c.window_s:
             continue
         if held.issuperset(chain.common):
             return Trip(
                 SESSION_CHURN,
                 "call",
-                f"{tool} got the same outcome {chain.calls} times across {len(chain.members)} new sessions",
-                "Starting a new session or a new agent does not change the outcome. Use the result you have, or "
-                "change your approach.",
-                {"calls": chain.calls, "sessions": len(chain.members), "max_calls": limit, "window_s": c.window_s},
+                f"{tool} failed the same way {chain.calls} times across {len(chain.members)} new sessions",
+                "Starting a new session or a new agent does not change the outcome. Report the error, or change your approach.",
+                {"calls": chain.calls, "sessions": len(chain.members), "max_sessions": c.max_sessions, "window_s": c.window_s},
             )
     return None
 
@@ -49,8 +48,8 @@ def check(view: ChurnView | None, values: tuple[int, ...], tool: str, cfg: Agent
 def record_outcome(
     view: ChurnView, member: int, values: tuple[int, ...], outcome: int, failed: bool, now: float, cfg: AgentBreakerConfig
 ) -> None:
-    """The outcome of a call from a session whose every call so far was of this tool (`failed`:
-    a failure of the call's own, `outcome` its error's hash)."""
+    """The failure of a call (the call's own, `outcome` its error's hash) from a session in its
+    opening."""
     values = values or NO_VALUES
     window = cfg.session_churn.window_s
     for i, chain in enumerate(view.chains):
@@ -75,8 +74,8 @@ def record_outcome(
 
 
 def leave(view: ChurnView, member: int) -> bool:
-    """A session made a call of another tool: its calls leave every chain. Returns whether the
-    view changed."""
+    """A session went past its opening: its calls leave every chain. Returns whether the view
+    changed."""
     changed = False
     for chain in view.chains:
         n = chain.members.pop(member, 0)

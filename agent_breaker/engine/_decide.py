@@ -16,7 +16,7 @@ from .._canonical import Fingerprinter
 from .._ledger import Refs
 from .._outcomes import Outcome, is_acknowledgement
 from .._policy import CheckContext, Policy, judge, run_checks
-from .._state import MAX_PENDING, MAX_SAID, MIXED, CallFacts, ChurnView, Pending, SessionState, put_bounded
+from .._state import MAX_PENDING, MAX_SAID, CallFacts, ChurnView, Pending, SessionState, put_bounded
 from ..breaker import BreakerStateName, Permission, Transition
 from ..breaker import core as breaker_core
 from ..config import AgentBreakerConfig
@@ -44,8 +44,8 @@ class Decided(Generic[V]):
     verdict: V
     trips: list[tuple[Trip, str]] = field(default_factory=list)
     breaker: tuple[str, int | None, Outcome] | None = None  # a shared breaker outcome to record: key, probe
-    view: tuple[str, ViewChange] | None = None  # a tool view change
-    mixed: bool = False  # the session has now made more than one distinct call
+    views: list[tuple[str, ViewChange]] = field(default_factory=list)  # tool view changes
+    mixed: bool = False  # the session is past its opening: it reads no tool view
     transitions: list[Transition] = field(default_factory=list)  # of the session's own breakers
     frozen: str | None = None  # refused for this escalation: is it still open?
     resumed: str | None = None  # a user turn with news lifted the loop halt this escalation froze
@@ -107,7 +107,7 @@ def decide_tool_call(s: SessionState, x: CallInput) -> tuple[SessionState | None
         if tripped is not None and tripped.heuristic == H.DUPLICATE_MUTATION:
             # the agent is told to ask the user: the next "yes" is an answer again
             s.loops.said.pop(x.confirmation, None)
-    if block is None and x.view is not None and s.loops.only_key in (None, x.tool_key):
+    if block is None and x.view is not None and s.loops.opening is not None:
         block, churn_warn = judge(cfg, [churn.check(x.view, f.values, f.tool, cfg, now)], s)
         warn = warn or churn_warn
     granted, own_probe, whose = permission, None, "every session"
@@ -147,14 +147,15 @@ def decide_tool_call(s: SessionState, x: CallInput) -> tuple[SessionState | None
     s.loops.pending[call_id] = Pending(
         f, call_id, x.bkey, probe, similar.text, similar.shape, loops.record_call(s, f, cfg), now, own_probe
     )
-    if s.loops.only_key is None:
-        s.loops.only_key = x.tool_key
-    elif s.loops.only_key != x.tool_key:
-        if s.loops.only_key != MIXED and x.churn_on:
-            # the calls of the one tool it made so far leave that tool's chains
-            decided.view = (view_key_of(x.tenant, s.loops.only_key), churn.leave)
-        s.loops.only_key = MIXED
-    decided.mixed = s.loops.only_key == MIXED
+    opening = s.loops.opening
+    if opening is not None and len(opening) < cfg.session_churn.opening_calls:
+        opening.append(x.tool_key)
+    elif opening is not None:
+        # past its opening: its calls leave the chains of the tools it opened with
+        if x.churn_on:
+            decided.views.extend((view_key_of(x.tenant, tool_key), churn.leave) for tool_key in dict.fromkeys(opening))
+        s.loops.opening = None
+    decided.mixed = s.loops.opening is None
     decided.verdict = settle(s, decided, None, warn, f.tool, escalates=x.escalates, call_id=call_id)
     return s, decided
 
@@ -238,13 +239,14 @@ def decide_tool_result(s: SessionState, x: ResultInput) -> tuple[SessionState | 
     if not x.share_breakers:
         breaker_state = st.state.value
     decided.verdict = ResultVerdict(True, heuristic, reason, failed=out.failed, breaker_state=breaker_state)
-    if s.loops.only_key == r.tool_key and x.churn_on and not out.dependency:  # an outage is the breaker's
-        outcome = r.repeat_hash if r.failure is None else r.failure
+    if s.loops.opening is not None and x.churn_on and out.failed and not out.dependency and r.failure is not None:
+        # a failure of the call's own in the session's opening (an outage is the breaker's)
+        failure = r.failure
 
         def record(view: ChurnView, member: int) -> None:
-            churn.record_outcome(view, member, f.values, outcome, out.failed, now, cfg)
+            churn.record_outcome(view, member, f.values, failure, True, now, cfg)
 
-        decided.view = (view_key_of(ev.tenant, r.tool_key), record)
+        decided.views.append((view_key_of(ev.tenant, r.tool_key), record))
     # the answer (to compare with the tool's answers to other calls) and the news (whether the
     # tool said it before), an echo of the call's own argument masked in both
     echoed = echo_masked(fp, x.p, r.timed, ev.result, f)

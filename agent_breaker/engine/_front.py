@@ -228,8 +228,8 @@ class Engine:
                     if isinstance(decided.verdict, ResultVerdict):  # only a result's outcome is recorded
                         decided.verdict = replace(decided.verdict, breaker_state=recorded.state.value)
                     self._breaker_moved(recorded.transition, tool, step.ev.tenant, cfg, recorded.state)
-        if decided.view is not None:
-            self.views.update(decided.view[0], step.now, decided.view[1], step.key)
+        for vkey, change in decided.views:
+            self.views.update(vkey, step.now, change, step.key)
         if decided.mixed:
             self.views.remember_mixed(step.key)
         for trip, severity in decided.trips:

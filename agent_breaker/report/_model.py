@@ -62,7 +62,7 @@ RULES: tuple[Rule, ...] = (
     Rule(H.SAME_ANSWER, "calls", "max_calls", "same_answer.max_calls"),
     Rule(H.SEMANTIC_ECHO, "repeats", "max_repeats", "semantic_echo.max_repeats"),
     Rule(H.AGENT_DEADLOCK, "repeats", "max_turns", "agent_deadlock.max_turns"),
-    Rule(H.SESSION_CHURN, "calls", "max_calls", "session_churn.max_calls"),
+    Rule(H.SESSION_CHURN, "sessions", "max_sessions", "session_churn.max_sessions"),
     Rule(H.STEP_LIMIT, "steps", "max_steps", "step_limit.max_steps", strict=True),
     Rule(H.DEPTH_LIMIT, "depth", "max_depth", "depth_limit.max_depth", strict=True),
     Rule(H.TOKEN_BUDGET, "projected_tokens", "max_tokens", "budget.max_tokens", strict=True, slack=0.5),

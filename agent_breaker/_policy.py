@@ -206,15 +206,6 @@ class Policy:
         request id) or a timing (took_ms, attempt)."""
         return self.result_canon.is_volatile(key) or is_timing_key(key)
 
-    def idempotency_key(self, args: Any) -> str | None:
-        """The idempotency key a call carries in its top-level arguments, if any."""
-        if not isinstance(args, dict) or not self.idempotency_fields:
-            return None
-        for k, v in args.items():
-            if isinstance(k, str) and normalize_key(k) in self.idempotency_fields and v not in (None, ""):
-                return str(v)
-        return None
-
     def mode(self, heuristic: str) -> Mode:
         return self.cfg.mode_of(heuristic)
 

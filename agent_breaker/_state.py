@@ -39,6 +39,7 @@ MAX_SAID = 64  # user turns remembered (hashes), to tell a repeated answer from 
 MAX_VALUES = 64  # argument values of a call kept (hashes): to tell an echo, and what stays while salts churn
 MAX_CHURN_CHAINS = 4  # session_churn: chains of one tool view, one per outcome
 MAX_CHURN_MEMBERS = 32  # ... and the sessions each one follows
+MAX_TENANT_EFFECTS = 256  # duplicate_mutation: a tenant's effects in flight, and done, kept each
 
 FAILED = -1  # result hash of a failed execution: any two failures compare equal
 #: a session stored before openings: the one tool its calls were all of, or this once several
@@ -67,8 +68,8 @@ class CallFacts:
     cost_usd: float
     depth: int
     mutating: bool
-    # duplicate_mutation: what the call does, for a mutating, non-idempotent tool (its canonical
-    # args plus any idempotency key); None for every other call
+    # duplicate_mutation: what the call does, for a mutating, non-idempotent tool (_effects: its
+    # arguments in one spelling, made-up keys and free text aside); None for every other call
     effect: int | None = None
     # carries content (a file body, a message text): its answer is an acknowledgement
     writes: bool = False
@@ -79,6 +80,10 @@ class CallFacts:
     turn: int | None = None
     # the lengths of its argument values: only a result value as long may be an echo of one
     sizes: frozenset[int] = frozenset()
+    # duplicate_mutation: the free text of a mutating call (its memo's words; a hash, 0 for none),
+    # and whether its effect names an amount (done twice, it moves twice as much)
+    effect_text: int = 0
+    moves_amount: bool = False
 
 
 @dataclass(slots=True)
@@ -183,6 +188,23 @@ class ChurnView:
 
 
 @dataclass(slots=True)
+class Effects:
+    """duplicate_mutation across a tenant's sessions (a pseudo-session of the tenant's own):
+    the effects of mutating calls in flight and done, each with the session that asked for it
+    (keyed hash), when, and its free text (a hash); the newest kept."""
+
+    inflight: dict[int, tuple[int, float, int]] = field(default_factory=dict)
+    done: dict[int, tuple[int, float, int]] = field(default_factory=dict)
+
+    def to_wire(self) -> list[Any]:
+        return [[[k, *v] for k, v in self.inflight.items()], [[k, *v] for k, v in self.done.items()]]
+
+    @classmethod
+    def from_wire(cls, d: list[Any]) -> Effects:
+        return cls({k: (m, t, x) for k, m, t, x in d[0]}, {k: (m, t, x) for k, m, t, x in d[1]})
+
+
+@dataclass(slots=True)
 class Spend:
     """The budget governor's slice: what the session has spent."""
 
@@ -223,8 +245,9 @@ class Loops:
     opening: list[int] | None = field(default_factory=list)
     answers: dict[str, Answer] = field(default_factory=dict)  # same_answer, per tool
     # duplicate_mutation: effect -> when it succeeded, in which model step (keyed hash, or None),
-    # and what it did (its result, ids, timings and numbers aside: a keyed hash, or None)
-    done: dict[int, tuple[float, int | None, int | None]] = field(default_factory=dict)
+    # what it did (its result, ids, timings and numbers aside: a keyed hash, or None), and its
+    # free text (a keyed hash, 0 for none)
+    done: dict[int, tuple[float, int | None, int | None, int]] = field(default_factory=dict)
     said: dict[int, None] = field(default_factory=dict)  # hashes of the user turns so far
     wait: dict[str, float] = field(default_factory=dict)  # early_retry: tool -> no call before (Retry-After)
     # graduated heuristics: warnings given (warn_first), per heuristic since the last progress,
@@ -302,7 +325,7 @@ class Loops:
             # sessions written before these detectors existed have none of their state
             answers={tool: Answer.from_wire(a) for tool, a in d.get("answers", {}).items()},
             # a success stored before model steps and effects were kept has neither
-            done={k: (t, *(rest + [None, None])[:2]) for k, t, *rest in d.get("done", [])},
+            done={k: _done(t, rest) for k, t, *rest in d.get("done", [])},
             said=dict.fromkeys(d.get("said", [])),
             wait=dict(d.get("wait", {})),
             warned=dict(d.get("warned", {})),
@@ -376,6 +399,12 @@ class Failures:
         )
 
 
+def _done(ts: float, rest: list[Any]) -> tuple[float, int | None, int | None, int]:
+    # a success stored before model steps, effects and free text were kept has none of them
+    turn, effect, text = (rest + [None, None, 0][len(rest) :])[:3]
+    return ts, turn, effect, text
+
+
 def _opening(d: dict[str, Any]) -> list[int] | None:
     if "opening" in d:
         return None if d["opening"] is None else list(d["opening"])
@@ -416,8 +445,9 @@ class SessionState:
     # session-scoped breakers (when breakers are not shared)
     breakers: dict[str, BreakerState] = field(default_factory=dict)
     ledger: Ledger = field(default_factory=Ledger)
-    # set only on the pseudo-session that holds a tool view
+    # set only on the pseudo-sessions that hold a tool view, and a tenant's effects
     churn: ChurnView | None = None
+    effects: Effects | None = None
     version: int = 0
 
     def weight(self) -> int:
@@ -440,12 +470,14 @@ class SessionState:
         w += _ENTRY * (len(led.mutating) + len(self.spend.tool_tokens))
         if self.churn is not None:
             w += sum(_CHAIN + _INT * len(c.common) + _ENTRY * len(c.members) for c in self.churn.chains)
+        if self.effects is not None:
+            w += _DONE * (len(self.effects.inflight) + len(self.effects.done))
         return w
 
     def compacted(self) -> SessionState:
         """The same session with its detectors' state dropped: its halt, escalation, spend and
         breakers stay. What an in-process store keeps of a halted session it must make room for."""
-        return replace(self, loops=Loops(), failures=Failures(), turns=[], ledger=Ledger(), churn=None)
+        return replace(self, loops=Loops(), failures=Failures(), turns=[], ledger=Ledger(), churn=None, effects=None)
 
     @property
     def sid(self) -> str:
@@ -514,6 +546,8 @@ def _facts(f: CallFacts) -> list[Any]:
         _fp(f.values),
         f.turn,
         sorted(f.sizes),
+        f.effect_text,
+        f.moves_amount,
     ]
 
 
@@ -523,4 +557,6 @@ def _unfacts(d: list[Any]) -> CallFacts:
     effect, writes = (d + [None, False][len(d) - 9 :])[9:11] if len(d) < 11 else d[9:11]
     values, turn, sizes = (_unfp(d[11]), d[12], frozenset(d[13])) if len(d) > 13 else ((), None, frozenset())
     fp_text, fp_shape, fp_thought = _unfp_or_none(d[2]), _unfp_or_none(d[3]), _unfp_or_none(d[4])
-    return CallFacts(d[0], d[1], fp_text, fp_shape, fp_thought, d[5], d[6], d[7], d[8], effect, writes, values, turn, sizes)
+    effect_text, moves_amount = (d[14], d[15]) if len(d) > 15 else (0, False)  # stored before free text was kept apart
+    facts = (d[5], d[6], d[7], d[8], effect, writes, values, turn, sizes, effect_text, moves_amount)
+    return CallFacts(d[0], d[1], fp_text, fp_shape, fp_thought, *facts)

@@ -598,8 +598,9 @@ class DuplicateMutationConfig(_Frozen):
     )
     idempotency_fields: tuple[str, ...] = Field(
         DEFAULT_IDEMPOTENCY_FIELDS,
-        description="Argument keys (top level, compared ignoring case and punctuation) holding an idempotency "
-        "key: a call with a distinct key is a distinct action.",
+        description="Argument keys (compared ignoring case and punctuation) holding an idempotency key: left out of "
+        "a call's effect, as the model makes them up (besides any key naming a nonce, a dedupe, client or "
+        "operation reference).",
     )
 
 

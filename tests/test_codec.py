@@ -16,6 +16,7 @@ from agent_breaker._state import (
     Chain,
     ChurnChain,
     ChurnView,
+    Effects,
     Failing,
     Failures,
     KeyStat,
@@ -68,6 +69,8 @@ facts = st.builds(
     values,
     st.one_of(st.none(), u64),  # the model step (None: not told)
     st.frozensets(st.integers(0, 10**6), max_size=MAX_VALUES),  # the lengths of its argument values
+    u64,  # its free text (duplicate_mutation)
+    st.booleans(),  # its effect names an amount
 )
 pending = st.builds(
     Pending,
@@ -163,7 +166,9 @@ def sessions(draw) -> SessionState:
                     ids, st.builds(Answer, hash_or_failed, st.lists(u64, max_size=3), st.integers(0, 1000)), max_size=2
                 )
             ),
-            done=draw(st.dictionaries(u64, st.tuples(times, st.one_of(st.none(), u64), st.one_of(st.none(), u64)), max_size=3)),
+            done=draw(
+                st.dictionaries(u64, st.tuples(times, st.one_of(st.none(), u64), st.one_of(st.none(), u64), u64), max_size=3)
+            ),
             said=dict.fromkeys(draw(st.lists(u64, max_size=3, unique=True))),
             wait=draw(st.dictionaries(ids, times, max_size=2)),
             warned=draw(st.dictionaries(ids, st.integers(1, 10), max_size=3)),
@@ -212,6 +217,16 @@ def sessions(draw) -> SessionState:
             draw(ordered_hashes),
         ),
         churn=draw(st.one_of(st.none(), st.builds(ChurnView, st.lists(churn_chains, max_size=MAX_CHURN_CHAINS)))),
+        effects=draw(
+            st.one_of(
+                st.none(),
+                st.builds(
+                    Effects,
+                    st.dictionaries(u64, st.tuples(u32, times, u64), max_size=3),
+                    st.dictionaries(u64, st.tuples(u32, times, u64), max_size=3),
+                ),
+            )
+        ),
         version=draw(st.integers(0, 10**9)),
     )
 
@@ -286,7 +301,7 @@ def test_a_session_stored_before_warnings_error_streaks_and_model_steps_reads_wi
     del wire["warned"]
     old = Loops.from_wire(wire)
     assert Failures.from_wire(None) == Failures()  # sessions stored before failures had their own slice
-    assert old.done == {9: (100.0, None, None)} and old.warned == {}
+    assert old.done == {9: (100.0, None, None, 0)} and old.warned == {}
     p = old.pending["c1"]
     assert (p.facts.values, p.facts.turn, p.facts.sizes, p.facts.effect, p.ts) == ((), None, frozenset(), 9, 0.0)
     for n, (effect, writes) in ((9, (None, False)), (10, (9, False))):

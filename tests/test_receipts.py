@@ -490,9 +490,10 @@ def test_verify_receipt_rejects_replay_for_another_call(minted):
 
 
 def test_receipt_for_one_call_does_not_vouch_for_the_next_identical_call(engine, clock):
-    # the same transfer twice, on purpose: each with its own idempotency key
-    v1, rv1 = receipted_transfer(engine, clock, args={**PAYMENT_ARGS, "idempotency_key": "k-1"})
-    v2, rv2 = receipted_transfer(engine, clock, args={**PAYMENT_ARGS, "idempotency_key": "k-2"})
+    # the same transfer twice, on purpose: the user asked for it again
+    v1, rv1 = receipted_transfer(engine, clock, args=PAYMENT_ARGS)
+    engine.record_user(user("Yes, send the same transfer again."))
+    v2, rv2 = receipted_transfer(engine, clock, args=PAYMENT_ARGS)
     assert v1.call_id != v2.call_id
 
     assert check(engine, rv1.receipt, call_id=v2.call_id) == (False, "receipt belongs to another call")

@@ -350,11 +350,18 @@ SUBJECTS = ["Invoice overdue", "Lunch on Friday?", "Build failed", "Re: contract
     "effect",
     [lambda i: {"status": "sent", "balance": 2000 - 500 * i}, lambda i: {"status": "settled", "confirmation": f"TX-{99480 + i}"}],
 )
-def test_the_same_action_again_with_the_same_effect_is_cut_after_its_warning(engine, clock, effect):
-    """Its result changes only in what the action leaves behind (a balance, a new confirmation):
-    the same effect, not new work. (A repeated action whose results differ only in numbers is
-    taken as the same effect.)"""
+def test_the_same_amount_moved_again_is_refused_at_once(engine, clock, effect):
+    """A payment asked for again after it succeeded moves the money twice: refused, whatever its
+    results say (a balance, a new confirmation); the agent is told to ask the user."""
     vs = [run(engine, clock, "wire_transfer", FAILED_TRANSFER, True, effect(i), step_s=30.0) for i in range(4)]
+    assert verdicts_of(vs) == ["-", "cut duplicate_mutation", "cut duplicate_mutation", "cut duplicate_mutation"]
+
+
+def test_an_action_that_moves_no_amount_done_again_with_the_same_effect_is_cut_after_its_warning(engine, clock):
+    vs = [
+        run(engine, clock, "archive_thread", {"thread": "T-9"}, True, {"status": "archived", "at": 100 + i}, mutating=True)
+        for i in range(4)
+    ]
     assert verdicts_of(vs) == ["-", "warn duplicate_mutation", "cut duplicate_mutation", "cut duplicate_mutation"]
 
 

@@ -176,23 +176,18 @@ def check_same_answer(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig, po
 
 
 def check_duplicate_mutation(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig, now: float) -> Trip | None:
+    """The same action (its effect: _effects, in any spelling) while it is in flight, or again
+    after it succeeded within `window_s`: refused; with other free text only, a warning."""
     if f.effect is None:
         return None
     for p in s.loops.pending.values():
         if p.facts.effect == f.effect and now - p.ts <= cfg.duplicate_mutation.in_flight_s:
             # parallel tool calls of one model turn: the first has not even answered yet
-            return Trip(
-                DUPLICATE_MUTATION,
-                "call",
-                f"{f.tool} with these arguments is already running ({p.call_id}); running it again would do it twice",
-                "This action is already under way: wait for its result instead of sending it again.",
-                {"in_flight": 1, "since_s": round(now - p.ts, 3)},
-                certain=True,
-            )
-    done, turn, _ = s.loops.done.get(f.effect, (None, None, None))
-    window = cfg.duplicate_mutation.window_s
-    if done is None or now - done > window:
+            return duplicate_in_flight(f, now - p.ts, other_text=p.facts.effect_text != f.effect_text, where=p.call_id)
+    done = s.loops.done.get(f.effect)
+    if done is None or now - done[0] > cfg.duplicate_mutation.window_s:
         return None
+    ts, turn, _, text = done
     if f.turn is not None and f.turn == turn:
         # asked for by the model step that asked for the first: it never saw that one's result
         return Trip(
@@ -200,16 +195,55 @@ def check_duplicate_mutation(s: SessionState, f: CallFacts, cfg: AgentBreakerCon
             "call",
             f"{f.tool} with these arguments already ran in this same model step; running it again would do it twice",
             "This action already happened: do not repeat it. Use the earlier result.",
-            {"same_turn": 1, "since_s": round(now - done, 3)},
+            {"same_turn": 1, "since_s": round(now - ts, 3)},
             certain=True,
+        )
+    return duplicate_done(f, now - ts, cfg, other_text=text != f.effect_text)
+
+
+def duplicate_in_flight(f: CallFacts, since_s: float, *, other_text: bool, where: str) -> Trip:
+    """The action of a call still in flight (`where`: its call id, or another session)."""
+    if other_text:
+        return Trip(
+            DUPLICATE_MUTATION,
+            "call",
+            f"{f.tool} is already doing this ({where}), only its free text differs; running it again may do it twice",
+            "This action is already under way with other wording: wait for its result; if a second one is meant, "
+            "say so to the user.",
+            {"in_flight": 1, "since_s": round(since_s, 3), "other_text": 1},
         )
     return Trip(
         DUPLICATE_MUTATION,
         "call",
-        f"{f.tool} already succeeded with these arguments {now - done:.0f}s ago; running it again would repeat the action",
+        f"{f.tool} is already doing this ({where}); running it again would do it twice",
+        "This action is already under way: wait for its result instead of sending it again.",
+        {"in_flight": 1, "since_s": round(since_s, 3)},
+        certain=True,
+    )
+
+
+def duplicate_done(f: CallFacts, since_s: float, cfg: AgentBreakerConfig, *, other_text: bool, where: str = "") -> Trip:
+    """The action of a call that succeeded `since_s` ago (`where`: " in another session")."""
+    window = cfg.duplicate_mutation.window_s
+    if other_text:
+        return Trip(
+            DUPLICATE_MUTATION,
+            "call",
+            f"{f.tool} already did this {since_s:.0f}s ago{where}, only its free text differs; it may be done twice",
+            "This action already happened with other wording: if a second one is meant, make sure the user wants it.",
+            {"since_s": round(since_s, 3), "window_s": window, "other_text": 1},
+        )
+    # an amount moved again (a second payment, refund, order) is refused at once; another action
+    # done again may be new work (the next song, the next item): warned first, and judged by
+    # what its result did (the same effect again is no progress)
+    return Trip(
+        DUPLICATE_MUTATION,
+        "call",
+        f"{f.tool} already succeeded with these arguments {since_s:.0f}s ago{where}; running it again would repeat the action",
         "This action already happened: do not repeat it. Use the earlier result; if it must happen again, ask the "
         "user to confirm.",
-        {"since_s": round(now - done, 3), "window_s": window},
+        {"since_s": round(since_s, 3), "window_s": window},
+        certain=f.moves_amount,
     )
 
 
@@ -442,7 +476,7 @@ def record_result(
 
     # duplicate_mutation: the action is done
     if f.effect is not None and not failed:
-        put_bounded(s.loops.done, f.effect, (now, f.turn, heard.effect), MAX_KEYS)
+        put_bounded(s.loops.done, f.effect, (now, f.turn, heard.effect, f.effect_text), MAX_KEYS)
 
     # oscillation: fill in the result of this call's place in the trajectory
     i = p.history_index - s.loops.history_base

@@ -16,7 +16,17 @@ from .._canonical import Fingerprinter
 from .._ledger import Refs
 from .._outcomes import Outcome, is_acknowledgement
 from .._policy import CheckContext, Policy, judge, run_checks
-from .._state import MAX_PENDING, MAX_SAID, CallFacts, ChurnView, Pending, SessionState, put_bounded
+from .._state import (
+    MAX_PENDING,
+    MAX_SAID,
+    MAX_TENANT_EFFECTS,
+    CallFacts,
+    ChurnView,
+    Effects,
+    Pending,
+    SessionState,
+    put_bounded,
+)
 from ..breaker import BreakerStateName, Permission, Transition
 from ..breaker import core as breaker_core
 from ..config import AgentBreakerConfig
@@ -26,14 +36,15 @@ from ..events import ToolResult
 from ..governor import budget
 from ..receipts import ReceiptKeys, empty_mutation_trip, is_empty_result, mint
 from ..verdicts import ALLOW, ResultVerdict, Trip, Verdict, verdict_for
-from ._facts import ResultFacts, echo_masked, effect_hash, view_key_of
+from ._facts import ResultFacts, echo_masked, effect_hash, effects_key_of, view_key_of
 
 #: the prefix of the ids the engine gives calls made without one (paired by their tool)
 UNNAMED_CALL = "~"
 
 V = TypeVar("V", Verdict, ResultVerdict)
-#: a change of a tool view (session_churn), given the view and the session as its chains name it
-ViewChange = Callable[[ChurnView, int], "bool | None"]
+#: a change of a view's pseudo-session (a tool view, a tenant's effects), given it and the
+#: session as the view names it (a keyed hash); False: nothing changed
+ViewChange = Callable[[SessionState, int], "bool | None"]
 
 
 @dataclass(slots=True)
@@ -65,11 +76,14 @@ class CallInput:
     polling_tool: bool  # the tool is configured as a poll
     global_trip: Trip | None  # the tenant's shared spend window, over
     schema_trip: Trip | None  # the arguments break the tool's schema
-    view: ChurnView | None  # the tool's view (session_churn), while the session called it alone
+    view: ChurnView | None  # the tool's view (session_churn), while the session is in its opening
+    effects: Effects | None  # the tenant's effects (duplicate_mutation), for a call that has an effect
+    member: int  # the session as views name it
     tool_key: int
     bkey: str  # the breaker the call goes through
     breaker_on: bool
     churn_on: bool
+    effects_on: bool  # duplicate_mutation follows the tenant's effects
     share_breakers: bool
     permission: Permission | None  # the shared breaker's answer
     confirmation: int  # the hash of the user's "yes" (duplicate_mutation asks for one)
@@ -110,6 +124,9 @@ def decide_tool_call(s: SessionState, x: CallInput) -> tuple[SessionState | None
     if block is None and x.view is not None and s.loops.opening is not None:
         block, churn_warn = judge(cfg, [churn.check(x.view, f.values, f.tool, cfg, now)], s)
         warn = warn or churn_warn
+    if block is None and x.effects is not None and f.effect is not None:
+        block, effect_warn = judge(cfg, [done_elsewhere(x.effects, f, x.member, cfg, now)], s)
+        warn = warn or effect_warn
     granted, own_probe, whose = permission, None, "every session"
     if block is None and x.breaker_on and (permission is None or (permission.allowed and permission.probe is None)):
         # the session's own breaker: its failures alone open it, for it alone (a shared one
@@ -153,11 +170,63 @@ def decide_tool_call(s: SessionState, x: CallInput) -> tuple[SessionState | None
     elif opening is not None:
         # past its opening: its calls leave the chains of the tools it opened with
         if x.churn_on:
-            decided.views.extend((view_key_of(x.tenant, tool_key), churn.leave) for tool_key in dict.fromkeys(opening))
+            leave = views_of(churn.leave)
+            decided.views.extend((view_key_of(x.tenant, tool_key), leave) for tool_key in dict.fromkeys(opening))
         s.loops.opening = None
     decided.mixed = s.loops.opening is None
+    if f.effect is not None and x.effects_on:
+        decided.views.append((effects_key_of(x.tenant), effect_change(f, now, done=None)))
     decided.verdict = settle(s, decided, None, warn, f.tool, escalates=x.escalates, call_id=call_id)
     return s, decided
+
+
+def views_of(change: Callable[[ChurnView, int], bool | None]) -> ViewChange:
+    """A change of a tool view as a change of its pseudo-session."""
+
+    def changed(state: SessionState, member: int) -> bool | None:
+        if state.churn is None:
+            state.churn = ChurnView()
+        return change(state.churn, member)
+
+    return changed
+
+
+def done_elsewhere(effects: Effects, f: CallFacts, member: int, cfg: AgentBreakerConfig, now: float) -> Trip | None:
+    """The call's action in flight, or done within the window, in another session of the tenant."""
+    assert f.effect is not None
+    # sessions replayed out of order have no common clock: a gap either way is a gap
+    seen = effects.inflight.get(f.effect)
+    if seen is not None and seen[0] != member and abs(now - seen[1]) <= cfg.duplicate_mutation.in_flight_s:
+        return loops.duplicate_in_flight(f, abs(now - seen[1]), other_text=seen[2] != f.effect_text, where="another session")
+    seen = effects.done.get(f.effect)
+    if seen is not None and seen[0] != member and abs(now - seen[1]) <= cfg.duplicate_mutation.window_s:
+        since = abs(now - seen[1])
+        return loops.duplicate_done(f, since, cfg, other_text=seen[2] != f.effect_text, where=" in another session")
+    return None
+
+
+def effect_change(f: CallFacts, now: float, *, done: bool | None) -> ViewChange:
+    """A call's action in the tenant's effects: in flight (`done` None), done (True), or failed
+    (False: no longer in flight)."""
+    effect = f.effect
+    assert effect is not None
+
+    def change(state: SessionState, member: int) -> bool:
+        if state.effects is None:
+            state.effects = Effects()
+        inflight = state.effects.inflight
+        if done is None:
+            put_bounded(inflight, effect, (member, now, f.effect_text), MAX_TENANT_EFFECTS)
+            return True
+        ours = inflight.get(effect)
+        if ours is not None and ours[0] == member:
+            del inflight[effect]
+        if done:
+            state.effects.done.pop(effect, None)  # the newest last: the oldest goes first at the cap
+            put_bounded(state.effects.done, effect, (member, now, f.effect_text), MAX_TENANT_EFFECTS)
+        return done or ours is not None
+
+    return change
 
 
 def decide_model_call(s: SessionState, p: Policy, now: float) -> tuple[None, Decided[Verdict]]:
@@ -193,6 +262,7 @@ class ResultInput:
     result_trips: list[Trip]  # the result breaks its schema (schema_violation, schema_drift)
     polling: bool
     churn_on: bool
+    effects_on: bool  # duplicate_mutation follows the tenant's effects
     share_breakers: bool
     fp: Fingerprinter  # echoes are masked against the call's own facts, known only from the state
     receipt_keys: ReceiptKeys | None
@@ -246,7 +316,9 @@ def decide_tool_result(s: SessionState, x: ResultInput) -> tuple[SessionState | 
         def record(view: ChurnView, member: int) -> None:
             churn.record_outcome(view, member, f.values, failure, True, now, cfg)
 
-        decided.views.append((view_key_of(ev.tenant, r.tool_key), record))
+        decided.views.append((view_key_of(ev.tenant, r.tool_key), views_of(record)))
+    if f.effect is not None and x.effects_on:
+        decided.views.append((effects_key_of(ev.tenant), effect_change(f, now, done=not out.failed)))
     # the answer (to compare with the tool's answers to other calls) and the news (whether the
     # tool said it before), an echo of the call's own argument masked in both
     echoed = echo_masked(fp, x.p, r.timed, ev.result, f)

@@ -11,11 +11,12 @@ import orjson
 
 from .._canonical import CanonicalError, Fingerprinter, collapse_whitespace
 from .._churn import counts, mask_failure_ids
+from .._effects import effect_of
 from .._ledger import Refs
 from .._outcomes import Outcome, is_blank, says_nothing, writes
 from .._policy import Policy
 from .._state import MAX_VALUES, CallFacts, SessionState
-from .._text import normalize_text
+from .._text import normalize_name, normalize_text
 from ..events import Assistant, Final, InvalidEventError, ToolCall, ToolResult, User
 from ..governor import budget
 
@@ -72,11 +73,13 @@ def call_facts(fp: Fingerprinter, ev: ToolCall, p: Policy) -> CallFacts:
         raise InvalidEventError.of([("args", str(exc))]) from None
     key = fp.hash64(ev.tool, canonical)
     mutating = ev.mutating if ev.mutating is not None else p.mutating(ev.tool)
-    effect = None
+    effect, effect_text, moves_amount = None, 0, False
     if mutating and not p.cfg.tool(ev.tool).idempotent:
-        # the canonical args drop idempotency keys (volatile): a distinct key is a distinct action
-        idempotency_key = p.idempotency_key(ev.args)
-        effect = key if idempotency_key is None else fp.hash64(ev.tool, canonical, idempotency_key)
+        # what it does, in one spelling (amounts, ids, made-up keys aside), and its free text apart
+        done = effect_of(ev.args, p.idempotency_fields)
+        effect = fp.hash64(EFFECT, normalize_name(ev.tool), *done.parts)
+        effect_text = fp.hash64(EFFECT, *done.words) if done.words else 0
+        moves_amount = done.amount
     fingerprinted = p.fingerprint_calls
     values, sizes = _values(fp, _leaves(ev.args))
     return CallFacts(
@@ -90,6 +93,8 @@ def call_facts(fp: Fingerprinter, ev: ToolCall, p: Policy) -> CallFacts:
         depth=ev.depth or 0,
         mutating=mutating,
         effect=effect,
+        effect_text=effect_text,
+        moves_amount=moves_amount,
         writes=writes(ev.args),
         values=values,
         sizes=frozenset(sizes),
@@ -260,3 +265,8 @@ def view_key_of(tenant: str | None, tool_key: int) -> str:
     """The key of a tool view (session_churn). It starts with a control character, which no
     session id may hold, so it never names a real session."""
     return f"\x1eview{TENANT_SEPARATOR}{tenant or ''}{TENANT_SEPARATOR}{tool_key:016x}"
+
+
+def effects_key_of(tenant: str | None) -> str:
+    """The key of a tenant's effects (duplicate_mutation across its sessions), named as a view is."""
+    return f"\x1eeffects{TENANT_SEPARATOR}{tenant or ''}"

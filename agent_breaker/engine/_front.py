@@ -308,6 +308,10 @@ class Engine:
         churn_on = p.mode(H.SESSION_CHURN) != "off"
         tool_key = self.fingerprints.labeled(TOOL, f.tool)
         view = self.views.read(ev.tenant, tool_key) if churn_on and not self.views.is_mixed(step.key) else None
+        # a tenant's sessions are one party's: its actions are followed across them (sessions that
+        # name no tenant may be anyone's)
+        effects_on = ev.tenant is not None and p.mode(H.DUPLICATE_MUTATION) != "off"
+        effects = self.views.read_effects(ev.tenant) if effects_on and f.effect is not None else None
         bkey = self._breaker_key(cfg, ev.tenant, f.tool)
         breaker_on = p.mode(H.CIRCUIT_OPEN) != "off"
         # a shared breaker is asked first (a half-open probe slot is released below if the
@@ -329,10 +333,13 @@ class Engine:
             global_trip=global_trip,
             schema_trip=None if problem is None else schema_violation(f.tool, "arguments", problem),
             view=view,
+            effects=effects,
+            member=self.views.member(step.key),
             tool_key=tool_key,
             bkey=bkey,
             breaker_on=breaker_on,
             churn_on=churn_on,
+            effects_on=effects_on,
             share_breakers=self.share_breakers,
             permission=permission,
             confirmation=self._confirmation,
@@ -388,6 +395,7 @@ class Engine:
             result_trips=result_trips,
             polling=p.polling(ev.tool),
             churn_on=p.mode(H.SESSION_CHURN) != "off",
+            effects_on=ev.tenant is not None and p.mode(H.DUPLICATE_MUTATION) != "off",
             share_breakers=self.share_breakers,
             fp=self.fingerprints,
             receipt_keys=self.receipt_keys,

@@ -1,5 +1,6 @@
-"""What this engine remembers of tools across sessions: the tool views (session_churn: which
-sessions keep failing the same call of a tool), the sessions known to call several tools (no
+"""What this engine remembers across sessions: the tool views (session_churn: which sessions
+keep failing the same call of a tool), each tenant's effects (duplicate_mutation: the actions in
+flight and done in any of its sessions), the sessions known to be past their opening (no tool
 view to read for them), and whether each tool's latest result met its schema (schema_drift)."""
 
 from __future__ import annotations
@@ -12,12 +13,12 @@ from .. import heuristics as H
 from .._canonical import Fingerprinter
 from .._outcomes import Outcome
 from .._policy import Policy
-from .._state import ChurnView, SessionState
+from .._state import ChurnView, Effects, SessionState
 from ..events import ToolResult
 from ..store import StorageError, Store
 from ..verdicts import Trip
 from ._decide import ViewChange, schema_violation
-from ._facts import MEMBER, TENANT_SEPARATOR, view_key_of
+from ._facts import MEMBER, TENANT_SEPARATOR, effects_key_of, view_key_of
 
 log = logging.getLogger("agent_breaker")
 #: sessions this engine knows have made more than one distinct call (no tool view to read)
@@ -36,11 +37,17 @@ class ToolViews:
         self._lock = threading.Lock()
 
     def read(self, tenant: str | None, tool_key: int) -> ChurnView | None:
+        return getattr(self._peek(view_key_of(tenant, tool_key)), "churn", None)
+
+    def read_effects(self, tenant: str | None) -> Effects | None:
+        """The tenant's effects in flight and done (duplicate_mutation across its sessions)."""
+        return getattr(self._peek(effects_key_of(tenant)), "effects", None)
+
+    def _peek(self, vkey: str) -> object | None:
         try:
-            state = self._store.peek_session(view_key_of(tenant, tool_key))
+            return self._store.peek_session(vkey)
         except StorageError:
             return None
-        return getattr(state, "churn", None)
 
     def member(self, session_key: str) -> int:
         """A session as a tool view's chains name it: a keyed hash of its key."""
@@ -56,16 +63,13 @@ class ToolViews:
                 self._mixed.popitem(last=False)
 
     def update(self, vkey: str, now: float, change: ViewChange, session_key: str) -> None:
-        """Change a tool view for a session; a storage failure only costs that view."""
+        """Change a view (a tool's, or a tenant's effects) for a session; a storage failure only
+        costs that view."""
         member = self.member(session_key)
 
         def update(state: object | None) -> tuple[SessionState | None, None]:
-            if isinstance(state, SessionState) and state.churn is not None:
-                view_state = state
-            else:
-                view_state = SessionState(vkey, churn=ChurnView())
-            assert view_state.churn is not None
-            changed = change(view_state.churn, member)
+            view_state = state if isinstance(state, SessionState) else SessionState(vkey)
+            changed = change(view_state, member)
             return (None if changed is False else view_state), None
 
         try:

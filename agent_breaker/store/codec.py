@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from .._ledger import Ledger
-from .._state import ChurnView, Failures, Loops, SessionState, Spend, turns_from_wire, turns_to_wire
+from .._state import ChurnView, Effects, Failures, Loops, SessionState, Spend, turns_from_wire, turns_to_wire
 from ..breaker import BreakerState
 
 FORMAT = 3  # 3: named slices, each with its own wire form
@@ -30,6 +30,7 @@ def encode(s: SessionState) -> bytes:
         "ledger": s.ledger.to_wire(),
         "breakers": {name: b.to_wire() for name, b in s.breakers.items()},
         "churn": None if s.churn is None else s.churn.to_wire(),
+        "effects": None if s.effects is None else s.effects.to_wire(),
     }
     # orjson: the same compact JSON as json.dumps (non-string keys as strings), several times
     # faster, which a shared store pays twice a decision. The state holds finite numbers only
@@ -60,5 +61,6 @@ def decode(raw: bytes | str) -> SessionState | None:
         breakers={name: BreakerState.from_wire(name, b) for name, b in slices["breakers"].items()},
         ledger=Ledger.from_wire(slices["ledger"]),
         churn=None if churn is None else ChurnView.from_wire(churn),
+        effects=None if slices.get("effects") is None else Effects.from_wire(slices["effects"]),
         version=version,
     )

@@ -53,7 +53,11 @@ _NO_REFERENCE = -1
 _UNREAD = -2  # a context whose word before the dash may begin before it
 # a negation of the verb that follows it: "not", "never", a contraction ("wasn't"), or a word that
 # says the action did not happen ("unable to", "failed to")
-_NEGATORS = frozenset({"not", "never", "cannot", "unable", "failed", "unsuccessful", "without", "nor", "neither"})
+_NEGATORS = frozenset(
+    {"not", "never", "cannot", "unable", "failed", "unsuccessful", "without", "nor", "neither"}
+    # ... in the languages of the claim verbs (their "no" is a negating determiner below)
+    | {"pas", "jamais", "nicht", "niemals", "nie", "kein", "keine", "não", "nao", "nunca", "non", "ni"}
+)
 # a negation of the subject before the verb: "no money was transferred", "nothing has been sent"
 _NEGATING_DETERMINERS = frozenset({"no", "nothing", "none", "neither", "nobody", "nor"})
 # what may stand between a negation and the verb it governs: auxiliaries, adverbs, "to", and the
@@ -98,6 +102,38 @@ _VERB_GROUP = frozenset(
         "that",
         "these",
         "those",
+        # auxiliaries and adverbs of the claim verbs' other languages
+        "se",
+        "ha",
+        "han",
+        "he",
+        "hemos",
+        "sido",
+        "fue",
+        "fueron",
+        "está",
+        "esta",
+        "correctamente",
+        "a",
+        "été",
+        "est",
+        "sont",
+        "bien",
+        "correctement",
+        "wurde",
+        "wurden",
+        "ist",
+        "sind",
+        "hat",
+        "haben",
+        "worden",
+        "erfolgreich",
+        "foi",
+        "foram",
+        "é",
+        "stato",
+        "stata",
+        "è",
     }
 )
 # a subject, a verb of its own, or a joining word ends the reach of a negation before it ("no doubt I
@@ -211,7 +247,19 @@ _FIRST_PERSON = frozenset({"i", "we", "i've", "we've", "i'd", "we'd", "i'm", "we
 _REF = "ref"  # the label of a reference key's keyed hash
 #: matches of one claim phrase read in an answer (a text of a million "sent" is no answer)
 MAX_CLAIM_MATCHES = 64
-_WORD = re.compile(r"[A-Za-z']+")
+_WORD = re.compile(r"(?:[^\W\d_]|')+")
+# a failure denied ("it is not true that the payment didn't go through", "there is no way the
+# transfer failed"): an assertion that the action happened
+_DENIED_FAILURE = re.compile(
+    r"\b(?:not (?:true|the case|correct)|no way|untrue|false|impossible)\b[^.!?\n]{0,120}?"
+    r"(?:n't\b|\b(?:not|never|fail(?:ed|s)?|failure|unsuccessful|bounced|rejected|declined)\b)"
+)
+#: a reference written without its dash, after a word that names it ("reference KBX77310"):
+#: letters and at least MIN_DIGIT_RUN digits
+_NAMED_REFERENCE = re.compile(
+    r"\b(?:reference|ref|confirmation|transaction|receipt|tracking|booking|order)(?:\s+(?:number|no|id|code|#))?"
+    r"(?:\s+(?:is|was))?\s*[:#.]?\s*([A-Za-z]{1,6}\d{4,}|\d{4,}[A-Za-z]{1,6})\b"
+)
 # a dash between spaces ends a clause too ("No worries - the $500 was sent"; em and en dashes
 # are "-" once normalized)
 _CLAUSE_END = re.compile(r"[,.;:!?\n]|\s-+\s")
@@ -248,9 +296,10 @@ def _dash_spaced_ids(text: str) -> str:
 
 def _not_asserted(before: list[str]) -> bool:
     """The words before a claim phrase make it a condition, a future or an instruction: the last
-    such word is not followed by the agent speaking of itself."""
+    such word is not followed by the agent speaking of itself ("once" opening "once again" or
+    "once more" is no condition)."""
     for i in range(len(before) - 1, -1, -1):
-        if before[i] in _NOT_ASSERTED:
+        if before[i] in _NOT_ASSERTED and not (before[i] == "once" and before[i + 1 : i + 2] in (["again"], ["more"])):
             return _FIRST_PERSON.isdisjoint(before[i + 1 :])
     return False
 
@@ -304,15 +353,16 @@ class ClaimChecker:
         """The reference ids an answer cites, each with its digits and whether a confirmation
         word stands right before it ("confirmation number TX-99482", "receipt: TX-99482")."""
         text = _dash_spaced_ids(fold_text(text))
+        written_in = [*self._written_in(text), *((m.start(1), m.group(1)) for m in _NAMED_REFERENCE.finditer(text))]
         out = []
-        for start, written in self._written_in(text):
-            digits = _reference_key(written).lstrip(string.ascii_lowercase)
+        for start, written in written_in:
+            digits = "".join(c for c in written if c.isdigit())
             before = _WORD.findall(text[max(0, start - 160) : start].lower())
             nouns, verbs = (before[-n:] for n in _CONFIRMATION_REACH)
             out.append(
                 Citation(
                     self._reference_hash(written),
-                    self._reference_hash(digits) if len(digits) >= MIN_DIGIT_RUN and digits.isdigit() else None,
+                    self._reference_hash(digits) if len(digits) >= MIN_DIGIT_RUN else None,
                     not (_CONFIRMATION_NOUNS.isdisjoint(nouns) and _CONFIRMATION_VERBS.isdisjoint(verbs)),
                 )
             )
@@ -403,7 +453,7 @@ class ClaimChecker:
                 _REPORT_TRUTH,
                 {"unverified_references": len(unverified)},
             )
-        missing = self._unbacked(self._claims(text), ledger)
+        missing = self._unbacked(self._claims(text, list(ledger.mutating)), ledger)
         if missing:
             return Trip(
                 UNVERIFIED_CLAIM,
@@ -415,12 +465,16 @@ class ClaimChecker:
             )
         return None
 
-    def _claims(self, text: str) -> dict[str, bool]:
+    def _claims(self, text: str, tried: list[str]) -> dict[str, bool]:
         """Claim phrases asserted in the text (not negated, not a condition, a future or a
-        question), lower-cased, each with whether its sentence names a sum of money. The text's
-        sentence ends are found once (each phrase match looks its own up)."""
+        question), lower-cased, each with whether its sentence names a sum of money. A phrase of
+        a done deed that names no action ("processed", "went through", "successful": the stem
+        `complete`) counts only in a sentence about an action tried (`tried`: its name's words,
+        or its kin's: "payment" for a transfer) or about a sum; a denied failure ("not true that
+        it didn't go through") is such a phrase too. The text's sentence ends are found once."""
         lowered = normalize_text(text)
         ends = [m.start() for m in _SENTENCE_END.finditer(lowered)]
+        kin = self._kin_words(tried)
         found: dict[str, bool] = {}
         for phrase, pattern in self._phrase_patterns:
             for m in itertools.islice(pattern.finditer(lowered), MAX_CLAIM_MATCHES):
@@ -428,8 +482,30 @@ class ClaimChecker:
                 sentence = lowered[ends[i - 1] + 1 if i else 0 : ends[i] + 1 if i < len(ends) else len(lowered)]
                 if not _asserted(lowered, m.start(), sentence):
                     continue
-                found[phrase] = found.get(phrase, False) or _MONEY.search(sentence) is not None
+                money = _MONEY.search(sentence) is not None
+                if self._generic.get(phrase) == _ANY_ACTION and not money and not _names_any(sentence, kin):
+                    continue
+                found[phrase] = found.get(phrase, False) or money
+        for m in itertools.islice(_DENIED_FAILURE.finditer(lowered), MAX_CLAIM_MATCHES):
+            sentence = lowered[m.start() : m.end()]
+            if _names_any(sentence, kin) or _MONEY.search(sentence) is not None:
+                found[_DENIED] = found.get(_DENIED, False) or _MONEY.search(sentence) is not None
         return found
+
+    def _kin_words(self, tried: list[str]) -> list[str]:
+        """The stems a sentence about one of these actions may use: the words of their names,
+        the stems of the families they belong to, and for one that moves money the stems of
+        every money action ("payment", "transfer" for move_money)."""
+        names = [t.lower() for t in tried]
+        words = {w for t in names for w in _NAME_WORDS.findall(t)}
+        kin = {w for w in words if len(w) >= MIN_KIN_CHARS}
+        for family in self._families.values():
+            stems = [f for f in family if f != "*"]
+            if any(w.startswith(f) for f in stems for w in words):
+                kin.update(f for f in stems if len(f) >= MIN_KIN_CHARS)
+        if any(m in t for t in names for m in (*MONEY_STEMS, "money", "funds")):
+            kin.update(MONEY_STEMS)
+        return sorted(kin)
 
     def _unbacked(self, claimed: dict[str, bool], ledger: Ledger) -> set[str]:
         """What the claims name that has no receipted success: an explicit claim phrase's tool,
@@ -442,7 +518,7 @@ class ClaimChecker:
             if explicit:
                 missing.update(t for t in explicit if not ledger.mutating.get(t, False))
                 continue
-            stem = self._generic.get(phrase)
+            stem = _ANY_ACTION if phrase == _DENIED else self._generic.get(phrase)
             if stem is None or not ledger.mutating:
                 continue
             able = self._able(stem, list(ledger.mutating), money)
@@ -467,6 +543,20 @@ class ClaimChecker:
             if pool:
                 return pool
         return []
+
+
+#: the stem of the claim phrases that name no action of their own (any action may back them)
+_ANY_ACTION = "complete"
+#: the claim of a denied failure, by this name among the phrases found
+_DENIED = "(a failure denied)"
+_NAME_WORDS = re.compile(r"[a-z]+")
+#: a stem this short says nothing of what a sentence is about ("add", "set")
+MIN_KIN_CHARS = 4
+
+
+def _names_any(sentence: str, stems: list[str]) -> bool:
+    """Does a word of the sentence start with one of the stems ("payment" with "pay")."""
+    return any(word.startswith(stem) for word in _WORD.findall(sentence) for stem in stems)
 
 
 def _asserted(lowered: str, start: int, sentence: str) -> bool:

@@ -37,6 +37,7 @@ MAX_CHAINS = 32  # near-duplicate chains, one per recently used tool (each holds
 MAX_ANSWER_KEYS = 64  # same_answer: the distinct calls of one streak kept
 MAX_SAID = 64  # user turns remembered (hashes), to tell a repeated answer from new information
 MAX_VALUES = 64  # argument values of a call kept (hashes): to tell an echo, and what stays while salts churn
+MAX_TOPIC = 16  # the words of a call's argument values kept (same_answer: what it asks about)
 MAX_CHURN_CHAINS = 4  # session_churn: chains of one tool view, one per outcome
 MAX_CHURN_MEMBERS = 32  # ... and the sessions each one follows
 MAX_TENANT_EFFECTS = 256  # duplicate_mutation: a tenant's effects in flight, and done, kept each
@@ -84,6 +85,9 @@ class CallFacts:
     # and whether its effect names an amount (done twice, it moves twice as much)
     effect_text: int = 0
     moves_amount: bool = False
+    # same_answer: what it asks about, its argument values' words (their first letters, digits
+    # folded: keyed 32-bit hashes, at most MAX_TOPIC): calls that share none ask about other things
+    topic: tuple[int, ...] = ()
 
 
 @dataclass(slots=True)
@@ -125,13 +129,14 @@ class Answer:
     result: int
     keys: list[int]  # the distinct calls of the streak
     epoch: int  # the session's progress epoch after the streak's last call
+    topic: list[int] = field(default_factory=list)  # what its calls asked about (CallFacts.topic, at most MAX_VALUES)
 
     def to_wire(self) -> list[Any]:
-        return [self.result, self.keys, self.epoch]
+        return [self.result, self.keys, self.epoch, self.topic]
 
     @classmethod
     def from_wire(cls, d: list[Any]) -> Answer:
-        return cls(d[0], list(d[1]), d[2])
+        return cls(d[0], list(d[1]), d[2], list(d[3]) if len(d) > 3 else [])
 
 
 @dataclass(slots=True)
@@ -548,6 +553,7 @@ def _facts(f: CallFacts) -> list[Any]:
         sorted(f.sizes),
         f.effect_text,
         f.moves_amount,
+        _fp(f.topic),
     ]
 
 
@@ -558,5 +564,6 @@ def _unfacts(d: list[Any]) -> CallFacts:
     values, turn, sizes = (_unfp(d[11]), d[12], frozenset(d[13])) if len(d) > 13 else ((), None, frozenset())
     fp_text, fp_shape, fp_thought = _unfp_or_none(d[2]), _unfp_or_none(d[3]), _unfp_or_none(d[4])
     effect_text, moves_amount = (d[14], d[15]) if len(d) > 15 else (0, False)  # stored before free text was kept apart
-    facts = (d[5], d[6], d[7], d[8], effect, writes, values, turn, sizes, effect_text, moves_amount)
+    topic = _unfp(d[16]) if len(d) > 16 else ()
+    facts = (d[5], d[6], d[7], d[8], effect, writes, values, turn, sizes, effect_text, moves_amount, topic)
     return CallFacts(d[0], d[1], fp_text, fp_shape, fp_thought, *facts)

@@ -71,6 +71,7 @@ facts = st.builds(
     st.frozensets(st.integers(0, 10**6), max_size=MAX_VALUES),  # the lengths of its argument values
     u64,  # its free text (duplicate_mutation)
     st.booleans(),  # its effect names an amount
+    st.lists(u32, max_size=4).map(lambda t: tuple(sorted(t))),  # what it asks about (same_answer)
 )
 pending = st.builds(
     Pending,
@@ -163,7 +164,9 @@ def sessions(draw) -> SessionState:
             opening=draw(st.one_of(st.none(), st.lists(u64, max_size=3))),
             answers=draw(
                 st.dictionaries(
-                    ids, st.builds(Answer, hash_or_failed, st.lists(u64, max_size=3), st.integers(0, 1000)), max_size=2
+                    ids,
+                    st.builds(Answer, hash_or_failed, st.lists(u64, max_size=3), st.integers(0, 1000), st.lists(u32, max_size=3)),
+                    max_size=2,
                 )
             ),
             done=draw(

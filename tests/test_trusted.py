@@ -547,9 +547,12 @@ def test_reworded_searches_that_stay_empty_are_cut(engine, clock, shape):
         "counted": lambda q: {"hits": [], "total": 0, "took_ms": _RNG.randint(3, 90), "q": q.upper()},
         "nested_echo": lambda q: {"meta": {"query": f" {q} "}, "hits": []},
     }
-    words = ["refund policy", "refund rules", "refunds", "refund terms", "returns", "refund faq", "money back", "refund time"]
+    # the searches that ask about refunds count; those about something else in between ("returns",
+    # "money back") neither count nor end the streak: a sweep over other things is work
+    words = ["refund policy", "refund rules", "refunds", "refund terms", "returns", "refund faq", "money back"]
+    words += ["refund time", "refund deadline", "refund status"]
     vs = [run(engine, clock, "kb_search", {"query": q}, True, answers[shape](q)) for q in words]
-    assert cut_at(vs) == 7, verdicts_of(vs)
+    assert cut_at(vs) == 9 and vs[7].advisory, verdicts_of(vs)
 
 
 @pytest.mark.parametrize("ack", [{"status": "ok"}, {"ok": True}, "Saved.", "OK.", {"success": True, "message": "Field updated"}])

@@ -16,6 +16,7 @@ from .._state import (
     MAX_CHAINS,
     MAX_KEYS,
     MAX_SEEN,
+    MAX_VALUES,
     Answer,
     CallFacts,
     Chain,
@@ -163,8 +164,11 @@ def _scores(similar: Similarity, thought_threshold: float) -> dict[str, float]:
 def check_same_answer(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig, polling: bool) -> Trip | None:
     a = s.loops.answers.get(f.tool)
     limit = cfg.same_answer.max_calls
-    # stale once another call taught the agent something: it has moved on
+    # stale once another call taught the agent something: it has moved on; and a call about
+    # something else (another name screened, another record looked up) is no retry of the streak
     if a is None or polling or f.mutating or f.writes or len(a.keys) < limit or a.epoch != s.loops.epoch:
+        return None
+    if not asks_the_same(a, f):
         return None
     return Trip(
         SAME_ANSWER,
@@ -173,6 +177,12 @@ def check_same_answer(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig, po
         "Changing the arguments is not changing the answer. Use what you have, or report that the information is not available.",
         {"calls": len(a.keys), "max_calls": limit},
     )
+
+
+def asks_the_same(a: Answer, f: CallFacts) -> bool:
+    """Does the call ask about what the streak's calls asked about: it shares a word of its
+    argument values with them (the first call of a streak always does)."""
+    return not a.keys or not f.topic or not set(a.topic).isdisjoint(f.topic)
 
 
 def check_duplicate_mutation(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig, now: float) -> Trip | None:
@@ -459,14 +469,17 @@ def record_result(
     # same_answer: the tool's calls with other arguments and this one answer, while nothing
     # else was learned; a blank answer (a command that prints nothing), a failure, or an
     # acknowledgement ("OK.", "File created successfully" to a write) does not count
+    # acknowledgement ("OK.", "File created successfully" to a write) does not count; nor does a
+    # call about something else than the streak's (a sweep over names, each "no match": work)
     answer = None
     if not (failed or blank or polling or out.in_progress or f.mutating or f.writes or heard.ack):
         answer = s.loops.answers.get(f.tool)
         if answer is None or answer.result != heard.answer or answer.epoch != s.loops.epoch:
             answer = Answer(heard.answer, [], 0)
             put_bounded(s.loops.answers, f.tool, answer, MAX_CHAINS)
-        if f.key not in answer.keys and len(answer.keys) < MAX_ANSWER_KEYS:
+        if f.key not in answer.keys and len(answer.keys) < MAX_ANSWER_KEYS and asks_the_same(answer, f):
             answer.keys.append(f.key)
+            answer.topic = sorted(set(answer.topic).union(f.topic))[:MAX_VALUES]
 
     # early_retry: the tool said when to come back; a success means it is back
     if out.retry_after_s is not None:

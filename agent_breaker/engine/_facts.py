@@ -15,7 +15,7 @@ from .._effects import effect_of
 from .._ledger import Refs
 from .._outcomes import Outcome, is_blank, says_nothing, writes
 from .._policy import Policy
-from .._state import MAX_VALUES, CallFacts, SessionState
+from .._state import MAX_TOPIC, MAX_VALUES, CallFacts, SessionState
 from .._text import normalize_name, normalize_text
 from ..events import Assistant, Final, InvalidEventError, ToolCall, ToolResult, User
 from ..governor import budget
@@ -28,6 +28,11 @@ ECHO = "echo"
 MEMBER = "member"
 TURN = "turn"
 EFFECT = "effect"
+TOPIC = "topic"
+#: a word of an argument value as a call's topic holds it: its first letters (a stem, roughly)
+TOPIC_CHARS = 5
+_TOPIC_WORD = re.compile(r"[^\W_]+")
+_DIGITS = re.compile(r"[0-9]+")
 _NUMBER = re.compile(r"[0-9]+")
 #: a value an error may name: a number or a word (an id, a name), as an argument would hold it
 _ERROR_VALUE = re.compile(r"[0-9]+(?:\.[0-9]+)?|[a-z_][a-z0-9_.-]*[a-z0-9]")
@@ -81,7 +86,8 @@ def call_facts(fp: Fingerprinter, ev: ToolCall, p: Policy) -> CallFacts:
         effect_text = fp.hash64(EFFECT, *done.words) if done.words else 0
         moves_amount = done.amount
     fingerprinted = p.fingerprint_calls
-    values, sizes = _values(fp, _leaves(ev.args))
+    leaves = _leaves(ev.args)
+    values, sizes = _values(fp, leaves)
     return CallFacts(
         tool=ev.tool,
         key=key,
@@ -98,6 +104,7 @@ def call_facts(fp: Fingerprinter, ev: ToolCall, p: Policy) -> CallFacts:
         writes=writes(ev.args),
         values=values,
         sizes=frozenset(sizes),
+        topic=_topic(fp, leaves),
         turn=None if effect is None or ev.turn is None else fp.hash64(TURN, ev.turn),
     )
 
@@ -205,6 +212,14 @@ def _value_hash(fp: Fingerprinter, normalized: str) -> int:
 
 def _normalized(value: str) -> str:
     return normalize_text(collapse_whitespace(value))
+
+
+def _topic(fp: Fingerprinter, leaves: list[str]) -> tuple[int, ...]:
+    """What a call asks about: the words of its argument values, each as its first TOPIC_CHARS
+    letters with digits folded ("refunds" and "refund" ask about one thing, page 5 and page 6
+    too), keyed 32-bit hashes, the smallest MAX_TOPIC."""
+    words = {w[:TOPIC_CHARS] for leaf in leaves[:MAX_LEAVES] for w in _TOPIC_WORD.findall(_DIGITS.sub("0", _normalized(leaf)))}
+    return tuple(sorted(fp.labeled(TOPIC, w) & 0xFFFF_FFFF for w in words)[:MAX_TOPIC])
 
 
 def _values(fp: Fingerprinter, leaves: list[str]) -> tuple[tuple[int, ...], set[int]]:

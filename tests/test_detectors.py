@@ -73,16 +73,16 @@ def test_semantic_failure_counts_even_when_transport_said_ok(engine, clock):
     assert engine.check_tool_call(call("get_lead", args)).heuristic == "identical_failure"
 
 
-def test_identical_call_with_the_same_result_is_warned_after_four_runs_and_cut_after_five(engine, clock):
+def test_identical_call_with_the_same_result_is_warned_after_three_runs_and_cut_after_four(engine, clock):
     args = {"id": 7487}
-    for _ in range(4):
+    for _ in range(3):
         assert run(engine, clock, "read_record", args, True, {"name": "Dana"}).heuristic is None
     warned = run(engine, clock, "read_record", args, True, {"name": "Dana"})
     assert (warned.allowed, warned.heuristic, warned.advisory) == (True, "identical_call", True)
-    assert warned.counters["repeats"] == 4
+    assert warned.counters["repeats"] == 3
     v = engine.check_tool_call(call("read_record", args))
     assert (v.allowed, v.heuristic) == (False, "identical_call")
-    assert v.counters["repeats"] == 5
+    assert v.counters["repeats"] == 4
 
 
 def test_identical_call_whose_result_changes_is_work(engine, clock):

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._canonical import normalize_key
+from ._churn import is_timing_key
 from ._text import caseless_matcher, says_interrupted
 from .config import AgentBreakerConfig
 from .events import ErrorKind, ToolResult
@@ -277,6 +278,41 @@ def says_nothing(value: Any, depth: int = 0) -> bool:
     if depth >= 3 or not isinstance(value, (dict, list)):
         return False
     return all(says_nothing(v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
+
+
+_NOTHING_FOUND = re.compile(
+    r"\b(?:no|0|zero)\s+(?:results?|matches|entries|records|hits|items|rows|documents|pages)\b|\bnot found\b"
+    r"|\bnothing (?:found|matched)\b|\bno match\b|\bcould ?n[o']?t find\b|\bdid not match\b|\bdoes not exist\b"
+)
+#: a text this long is an answer of its own, not a note that nothing was found
+_NOTE_CHARS = 200
+
+
+def finds_nothing(result: Any, depth: int = 0) -> bool:
+    """An answer that nothing was found: empty (`says_nothing`), a short text that says so ("No
+    entries match your query."), or a record whose only values besides an empty list are short
+    texts (the query echoed beside `"matches": []`)."""
+    if says_nothing(result):
+        return True
+    if isinstance(result, str):
+        return len(result) <= _NOTE_CHARS and _NOTHING_FOUND.search(result.lower()) is not None
+    if not isinstance(result, dict) or depth >= 2:
+        return False
+    values = list(result.values())
+    if any(isinstance(v, str) and finds_nothing(v, depth + 1) for v in values):
+        return True
+    empty = any(isinstance(v, (list, dict)) and not v for v in values)
+    return empty and all(_only_notes(k, v) for k, v in result.items())
+
+
+def _only_notes(key: Any, value: Any, depth: int = 0) -> bool:
+    """A value beside an empty answer that says nothing of its own: nothing, a timing
+    (`took_ms`), a short text (the query echoed), or a record of only such values."""
+    if says_nothing(value) or (isinstance(key, str) and is_timing_key(key)):
+        return True
+    if isinstance(value, str):
+        return len(value) <= _NOTE_CHARS
+    return isinstance(value, dict) and depth < 2 and all(_only_notes(k, v, depth + 1) for k, v in value.items())
 
 
 CONTENT_CHARS = 500  # a string argument this long is content, not a question

@@ -38,6 +38,8 @@ MAX_ANSWER_KEYS = 64  # same_answer: the distinct calls of one streak kept
 MAX_SAID = 64  # user turns remembered (hashes), to tell a repeated answer from new information
 MAX_VALUES = 64  # argument values of a call kept (hashes): to tell an echo, and what stays while salts churn
 MAX_TOPIC = 16  # the words of a call's argument values kept (same_answer: what it asks about)
+MAX_TOPIC_WORDS = 16  # ... and of its arguments' words, to compare two calls (same_answer) ...
+MAX_ASKED = 4  # ... of the newest calls of a same_answer streak
 MAX_CHURN_CHAINS = 4  # session_churn: chains of one tool view, one per outcome
 MAX_CHURN_MEMBERS = 32  # ... and the sessions each one follows
 MAX_TENANT_EFFECTS = 256  # duplicate_mutation: a tenant's effects in flight, and done, kept each
@@ -130,13 +132,19 @@ class Answer:
     keys: list[int]  # the distinct calls of the streak
     epoch: int  # the session's progress epoch after the streak's last call
     topic: list[int] = field(default_factory=list)  # what its calls asked about (CallFacts.topic, at most MAX_VALUES)
+    nothing: bool = False  # the answer is that nothing was found (an empty list, "no results")
+    # the argument words of its latest calls (each sorted, at most MAX_TOPIC_WORDS; the newest
+    # MAX_ASKED calls): a call that reads like one of them asks it again
+    asked: list[tuple[int, ...]] = field(default_factory=list)
 
     def to_wire(self) -> list[Any]:
-        return [self.result, self.keys, self.epoch, self.topic]
+        return [self.result, self.keys, self.epoch, self.topic, self.nothing, [_fp(w) for w in self.asked]]
 
     @classmethod
     def from_wire(cls, d: list[Any]) -> Answer:
-        return cls(d[0], list(d[1]), d[2], list(d[3]) if len(d) > 3 else [])
+        if len(d) < 6:  # stored before a streak kept what it asked about
+            return cls(d[0], list(d[1]), d[2])
+        return cls(d[0], list(d[1]), d[2], list(d[3]), d[4], [_unfp(w) for w in d[5]])
 
 
 @dataclass(slots=True)
@@ -466,7 +474,7 @@ class SessionState:
             w += _PENDING + _INT * (len(f.fp_text or ()) + len(f.fp_shape or ()) + len(f.fp_thought or ()) + len(f.values))
         w += sum(_KEY + _INT * len(st.poll_ts) for st in lp.keys.values())
         w += sum(_CHAIN + _INT * (len(c.fp_text) + len(c.fp_shape) + len(c.fp_thought or ())) for c in lp.chains.values())
-        w += sum(_ANSWER + _INT * len(a.keys) for a in lp.answers.values())
+        w += sum(_ANSWER + _INT * (len(a.keys) + len(a.topic) + sum(map(len, a.asked))) for a in lp.answers.values())
         w += _ROW * len(lp.history) + _ENTRY * (len(lp.seen) + len(lp.said) + len(lp.wait) + len(lp.warned))
         w += _DONE * len(lp.done) + _INT * len(lp.opening or ()) + self.failures.weight()
         w += sum(_TURN + _INT * len(t[1]) for t in self.turns)

@@ -165,7 +165,15 @@ def sessions(draw) -> SessionState:
             answers=draw(
                 st.dictionaries(
                     ids,
-                    st.builds(Answer, hash_or_failed, st.lists(u64, max_size=3), st.integers(0, 1000), st.lists(u32, max_size=3)),
+                    st.builds(
+                        Answer,
+                        hash_or_failed,
+                        st.lists(u64, max_size=3),
+                        st.integers(0, 1000),
+                        st.lists(u32, max_size=3),
+                        st.booleans(),
+                        st.lists(st.lists(u32, max_size=3).map(lambda w: tuple(sorted(w))), max_size=2),
+                    ),
                     max_size=2,
                 )
             ),

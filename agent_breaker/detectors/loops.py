@@ -13,9 +13,11 @@ from .._outcomes import Outcome
 from .._state import (
     FAILED,
     MAX_ANSWER_KEYS,
+    MAX_ASKED,
     MAX_CHAINS,
     MAX_KEYS,
     MAX_SEEN,
+    MAX_TOPIC_WORDS,
     MAX_VALUES,
     Answer,
     CallFacts,
@@ -179,10 +181,26 @@ def check_same_answer(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig, po
     )
 
 
+#: two calls whose arguments' words are this alike ask one thing in other words (LIMIT 10, LIMIT 20)
+SAME_QUESTION = 0.8
+
+
 def asks_the_same(a: Answer, f: CallFacts) -> bool:
-    """Does the call ask about what the streak's calls asked about: it shares a word of its
-    argument values with them (the first call of a streak always does)."""
-    return not a.keys or not f.topic or not set(a.topic).isdisjoint(f.topic)
+    """Does the call ask again what the streak's calls asked (the first call of a streak always
+    does): it shares a word of its argument values with them, and either their answer is that
+    nothing was found (reworded searches, paging past the end) or its arguments read like the
+    last one's (a growing LIMIT). Lookups of other things that get one short answer each (ten
+    users "active", ten links "200 OK", ten names "no match") ask other things."""
+    if not a.keys:
+        return True
+    if not f.topic or set(a.topic).isdisjoint(f.topic):
+        return False
+    words = _words(f)
+    return a.nothing or (bool(words) and any(similarity(words, asked) >= SAME_QUESTION for asked in a.asked))
+
+
+def _words(f: CallFacts) -> tuple[int, ...]:
+    return tuple(sorted(f.fp_text)[:MAX_TOPIC_WORDS]) if f.fp_text else ()
 
 
 def check_duplicate_mutation(s: SessionState, f: CallFacts, cfg: AgentBreakerConfig, now: float) -> Trip | None:
@@ -351,6 +369,7 @@ class Heard(NamedTuple):
     ack: bool = False  # only says the call went through
     effect: int | None = None  # a mutating call's success: what it did (ids, timings and numbers aside)
     news: int = 0  # the tool's answer as news is judged: `repeat` with echoes masked too (ids aside)
+    nothing: bool = False  # the answer is that nothing was found (an empty list, "no results")
 
 
 def record_result(
@@ -475,11 +494,14 @@ def record_result(
     if not (failed or blank or polling or out.in_progress or f.mutating or f.writes or heard.ack):
         answer = s.loops.answers.get(f.tool)
         if answer is None or answer.result != heard.answer or answer.epoch != s.loops.epoch:
-            answer = Answer(heard.answer, [], 0)
+            answer = Answer(heard.answer, [], 0, nothing=heard.nothing)
             put_bounded(s.loops.answers, f.tool, answer, MAX_CHAINS)
         if f.key not in answer.keys and len(answer.keys) < MAX_ANSWER_KEYS and asks_the_same(answer, f):
             answer.keys.append(f.key)
             answer.topic = sorted(set(answer.topic).union(f.topic))[:MAX_VALUES]
+        if f.topic and not set(answer.topic).isdisjoint(f.topic):
+            # what it asked, for a next call that asks it again (one of a cycle of questions)
+            answer.asked = [*answer.asked, _words(f)][-MAX_ASKED:]
 
     # early_retry: the tool said when to come back; a success means it is back
     if out.retry_after_s is not None:

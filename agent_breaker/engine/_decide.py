@@ -14,7 +14,7 @@ from typing import Generic, TypeVar
 from .. import heuristics as H
 from .._canonical import Fingerprinter
 from .._ledger import Refs
-from .._outcomes import Outcome, is_acknowledgement
+from .._outcomes import Outcome, finds_nothing, is_acknowledgement
 from .._policy import CheckContext, Policy, judge, run_checks
 from .._state import (
     MAX_PENDING,
@@ -339,6 +339,7 @@ def decide_tool_result(s: SessionState, x: ResultInput) -> tuple[SessionState | 
         ack,
         effect,
         news,
+        finds_nothing(ev.result),
     )
     if loops.record_result(s, pending, heard, out, r.blank, x.polling, now, cfg):
         # new information: assistant turns start a new stretch, and so do this session's own

@@ -34,7 +34,7 @@ from ._text import looks_random
 # "messageId"), or as the whole key. Each one is a fixed-width look-behind, tried only where a
 # key ends (`":`).
 _ID_SUFFIXES = ("id", "ids", "uuid", "guid", "ref", "refs")
-_ID_KEYS = ("etag", "pid", "run_number", "runnumber", "runNumber", "run_no")
+_ID_KEYS = ("etag", "pid", "rid", "run_number", "runnumber", "runNumber", "run_no", "correlation", "nonce")
 _TIMING_KEYS = (
     "attempt",
     "attempts",
@@ -49,6 +49,30 @@ _TIMING_KEYS = (
     "latency",
     "latency_ms",
     "latencyMs",
+    # how long something has been waiting or running: it grows while nothing else moves
+    "elapsed",
+    "elapsed_s",
+    "elapsed_ms",
+    "elapsedMs",
+    "elapsed_seconds",
+    "waited",
+    "waited_s",
+    "waited_ms",
+    "waitedMs",
+    "wait_ms",
+    "age",
+    "age_s",
+    "age_ms",
+    "age_seconds",
+    "running_for",
+    "running_for_s",
+    "running_for_ms",
+    "runningFor",
+    "uptime",
+    "uptime_s",
+    "time_taken",
+    "duration_so_far",
+    "seconds_elapsed",
 )
 
 

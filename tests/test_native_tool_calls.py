@@ -68,7 +68,7 @@ def test_a_loop_of_identical_failing_calls_is_cut_at_the_fifth_call_with_unnamed
     """The fourth call trips identical_failure first: a warning, so it goes through; the fifth is cut."""
     rails = LLMRails(RailsConfig.from_path(str(config_path("agent_breaker_v1"))))
     cut_at, reply = loop_until_blocked(Conversation(in_process(rails)))
-    assert cut_at == 5 and reply.startswith("BLOCKED identical_failure: run_sql failed 4 times in a row")
+    assert cut_at == 5 and reply.startswith("BLOCKED identical_failure: run_sql failed 4 times with the same arguments")
 
 
 def test_a_long_legitimate_run_is_not_cut_and_each_result_is_recorded_once():
@@ -100,7 +100,7 @@ def test_over_http_a_loop_of_identical_failing_calls_is_cut_as_in_process():
             return r.json()["choices"][0]["message"].get("content") or ""
 
         cut_at, reply = loop_until_blocked(Conversation(over_http))
-        assert cut_at == 5 and reply.startswith("BLOCKED identical_failure: run_sql failed 4 times in a row")
+        assert cut_at == 5 and reply.startswith("BLOCKED identical_failure: run_sql failed 4 times with the same arguments")
         # a new conversation (another session) is not affected
         other = Conversation(over_http)
         assert other.call("run_sql", '{"q": "SELECT count(*) FROM orders"}') == ""

@@ -216,9 +216,9 @@ def test_parallel_duplicate_transfers_through_the_gateway_run_once(server, confi
     again = check(server, s, call(0, "delete_account", {"id": 1}), config_id)
     assert again.status_code == 422 and "still in flight" in again.text, again.text
     server.verdicts(s, result(0, "wire_transfer", ok=True, payload={"tx": "TX-1"}), config_id=config_id)
-    # after the first answered, a repeat is warned (no model step was named) and runs
+    # after the first answered, a repeat moves the amount again: refused (the agent asks the user)
     later = check(server, s, call(3, "wire_transfer", transfer), config_id)
-    assert later.status_code == 200 and later.json()["advisory"] is True, later.text
+    assert later.status_code == 429 and later.headers["x-agent-breaker-heuristic"] == "duplicate_mutation", later.text
     # a model step's calls, checked one after another once each answered: the repeat is refused
     rent = {"to": "ACC-7", "amount": 900}
     assert check(server, s, call(5, "wire_transfer", rent, turn="step-9"), config_id).status_code == 200

@@ -1105,4 +1105,4 @@ _CLAIM_FRAGMENTS = [p for p, _ in _CLAIM_CHECKERS[0]._phrase_patterns] + [
 @given(st.one_of(st.lists(st.sampled_from(_CLAIM_FRAGMENTS), max_size=14).map("".join), st.text(max_size=80)))
 def test_claim_phrases_are_found_as_by_the_old_patterns(text: str):
     new, old = _CLAIM_CHECKERS
-    assert new._claims(text) == old._claims(text)
+    assert new._claims(text, ["wire_transfer"]) == old._claims(text, ["wire_transfer"])

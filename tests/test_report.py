@@ -38,7 +38,7 @@ def report_json(*args: str, capsys) -> dict:
 
 def repeating(session: str, n: int, ts0: float, tenant: str = "t1", feature: str | None = "f1") -> list[dict]:
     """n runs of the same call with the same result, 10 tokens and $0.50 each: identical_call
-    (max_repeats 4) warns on the fifth and trips on every later one."""
+    (max_repeats 3) warns on the fourth and trips on every later one."""
     events = []
     for i in range(n):
         who = {"session": session, "tenant": tenant, "feature": feature}
@@ -62,14 +62,14 @@ def repeating(session: str, n: int, ts0: float, tenant: str = "t1", feature: str
 
 @pytest.fixture
 def trace(tmp_path) -> Path:
-    """Session a is warned on call 5 and trips on calls 6 and 7 (repeats 5, 6), b is warned on call 5
-    and trips on call 6 only (repeats 5), c never."""
+    """Session a is warned on call 4 and trips on calls 5 and 6 (repeats 4, 5), b is warned on call 4
+    and trips on call 5 only (repeats 4), c never."""
     c = [
         {"session": "c", "tenant": "t2", "type": "tool_call", "tool": "search", "args": {"q": i}, "ts": 200 + i}
         | {"input_tokens": 5, "output_tokens": 5, "cost_usd": 0.1}
         for i in range(3)
     ]
-    return lines(tmp_path / "trace.jsonl", repeating("a", 7, 0) + repeating("b", 6, 100) + c)
+    return lines(tmp_path / "trace.jsonl", repeating("a", 6, 0) + repeating("b", 5, 100) + c)
 
 
 # ------------------------------------------------------------------ the figures
@@ -88,12 +88,12 @@ def test_a_trace_is_replayed_in_observe_mode_and_every_trip_is_counted(trace, ca
             "warn": 3,
             "warned": 2,
             "sessions_ended": 2,
-            # a's seventh call came after its first trip; b's first trip was its last call (a
+            # a's sixth call came after its first trip; b's first trip was its last call (a
             # warning stops nothing: the call ran)
             "stopped": {"tokens": 10, "cost_usd": 0.5, "steps": 1},
         }
     ]
-    assert r["spent"] == {"tokens": 160, "cost_usd": 6.8, "steps": 16}
+    assert r["spent"] == {"tokens": 140, "cost_usd": 5.8, "steps": 14}
     assert r["stopped"] == {"tokens": 10, "cost_usd": 0.5, "steps": 1}
 
 
@@ -106,7 +106,7 @@ def test_figures_per_tenant_and_feature(trace, capsys):
             "sessions": 2,
             "tripped": 2,
             "trips": 3,
-            "spent": {"tokens": 130, "cost_usd": 6.5, "steps": 13},
+            "spent": {"tokens": 110, "cost_usd": 5.5, "steps": 11},
             "stopped": {"tokens": 10, "cost_usd": 0.5, "steps": 1},
         },
         {
@@ -136,17 +136,17 @@ def test_counter_percentiles_are_nearest_rank_values_that_occurred(trace, capsys
     assert [percentile(list(range(1, 11)), p) for p in (50, 90, 99, 100)] == [5, 9, 10, 10]
     assert percentile([7.0], 50) == 7.0
     rows = {c["counter"]: c for c in report_json(str(trace), capsys=capsys)["counters"]}
-    # the warnings' counters too (a: 4 warned, 5 and 6 tripped; b: 4 warned, 5 tripped)
+    # the warnings' counters too (a: 3 warned, 4 and 5 tripped; b: 3 warned, 4 tripped)
     assert rows["repeats"] == {
         "heuristic": "identical_call",
         "counter": "repeats",
         "n": 5,
-        "p50": 5,
-        "p90": 6,
-        "p99": 6,
-        "max": 6,
+        "p50": 4,
+        "p90": 5,
+        "p99": 5,
+        "max": 5,
     }
-    assert rows["max_repeats"]["max"] == 4
+    assert rows["max_repeats"]["max"] == 3
 
 
 def test_the_text_report_says_what_it_counted(trace, capsys):
@@ -172,16 +172,16 @@ def test_suggests_the_smallest_limit_that_lets_every_legit_session_through(trace
     t = report_json(str(trace), "--legit", str(legit), capsys=capsys)["thresholds"]
     assert t["legit"] == {"source": str(legit), "listed": 2, "in_input": 1}
     (s,) = t["suggestions"]
-    assert s["setting"] == "identical_call.max_repeats" and s["limits_seen"] == [4]
-    # b peaked at 5 repeats: 6 lets it through without even a warning, and a (6 repeats) is still caught
-    assert (s["legit_sessions_tripped"], s["legit_peak"], s["suggested"]) == (1, 5, 6)
+    assert s["setting"] == "identical_call.max_repeats" and s["limits_seen"] == [3]
+    # b peaked at 4 repeats: 5 lets it through without even a warning, and a (5 repeats) is still caught
+    assert (s["legit_sessions_tripped"], s["legit_peak"], s["suggested"]) == (1, 4, 5)
     assert (s["other_sessions_tripped"], s["other_sessions_caught"]) == (1, 1)
 
 
 def test_a_limit_above_every_peak_catches_nothing_and_says_so(trace, tmp_path, capsys):
     legit = lines(tmp_path / "labels.jsonl", [{"session": "a", "kind": "legit"}, {"session": "b", "kind": "legit"}])
     (s,) = report_json(str(trace), "--legit", str(legit), capsys=capsys)["thresholds"]["suggestions"]
-    assert (s["legit_peak"], s["suggested"], s["other_sessions_caught"]) == (6, 7, 0)
+    assert (s["legit_peak"], s["suggested"], s["other_sessions_caught"]) == (5, 6, 0)
 
 
 def test_no_suggestion_when_no_legit_session_was_cut(trace, tmp_path, capsys):

@@ -103,6 +103,9 @@ class ToolCall(_Event, _Spend):
     mutating: bool | None = None
     # the model step that asked for it: the parallel tool calls of one step share it
     turn: _Id | None = None
+    # the session that started this one (a sub-agent's parent): a failing call's streak is the
+    # family's (identical_failure), whichever of its sessions retries it
+    parent_session: _Name | None = None
 
 
 class ToolResult(_Event):
@@ -116,6 +119,7 @@ class ToolResult(_Event):
     error: _Text | None = None
     latency_ms: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
     mutating: bool | None = None
+    parent_session: _Name | None = None  # see ToolCall
     # whose failure: the dependency's (transport, timeout, 5xx, 429) or the call's own; when
     # absent the engine reads it from the error and the payload
     error_kind: ErrorKind | None = None

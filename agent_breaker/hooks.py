@@ -95,7 +95,11 @@ def read_hook(agent: str, payload: Any) -> Hook:
         return Hook(agent, name, None)  # Stop, SessionStart, Notification...: nothing to decide
     session = _text(payload, "session_id")
     subagent = payload.get("agent_id")
-    base: dict[str, Any] = {"session_id": f"{session}/{subagent}" if isinstance(subagent, str) and subagent else session}
+    base: dict[str, Any] = {"session_id": session}
+    if isinstance(subagent, str) and subagent:
+        # a session of its own (its loops are not the parent's), whose failing calls' streaks
+        # are the family's
+        base.update(session_id=f"{session}/{subagent}", parent_session_id=session)
     if name in _USER:
         prompt = payload.get("prompt")
         return Hook(agent, name, {**base, "type": USER_EVENT, "text": prompt if isinstance(prompt, str) else ""})

@@ -50,6 +50,7 @@ def call_input(p: Policy, tool: str = "search", args: dict[str, Any] | None = No
         tenant=None,
         polling_tool=False,
         global_trip=None,
+        family_trip=None,
         schema_trip=None,
         view=None,
         effects=None,

@@ -376,3 +376,35 @@ def test_a_stuck_job_whose_status_only_counts_elapsed_time_is_still_stuck(engine
         assert run(engine, clock, "check_job_status", args, True, payload, step_s=10).allowed
     clock.advance(10)
     assert engine.check_tool_call(call("check_job_status", args)).heuristic == "stuck_polling"
+
+
+# ----------------------------------------------------------------------------- a family of sessions
+
+
+def test_a_failing_call_retried_across_a_parent_and_its_sub_agents_is_cut_within_five(engine, clock):
+    """Sub-agents (sessions that name their parent) share the parent's failing streaks: the same
+    broken build retried by a parent and five sub-agents, each trying it once or twice, is
+    refused at the family's fifth try, whichever session makes it."""
+    tries = [("lead", None)] + [(f"lead/sub{i}", "lead") for i in range(5) for _ in range(2)]
+    verdicts = []
+    for session, parent in tries:
+        who = {"session": session} | ({"parent_session": parent, "depth": 1, "agent": session} if parent else {})
+        v = engine.check_tool_call(call("run_build", {"target": "all"}, **who))
+        verdicts.append(v)
+        if v.allowed:
+            engine.record_tool_result(
+                result("run_build", False, None, error="linker error: undefined symbol", call_id=v.call_id, **who)
+            )
+    refused = [i for i, v in enumerate(verdicts, 1) if not v.allowed]
+    assert refused and refused[0] <= 5, [(v.allowed, v.heuristic) for v in verdicts]
+    assert all(not v.allowed for v in verdicts[refused[0] - 1 :])
+
+
+def test_sub_agents_that_succeed_or_differ_leave_the_family_alone(engine, clock):
+    for i in range(6):
+        who = {"session": f"lead/sub{i}", "parent_session": "lead", "depth": 1}
+        v = engine.check_tool_call(call("run_build", {"target": f"mod{i}"}, **who))
+        assert v.allowed
+        engine.record_tool_result(result("run_build", i % 2 == 0, {"ok": True} if i % 2 == 0 else None, call_id=v.call_id, **who))
+    v = engine.check_tool_call(call("run_build", {"target": "mod1"}, session="lead"))
+    assert v.allowed and v.heuristic is None

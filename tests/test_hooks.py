@@ -134,6 +134,9 @@ def test_a_subagents_calls_are_a_session_of_their_own():
     event = {**pre(CLAUDE_CODE, "s-1", 1, "ls"), "agent_id": "a-9", "agent_type": "Explore"}
     hook = read_hook(CLAUDE_CODE, event)
     assert hook.event is not None and hook.event["session_id"] == "s-1/a-9"
+    # ... whose failing calls' streaks are the family's: it names its parent
+    assert hook.event["parent_session_id"] == "s-1"
+    assert "parent_session_id" not in (read_hook(CLAUDE_CODE, pre(CLAUDE_CODE, "s-1", 2, "ls")).event or {})
 
 
 BLOCK = {

@@ -202,3 +202,28 @@ def world_changed(s: SessionState) -> None:
     fs.calls.clear()
     fs.tools.clear()
     s.loops.warned = {k: n for k, n in s.loops.warned.items() if not k.startswith(f"{H.IDENTICAL_FAILURE}:")}
+
+
+def check_family(parent: SessionState | None, f: CallFacts, cfg: AgentBreakerConfig) -> Trip | None:
+    """A sub-agent's call against its family's streaks (its parent session's, which every session
+    of the family records its failures into): refused at once once the family has failed past
+    the point where the call's own session would have been warned, whichever session retries."""
+    if parent is None:
+        return None
+    c = cfg.identical_failure
+    streak = parent.failures.calls.get(f.key)
+    if streak is None:
+        return None
+    limit = failure_limit(cfg, c.max_failures, streak.transient) + cfg.warn_first.get(H.IDENTICAL_FAILURE, 0)
+    if streak.run < limit:
+        return None
+    return Trip(
+        H.IDENTICAL_FAILURE,
+        "session",
+        f"{f.tool} failed {streak.run} times with the same arguments and the same error in this agent's family",
+        "Stop retrying this call: it fails the same way in every agent that tries it. Report the error or try a "
+        "different approach.",
+        {"failures": streak.run, "max_failures": limit, "family": 1},
+        certain=True,
+        pattern=call_pattern(f.key),
+    )

@@ -17,6 +17,7 @@ from .._ledger import Refs
 from .._outcomes import Outcome, finds_nothing, is_acknowledgement
 from .._policy import CheckContext, Policy, judge, run_checks
 from .._state import (
+    FAILED,
     MAX_PENDING,
     MAX_SAID,
     MAX_TENANT_EFFECTS,
@@ -30,7 +31,7 @@ from .._state import (
 from ..breaker import BreakerStateName, Permission, Transition
 from ..breaker import core as breaker_core
 from ..config import AgentBreakerConfig
-from ..detectors import churn, conversation, loops
+from ..detectors import churn, conversation, failures, loops
 from ..escalations.records import new_id as new_escalation_id
 from ..events import ToolResult
 from ..governor import budget
@@ -55,6 +56,7 @@ class Decided(Generic[V]):
     verdict: V
     trips: list[tuple[Trip, str]] = field(default_factory=list)
     breaker: tuple[str, int | None, Outcome] | None = None  # a shared breaker outcome to record: key, probe
+    family: Callable[[SessionState], None] | None = None  # a change of the family's session (its parent's)
     views: list[tuple[str, ViewChange]] = field(default_factory=list)  # tool view changes
     mixed: bool = False  # the session is past its opening: it reads no tool view
     transitions: list[Transition] = field(default_factory=list)  # of the session's own breakers
@@ -75,6 +77,7 @@ class CallInput:
     tenant: str | None
     polling_tool: bool  # the tool is configured as a poll
     global_trip: Trip | None  # the tenant's shared spend window, over
+    family_trip: Trip | None  # the call keeps failing in the family of sessions it belongs to
     schema_trip: Trip | None  # the arguments break the tool's schema
     view: ChurnView | None  # the tool's view (session_churn), while the session is in its opening
     effects: Effects | None  # the tenant's effects (duplicate_mutation), for a call that has an effect
@@ -113,7 +116,8 @@ def decide_tool_call(s: SessionState, x: CallInput) -> tuple[SessionState | None
         return s, decided
     similar = loops.chain_similarity(s, f, cfg, now)
     polling = x.polling_tool or loops.polled_by_result(s, f)
-    block, warn = judge(cfg, [x.global_trip, x.schema_trip]) if x.global_trip or x.schema_trip else (None, None)
+    found = [x.global_trip, x.schema_trip, x.family_trip]
+    block, warn = judge(cfg, found) if any(found) else (None, None)
     if block is None:
         block, call_warn = run_checks(x.p.call_checks, CheckContext(s, f, cfg, now, polling, similar))
         warn = warn or call_warn
@@ -178,6 +182,28 @@ def decide_tool_call(s: SessionState, x: CallInput) -> tuple[SessionState | None
         decided.views.append((effects_key_of(x.tenant), effect_change(f, now, done=None)))
     decided.verdict = settle(s, decided, None, warn, f.tool, escalates=x.escalates, call_id=call_id)
     return s, decided
+
+
+def family_change(f: CallFacts, heard: loops.Heard, out: Outcome, cfg: AgentBreakerConfig) -> Callable[[SessionState], None]:
+    """A sub-agent's result as its family's failing streaks take it (recorded in the parent's
+    session, which every session of the family reads)."""
+    outcome = FAILED if out.dependency or heard.failure is None else heard.failure
+
+    def change(parent: SessionState) -> None:
+        failures.record(
+            parent,
+            f,
+            cfg,
+            failed=out.failed,
+            transient=out.dependency,
+            out=outcome,
+            words=heard.failure_words,
+            shape=heard.failure_shape,
+            told=heard.failure_values,
+            counts=heard.failure_counts,
+        )
+
+    return change
 
 
 def views_of(change: Callable[[ChurnView, int], bool | None]) -> ViewChange:
@@ -346,6 +372,8 @@ def decide_tool_result(s: SessionState, x: ResultInput) -> tuple[SessionState | 
         # breaker streaks
         s.turns.clear()
         s.restart_breaker_streaks()
+    if ev.parent_session is not None and ev.parent_session != ev.session:
+        decided.family = family_change(pending.facts, heard, out, cfg)
     if out.interrupted:
         s.loops.interrupted = True
     if out.failed or not f.mutating:

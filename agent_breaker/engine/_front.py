@@ -34,6 +34,7 @@ from ..breaker import BreakerState, BreakerStateName, Transition
 from ..breaker.states import MANUAL_STATES
 from ..clock import Clock, SystemClock
 from ..config import FINGERPRINT_SECRET_ENV, AgentBreakerConfig, ConfigError, parse_config
+from ..detectors import failures
 from ..escalations import EscalationStore
 from ..events import Assistant, Final, InvalidEventError, ToolCall, ToolResult, User, parse_event, parse_typed
 from ..governor import budget
@@ -230,6 +231,8 @@ class Engine:
                     self._breaker_moved(recorded.transition, tool, step.ev.tenant, cfg, recorded.state)
         for vkey, change in decided.views:
             self.views.update(vkey, step.now, change, step.key)
+        if decided.family is not None:
+            self._update_family(step, decided.family)
         if decided.mixed:
             self.views.remember_mixed(step.key)
         for trip, severity in decided.trips:
@@ -255,6 +258,35 @@ class Engine:
                 continue  # a human resumed the session: decide again
         trip = Trip(H.ESCALATED, "session", "the session's escalations keep changing", "Stop and try again later.")
         return verdict_for(trip, "block", tool)
+
+    def _family(self, step: Step[Any]) -> str | None:
+        """The key of the session whose failing streaks a sub-agent's call shares (its parent's)."""
+        parent = getattr(step.ev, "parent_session", None)
+        if parent is None or parent == step.ev.session:
+            return None
+        return self.session_key(step.ev.model_copy(update={"session": parent}))
+
+    def _peek(self, key: str) -> SessionState | None:
+        try:
+            state = self.store.peek_session(key)
+        except StorageError:
+            return None
+        return state if isinstance(state, SessionState) else None
+
+    def _update_family(self, step: Step[Any], change: Callable[[SessionState], None]) -> None:
+        """Record a sub-agent's result in its family's streaks; a storage failure only costs that."""
+        key = self._family(step)
+        assert key is not None
+
+        def update(state: object | None) -> tuple[SessionState | None, None]:
+            parent = state if isinstance(state, SessionState) else SessionState(key, tenant=step.ev.tenant, created_s=step.now)
+            change(parent)
+            return parent, None
+
+        try:
+            self.store.update_session(key, step.now, update)
+        except StorageError as exc:
+            log.warning("agent-breaker: a sub-agent's result not recorded for its family: %s", exc)
 
     def _unavailable(self, step: Step[Any], exc: StorageError, tool: str | None) -> Verdict | ResultVerdict:
         verdict, severity = storage_unavailable(
@@ -323,6 +355,10 @@ class Engine:
                 permission = self.store.breaker_acquire(bkey, cfg.breaker, now)
             except StorageError as exc:
                 return cast(Verdict, self._unavailable(step, exc, f.tool))  # not a result
+        family = self._family(step)
+        family_trip = None
+        if family is not None and p.mode(H.IDENTICAL_FAILURE) != "off":
+            family_trip = failures.check_family(self._peek(family), f, cfg)
         x = CallInput(
             call_id=ev.call_id,
             f=f,
@@ -331,6 +367,7 @@ class Engine:
             tenant=ev.tenant,
             polling_tool=p.polling(ev.tool),
             global_trip=global_trip,
+            family_trip=family_trip,
             schema_trip=None if problem is None else schema_violation(f.tool, "arguments", problem),
             view=view,
             effects=effects,

@@ -183,8 +183,8 @@ _CONFIRMATION_VERBS = frozenset({"confirmed", "confirming", "confirms", "confirm
 _CONFIRMATION_REACH = (12, 3)  # words before the id: a noun's, a verb's
 # a sum of money in a claim's sentence: only a tool that moves money can have done it
 _MONEY = re.compile(
-    r"[$\u20ac\u00a3\u00a5]\s?\d|\d\s?(?:usd|eur|gbp)\b|\b(?:dollars?|euros?|pounds? sterling|cents?|bucks)\b"
-    r"|\b(?:money|funds)\b"
+    rf"[$\u20ac\u00a3\u00a5\u20b9\u20a9\u20bd\u20ba\u20aa]\s?\d|\d\s?(?:{_CURRENCIES.lower()})\b"
+    r"|\b(?:dollars?|euros?|pounds? sterling|cents?|bucks|francs?|kronor|kroner|yen|rupees?)\b|\b(?:money|funds)\b"
 )
 #: tool-name stems of actions that move money (a claim about a sum needs one of them)
 MONEY_STEMS = (
@@ -253,12 +253,17 @@ _WORD = re.compile(r"(?:[^\W\d_]|')+")
 _DENIED_FAILURE = re.compile(
     r"\b(?:not (?:true|the case|correct)|no way|untrue|false|impossible)\b[^.!?\n]{0,120}?"
     r"(?:n't\b|\b(?:not|never|fail(?:ed|s)?|failure|unsuccessful|bounced|rejected|declined)\b)"
+    r"|\b(?:did|does|has|have|was|were)(?: not|n't) (?:fail|bounce|get rejected|get declined)\b"
 )
 #: a reference written without its dash, after a word that names it ("reference KBX77310"):
 #: letters and at least MIN_DIGIT_RUN digits
 _NAMED_REFERENCE = re.compile(
-    r"\b(?:reference|ref|confirmation|transaction|receipt|tracking|booking|order)(?:\s+(?:number|no|id|code|#))?"
-    r"(?:\s+(?:is|was))?\s*[:#.]?\s*([A-Za-z]{1,6}\d{4,}|\d{4,}[A-Za-z]{1,6})\b"
+    r"\b(?:reference|ref|confirmation|transaction|receipt|tracking|booking|order|code"
+    r"|referencia|refer\u00eancia|r\u00e9f\u00e9rence|referenz|c\u00f3digo|codigo|n\u00famero|num\u00e9ro|nummer"
+    r"|confirmaci\u00f3n|confirma\u00e7\u00e3o|best\u00e4tigung)"
+    r"(?:\s+(?:number|no|id|code|#|de r\u00e9f\u00e9rence|de referencia))?"
+    r"(?:\s+(?:is|was|es|est|ist|\u00e9))?\s*[:#.]?\s*([A-Za-z]{1,6}\d{4,}|\d{4,}[A-Za-z]{1,6})\b",
+    re.IGNORECASE,
 )
 # a dash between spaces ends a clause too ("No worries - the $500 was sent"; em and en dashes
 # are "-" once normalized)

@@ -45,6 +45,8 @@ from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from benchmarks._harness import Run, result_path
+
 REPO = Path(__file__).resolve().parent.parent
 TRACES = REPO / "tests" / "traces"
 EVAL = Path(os.path.expanduser(os.environ.get("AGENT_BREAKER_CORPUS") or "~/.cache/agent-breaker/corpus"))
@@ -225,12 +227,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--split", choices=("dev", "holdout", "all"), default="dev")
     ap.add_argument("--config", help="agent-breaker config for the replay (the agent_breaker block or a NeMo config)")
     ap.add_argument("--observe", action="store_true", help="replay in observe mode (nothing blocked)")
-    ap.add_argument("--json", help="write every figure to this JSON file")
     ap.add_argument("--include-seen", action="store_true", help="also the older tests/traces/real-* traces")
     ap.add_argument("--peers", default="openhands,geminicli", help="peers of ../shared/tools/peers.py ('' for none)")
     ap.add_argument("--sources", help="only these sources (comma-separated file stems)")
     ap.add_argument("--jobs", type=int, default=2, help="detector processes at once")
+    ap.add_argument("--out", type=Path, help="write the figures here as JSON (default benchmarks/results/detection_<split>.json)")
     a = ap.parse_args(argv)
+    run = Run("bench_detection", a, argv)
 
     labels = load_labels(a.include_seen)
     peers = [p for p in a.peers.split(",") if p]
@@ -266,11 +269,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {d:>14} {source:<24} {len(verdicts):6d} sessions {wall:7.1f} s", file=sys.stderr)
 
     report: dict = {
-        "split": a.split,
-        "config": a.config,
-        "observe": a.observe,
         "detectors": detectors,
-        "labels": str(EVAL / "labels.jsonl"),
         "seconds": round(time.perf_counter() - t_start, 1),
         "timings_s": timings,
         "splits": {},
@@ -291,11 +290,9 @@ def main(argv: list[str] | None = None) -> int:
         report["splits"][split] = per_det
 
     print_tables(report, detectors)
-    if a.json:
-        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-        with open(a.json, "w") as f:
-            json.dump(report, f, indent=1, sort_keys=False)
-        print(f"\nwrote {a.json}", file=sys.stderr)
+    out = a.out or result_path(f"detection_{a.split}")
+    run.write(report, out)
+    print(f"\nwrote {out}", file=sys.stderr)
     return 0
 
 

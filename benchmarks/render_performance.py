@@ -34,6 +34,8 @@ TITLES = {
     "attacks": "Hostile load",
     "gateway": "The gateway path: /check and /result under load",
     "hooks": "Coding agents' hooks: the command and the endpoints",
+    "detection_holdout": "Detection on held-out real runs, next to the OpenHands and Gemini CLI rules",
+    "detection_dev": "Detection on the real runs tuned on (dev)",
 }
 #: every benchmark, what it measures and what it needs besides the package (listed on the page)
 BENCHMARKS = (
@@ -54,6 +56,11 @@ BENCHMARKS = (
         "Redis",
     ),
     ("bench_hooks", "`agent-breaker hook` wall time per call; the hook endpoint at 50 paced sessions", ""),
+    (
+        "bench_detection",
+        "loops caught and good runs cut on a labelled corpus of public runs (`--split dev|holdout`), ours and the peers'",
+        "the corpus (`benchmarks/corpus/`), ../shared",
+    ),
 )
 #: what the harness writes besides the figures
 HEAD_KEYS = ("benchmark", "command", "machine", "settings", "total_seconds")

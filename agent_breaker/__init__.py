@@ -13,6 +13,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ._errors import AgentBreakerError
     from ._guarded import guarded
     from ._outcomes import is_semantic_failure
     from .breaker import BreakerStateName, IllegalTransition
@@ -24,14 +25,13 @@ if TYPE_CHECKING:
     from .store import MemoryStore, StorageError, Store, store_from_uri
     from .verdicts import BreakerIncident, Incident, ResultVerdict, Verdict
 
-#: the distribution's name on the package index (`agent-breaker` there is another project's); the
-#: package it installs is `agent_breaker`, the command `agent-breaker`
-DISTRIBUTION = "agent-breaker-rails"
+from ._about import DISTRIBUTION
 
 # each public name's module, imported on first use (PEP 562): `agent-breaker hook`, which runs once
 # per tool call, pays only for what it uses
 _MODULES = {
     "AgentBreakerConfig": ".config",
+    "AgentBreakerError": "._errors",
     "Assistant": ".events",
     "BreakerIncident": ".verdicts",
     "BreakerStateName": ".breaker",
@@ -65,6 +65,7 @@ _MODULES = {
 
 __all__ = [
     "AgentBreakerConfig",
+    "AgentBreakerError",
     "Assistant",
     "BreakerIncident",
     "BreakerStateName",

@@ -15,7 +15,7 @@ import shlex
 import sys
 from typing import TextIO
 
-from . import DISTRIBUTION
+from ._about import DISTRIBUTION
 
 #: a hook's exit code for "blocked, the reason is on stderr": `hooks.BLOCK_EXIT`, not imported
 #: from there because this module must run when the rest of the package cannot

@@ -12,6 +12,7 @@ import urllib.request
 from collections.abc import Iterator
 from typing import Any, Protocol
 
+from ._errors import AgentBreakerError
 from ._text import normalize_name, utc_text
 from .breaker import BreakerState, BreakerStateName
 from .breaker.core import SETTABLE_STATES
@@ -28,7 +29,7 @@ DEFAULT_URL = "http://127.0.0.1:8000"
 BAD_TOOL = f"tool: a tool name of 1 to {MAX_ID_CHARS} printable characters"
 
 
-class AdminInputError(ValueError):
+class AdminInputError(AgentBreakerError, ValueError):
     """An admin request names no tool, tenant or state an operator can act on (HTTP 422)."""
 
 
@@ -115,7 +116,7 @@ def fleet_engine(config: AgentBreakerConfig, *, url: str | None = None, prefix: 
 # ----------------------------------------------------------------------------- the CLI's two ways in
 
 
-class AdminError(RuntimeError):
+class AdminError(AgentBreakerError, RuntimeError):
     """The CLI could not do what was asked; the message says why."""
 
 

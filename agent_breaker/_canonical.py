@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from ._errors import AgentBreakerError
 from ._text import MIN_RANDOM_CHARS, has_invalid_chars, looks_random, looks_random_float, normalize_text
 
 # Keys are compared after lower-casing and dropping everything but letters and digits, so
@@ -54,7 +55,7 @@ MAX_FINGERPRINT_TOKENS = 256
 _KEY_NORMALIZER = re.compile(r"[^0-9a-z]+")
 
 
-class CanonicalError(ValueError):
+class CanonicalError(AgentBreakerError, ValueError):
     """A payload that cannot be put in canonical form (too big, too deep, not JSON)."""
 
 

@@ -5,14 +5,15 @@ from __future__ import annotations
 import importlib.util
 import os
 
-from . import DISTRIBUTION
+from ._about import DISTRIBUTION
+from ._errors import ConfigError
 
 
 def install_hint(extra: str) -> str:
     return f'pip install "{DISTRIBUTION}[{extra}]"'
 
 
-class MissingExtra(ImportError):
+class MissingExtra(ConfigError, ImportError):
     """An optional dependency is not installed; the message names the pip extra."""
 
 

@@ -14,13 +14,15 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from ._errors import AgentBreakerError
+
 Check = Callable[[Any], "str | None"]
 
 #: how many of a schema's own values (an enum's) a problem may list
 MAX_LISTED = 8
 
 
-class SchemaError(ValueError):
+class SchemaError(AgentBreakerError, ValueError):
     """A schema or model in the config that cannot check anything."""
 
 

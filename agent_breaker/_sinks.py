@@ -30,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from ._errors import AgentBreakerError
 from .config import IncidentsConfig, WebhookConfig
 from .metrics import Metrics
 
@@ -44,7 +45,7 @@ class Reportable(Protocol):
     def to_dict(self) -> dict[str, Any]: ...
 
 
-class Undeliverable(Exception):
+class Undeliverable(AgentBreakerError):
     """A delivery that retrying cannot fix (the receiver refused the request itself)."""
 
 

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from ._errors import ConfigError
 from ._extras import MissingExtra, no_nemo_usage_stats, require
-from ._hook_command import DEFAULT_STATE, STATE_ENV
-from ._hook_daemon import DAEMON_ENV
 from .hooks import AGENTS
+from .hooks.command import DEFAULT_STATE, STATE_ENV
+from .hooks.daemon import DAEMON_ENV
 
 if TYPE_CHECKING:
     from .config import AgentBreakerConfig
@@ -107,8 +107,7 @@ def _started_app(root: Path, host: str, *, workers: int = 1) -> tuple[Any, list[
     from nemoguardrails.telemetry import DeploymentTypeEnum, set_deployment_type
 
     from ._tracing import export_from_env
-    from .escalations import store_location
-    from .escalations.relay import serve_relays
+    from .escalations import serve_relays, store_location
     from .server import ServeError, build_app
     from .server._transport import raise_fd_limit
     from .store.memory import MemoryStore
@@ -518,7 +517,7 @@ def _at_least_one(text: str) -> int:
 
 
 def _hook(args: argparse.Namespace) -> int:
-    from ._hook_command import main as hook_main
+    from .hooks.command import main as hook_main
 
     return hook_main(
         args.agent, config=args.config, state=args.state, server=args.server, fail=args.fail, daemon=not args.no_daemon
@@ -588,7 +587,8 @@ def main(argv: list[str] | None = None) -> int:
 def _version() -> str:
     import platform
 
-    from . import DISTRIBUTION, __version__
+    from . import __version__
+    from ._about import DISTRIBUTION
 
     return f"{DISTRIBUTION} {__version__} ({Path(__file__).parent}, Python {platform.python_version()})"
 

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal, TypeGuard
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from ._errors import AgentBreakerError
 from ._text import has_invalid_chars, normalize_name
 
 MAX_ID_CHARS = 256
@@ -48,7 +49,7 @@ _Text = Annotated[str, Field(max_length=MAX_TEXT_CHARS)]
 ErrorKind = Literal["dependency", "call"]
 
 
-class InvalidEventError(ValueError):
+class InvalidEventError(AgentBreakerError, ValueError):
     """An event the engine refuses to decide on; the message says why, naming fields, never
     repeating their values. `problems` holds (field, problem) pairs, so an adapter can say
     them in its own protocol's field names (`renamed`)."""

@@ -20,8 +20,10 @@ from typing import Any
 
 import pytest
 
-from agent_breaker import _hook_command, _hook_daemon
 from agent_breaker.hooks import BLOCK_EXIT, CLAUDE_CODE
+from agent_breaker.hooks import command as _hook_command
+from agent_breaker.hooks import daemon as _hook_daemon
+from agent_breaker.hooks import guard as _hook_guard
 from tests.test_hooks import background_read, post, pre
 
 START_TIMEOUT_S = 60.0
@@ -95,7 +97,7 @@ def test_the_daemon_answers_every_call_as_a_hook_process_would(runtime_dir, tmp_
     def no_engine_here(*_: Any) -> None:
         raise AssertionError("decided in the test's process, not by the daemon")
 
-    monkeypatch.setattr(_hook_command, "HookGuard", no_engine_here)
+    monkeypatch.setattr(_hook_guard, "HookGuard", no_engine_here)
     served = [call(e, daemon_state) for e in events]
     assert served == alone
     denied = [i for i, (code, _, _) in enumerate(served) if code == BLOCK_EXIT]

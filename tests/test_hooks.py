@@ -256,7 +256,7 @@ def command(agent: str, payload: Any, state: str, *, fail: str = "open", server:
     import io
     import json
 
-    from agent_breaker._hook_command import run
+    from agent_breaker.hooks.command import run
 
     out, err = io.StringIO(), io.StringIO()
     raw = payload if isinstance(payload, bytes) else json.dumps(payload).encode()

@@ -1,8 +1,8 @@
-"""The package's layers: no import cycle among agent_breaker's modules.
+"""The package's layers: no import cycle among agent_breaker's modules, counting every import.
 
-Read from the source with `ast`, not by importing: a module's imports at module level count
-(also under `if`/`try`/`with`); imports inside functions and under `if TYPE_CHECKING:` do not,
-since they run after every module has loaded (or never). Importing `agent_breaker.store.urls`
+Read from the source with `ast`, not by importing: every import counts, at module level (also
+under `if`/`try`/`with`), inside functions and under `if TYPE_CHECKING:` (a cycle dodged by a
+lazy import is still a cycle: the two modules cannot be read, tested or moved apart). Importing `agent_breaker.store.urls`
 runs `agent_breaker/store/__init__.py` first, so it depends on that package too; not on the
 root package (every import starts there) nor on a package the importer is itself part of
 (already loading), unless it imports from it by name (`from agent_breaker import Engine`).
@@ -53,8 +53,17 @@ def _module_level_imports(body: list[ast.stmt]) -> Iterator[ast.Import | ast.Imp
             yield from _module_level_imports(node.body)
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Each of agent_breaker's modules -> the modules of agent_breaker it imports at load."""
+def _every_import(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import of a module: at load, inside functions, under `if TYPE_CHECKING:`."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+
+
+def import_graph(*, module_level_only: bool = False) -> dict[str, set[str]]:
+    """Each of agent_breaker's modules -> the modules of agent_breaker it imports: every import
+    (a cycle dodged by a function-level or a TYPE_CHECKING import is still a cycle), or only
+    those that run when it loads."""
     modules = _modules()
 
     def owner(name: str) -> str | None:
@@ -67,7 +76,9 @@ def import_graph() -> dict[str, set[str]]:
     for name, (path, package) in modules.items():
         here = name if package else name.rpartition(".")[0]
         deps: set[str] = set()
-        for node in _module_level_imports(ast.parse(path.read_text(), str(path)).body):
+        tree = ast.parse(path.read_text(), str(path))
+        imports = _module_level_imports(tree.body) if module_level_only else _every_import(tree)
+        for node in imports:
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             else:
@@ -159,7 +170,7 @@ def test_no_import_cycle_among_the_packages_modules():
     assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(cycle) for cycle in cycles)
 
 
-def test_the_cycle_finder_finds_a_cycle_and_ignores_type_checking_imports(tmp_path, monkeypatch):
+def test_the_cycle_finder_counts_every_import(tmp_path, monkeypatch):
     pkg = tmp_path / "agent_breaker"
     (pkg / "sub").mkdir(parents=True)
     (pkg / "__init__.py").write_text("from .a import A\n")
@@ -171,7 +182,11 @@ def test_the_cycle_finder_finds_a_cycle_and_ignores_type_checking_imports(tmp_pa
     )
     monkeypatch.setitem(SOURCES, "agent_breaker", pkg)
     monkeypatch.setitem(SOURCES, "agent_breaker.actions", tmp_path / "none")
-    assert find_cycles(import_graph()) == []
+    # a cycle dodged by a TYPE_CHECKING or a function-level import is still a cycle ...
+    cycle = [["agent_breaker.a", "agent_breaker.sub.b", "agent_breaker.c", "agent_breaker.a"]]
+    assert find_cycles(import_graph()) == cycle
+    # ... which the imports that run at load alone would not show
+    assert find_cycles(import_graph(module_level_only=True)) == []
     (pkg / "c.py").write_text("from agent_breaker.a import A\nC = 3\n")
     assert find_cycles(import_graph()) == [["agent_breaker.a", "agent_breaker.sub.b", "agent_breaker.c", "agent_breaker.a"]]
     # importing a submodule runs its package's __init__ first

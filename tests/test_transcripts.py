@@ -83,7 +83,7 @@ def test_nothing_is_read_from_what_is_not_a_regular_file(tmp_path, kind):
 
 
 def test_a_token_budget_through_the_hook_command_holds_with_the_transcripts_usage(tmp_path):
-    from agent_breaker._hook_command import run
+    from agent_breaker.hooks.command import run
 
     config = tmp_path / "config.yml"
     config.write_text(

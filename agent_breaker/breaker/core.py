@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .._windows import BucketWindow
+from .config import BreakerConfig
 from .states import BreakerStateName as S
 from .states import check_transition
-
-if TYPE_CHECKING:  # the config imports the store, which imports this: the config's types only
-    from ..config import BreakerConfig
 
 # window series: calls, failed calls, slow calls, calls failed or slow (a call counts once)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from enum import Enum
 
+from .._errors import AgentBreakerError
+
 
 class BreakerStateName(str, Enum):
     """The states of a breaker: the three of the pattern and three an operator sets."""
@@ -37,7 +39,7 @@ TRANSITIONS: frozenset[tuple[BreakerStateName, BreakerStateName]] = frozenset(
 )
 
 
-class IllegalTransition(RuntimeError):
+class IllegalTransition(AgentBreakerError, RuntimeError):
     """A move the transition table does not allow; names the breaker and both states."""
 
     def __init__(self, breaker: str, src: BreakerStateName, dst: BreakerStateName) -> None:

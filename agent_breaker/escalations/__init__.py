@@ -22,7 +22,8 @@ Two stores keep the contract: `SqliteEscalations` (a file per machine, the defau
 from __future__ import annotations
 
 import builtins
-from collections.abc import Mapping
+import logging
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
@@ -55,6 +56,7 @@ from .records import (
 from .relay import Relay, RelayBusy, Target, targets_for
 from .sqlite import SqliteEscalations, db_path, default_db_path
 
+log = logging.getLogger("agent_breaker.escalations")
 if TYPE_CHECKING:
     from .redis import RedisEscalations
 
@@ -193,3 +195,25 @@ __all__ = [
     "store_location",
     "targets_for",
 ]
+
+
+def serve_relays(configs: Iterable[AgentBreakerConfig]) -> list[Relay]:
+    """The relays `agent-breaker serve` runs beside its engines: one per escalation store its
+    configs name that has a target (the webhook, RabbitMQ, the incidents file). A SQLite file
+    another relay already delivers from is left to it (RelayBusy)."""
+    relays: list[Relay] = []
+    seen: set[str] = set()
+    for config in configs:
+        location = store_location(config)
+        if str(location) in seen:
+            continue
+        seen.add(str(location))
+        targets, _closers = targets_for(config)
+        if not targets:
+            continue
+        relay = Relay(open_store(location), targets)
+        try:
+            relays.append(relay.start())
+        except RelayBusy as exc:
+            log.warning("agent-breaker: %s; this server's relay stays off", exc)
+    return relays

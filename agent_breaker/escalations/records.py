@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Literal, TypeGuard
 
+from .._errors import AgentBreakerError
 from ..events import MAX_ID_CHARS, is_id
 
 Status = Literal["open", "resumed", "aborted"]
@@ -49,7 +50,7 @@ RETAIN_RESOLVED_S = 30 * 86400.0
 CounterValue = int | float | bool | str | None
 
 
-class EscalationError(Exception):
+class EscalationError(AgentBreakerError):
     """An escalation store could not do what was asked; the message says why."""
 
 

@@ -24,9 +24,10 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import IO, Any
 
+from .._errors import AgentBreakerError
 from .._sinks import Undeliverable, json_lines, webhook
 from ..config import AgentBreakerConfig, IncidentsConfig
 from .outbox import Outbox, OutboxRow
@@ -47,7 +48,7 @@ _PRUNE_EVERY_S = 3600.0
 MAX_EXPONENT = 1023
 
 
-class RelayBusy(RuntimeError):
+class RelayBusy(AgentBreakerError, RuntimeError):
     """Another relay delivers from this SQLite file."""
 
 
@@ -269,27 +270,3 @@ def targets_for(config: AgentBreakerConfig) -> tuple[dict[str, Target], list[Cal
         targets["rabbitmq"] = publisher
         closers.append(publisher.close)
     return targets, closers
-
-
-def serve_relays(configs: Iterable[AgentBreakerConfig]) -> list[Relay]:
-    """The relays `agent-breaker serve` runs beside its engines: one per escalation store its
-    configs name that has a target (the webhook, RabbitMQ, the incidents file). A SQLite file
-    another relay already delivers from is left to it (RelayBusy)."""
-    from . import open_store, store_location
-
-    relays: list[Relay] = []
-    seen: set[str] = set()
-    for config in configs:
-        location = store_location(config)
-        if str(location) in seen:
-            continue
-        seen.add(str(location))
-        targets, _closers = targets_for(config)
-        if not targets:
-            continue
-        relay = Relay(open_store(location), targets)
-        try:
-            relays.append(relay.start())
-        except RelayBusy as exc:
-            log.warning("agent-breaker: %s; this server's relay stays off", exc)
-    return relays

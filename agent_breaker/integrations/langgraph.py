@@ -33,6 +33,7 @@ from langchain_core.tools.base import ArgsSchema  # noqa: E402
 from langgraph.prebuilt import ToolNode  # noqa: E402
 from pydantic import PrivateAttr  # noqa: E402
 
+from .._errors import AgentBreakerError  # noqa: E402
 from .._guarded import FailureKind, failure_kind, guarded, with_advice  # noqa: E402
 from ..engine import Engine  # noqa: E402
 
@@ -40,7 +41,7 @@ from ..engine import Engine  # noqa: E402
 THREAD_ID = "thread_id"
 
 
-class MissingThreadId(ValueError):
+class MissingThreadId(AgentBreakerError, ValueError):
     """A guarded tool ran with no thread id in its config: the guard keys loop state by it, and
     one shared session would mix every conversation's history, so the call does not run."""
 

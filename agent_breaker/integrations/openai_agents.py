@@ -48,6 +48,7 @@ from typing import Any  # noqa: E402
 from agents import FunctionTool, function_tool  # noqa: E402
 from agents.tool_context import ToolContext  # noqa: E402
 
+from .._errors import AgentBreakerError  # noqa: E402
 from .._guarded import FailureKind, failure_kind, guarded, with_advice  # noqa: E402
 from ..engine import Engine  # noqa: E402
 
@@ -68,7 +69,7 @@ def run_session(ctx: ToolContext[Any]) -> str:
     return str(session)
 
 
-class ArgumentsRejected(Exception):
+class ArgumentsRejected(AgentBreakerError):
     """The SDK answered the call itself before the function ran (its arguments did not parse
     or validate): recorded as a failed call, the SDK's message as its error."""
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import heuristics as H
+from .._errors import AgentBreakerError
 from .._replay import Replayer, _SessionReplay, replay_engine
 from ..config import AgentBreakerConfig
 from ..events import Assistant, ToolCall
@@ -23,7 +24,7 @@ from ..events import Assistant, ToolCall
 SEVERITIES = ("warn", "block")
 
 
-class ReportError(ValueError):
+class ReportError(AgentBreakerError, ValueError):
     """Input the report cannot read; the message names the file and the line."""
 
 

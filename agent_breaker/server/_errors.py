@@ -7,8 +7,10 @@ from typing import Any
 
 from fastapi.responses import JSONResponse
 
+from .._errors import AgentBreakerError
 
-class ServeError(RuntimeError):
+
+class ServeError(AgentBreakerError, RuntimeError):
     """`agent-breaker serve` cannot start; the message says why and what to set."""
 
 

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .._errors import AgentBreakerError
 from ._errors import error_body
 
 log = logging.getLogger("agent_breaker")
@@ -38,7 +39,7 @@ RESERVED_FDS = 128
 MAX_DEFAULT_CONNECTIONS = 4096
 
 
-class TransportError(ValueError):
+class TransportError(AgentBreakerError, ValueError):
     """A transport setting in the environment is not valid; the message names it."""
 
 

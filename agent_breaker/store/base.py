@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import Protocol, TypeVar
 from urllib.parse import unquote, unquote_plus, urlsplit
 
-from ..breaker import BreakerState, BreakerStateName, Permission, Recorded, Transition
-
-if TYPE_CHECKING:  # the config imports the store's defaults: the store needs the config's types only
-    from ..config import BreakerConfig
+from .._errors import AgentBreakerError
+from ..breaker import BreakerConfig, BreakerState, BreakerStateName, Permission, Recorded, Transition
 
 R = TypeVar("R")
 
@@ -72,7 +70,7 @@ def without_password(url: str) -> str:
     return head + "?" + "&".join(k + "=***" if unquote_plus(k).lower() == "password" else k + eq + v for k, eq, v in fields)
 
 
-class StorageError(RuntimeError):
+class StorageError(AgentBreakerError, RuntimeError):
     """A backend failed (connection lost, timeout); the engine applies its failure policy."""
 
 

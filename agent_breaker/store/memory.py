@@ -6,14 +6,11 @@ import random
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
-from ..breaker import BreakerState, BreakerStateName, Permission, Recorded, Transition
+from ..breaker import BreakerConfig, BreakerState, BreakerStateName, Permission, Recorded, Transition
 from ..breaker import core as breaker_core
 from .base import DEFAULT_MAX_SESSION_BYTES, DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_TTL_S
-
-if TYPE_CHECKING:  # the config imports the store, which imports this: the config's types only
-    from ..config import BreakerConfig
 
 R = TypeVar("R")
 

@@ -68,8 +68,16 @@ from urllib.parse import unquote
 import redis as redis_lib
 
 from .._state import MAX_TOOLS, SessionState, put_bounded
-from ..breaker import TRANSITIONS, BreakerState, BreakerStateName, IllegalTransition, Permission, Recorded, Transition
-from ..config import BreakerConfig
+from ..breaker import (
+    TRANSITIONS,
+    BreakerConfig,
+    BreakerState,
+    BreakerStateName,
+    IllegalTransition,
+    Permission,
+    Recorded,
+    Transition,
+)
 from . import codec
 from .base import DEFAULT_MAX_SESSION_BYTES, CorruptState, StorageError, checked_prefix, escape_key_part, without_password
 from .memory import MemoryStore

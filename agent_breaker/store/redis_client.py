@@ -19,6 +19,7 @@ from redis.connection import parse_url
 from redis.exceptions import NoScriptError, RedisClusterException
 from redis.retry import Retry
 
+from .base import StorageError
 from .urls import CLUSTER_SCHEMES
 
 #: what a client may raise when Redis fails; RedisClusterException is not a RedisError
@@ -26,7 +27,7 @@ from .urls import CLUSTER_SCHEMES
 REDIS_ERRORS = (redis_lib.RedisError, RedisClusterException)
 
 
-class ClusterUnreachable(redis_lib.ConnectionError):
+class ClusterUnreachable(StorageError, redis_lib.ConnectionError):
     """The cluster client could not be made: no node the URL names answered, or they are not
     a cluster's. Its message names nodes, never a password or a command's arguments."""
 

@@ -20,18 +20,15 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 from urllib.parse import unquote, urlparse
 
 from .._sqlite import write_transaction
-from ..breaker import BreakerState, BreakerStateName, Permission, Recorded, Transition
+from ..breaker import BreakerConfig, BreakerState, BreakerStateName, Permission, Recorded, Transition
 from ..breaker import core as breaker_core
 from . import codec
 from .base import DEFAULT_SESSION_TTL_S, CorruptState, StorageError
 from .urls import SQLITE_SCHEME
-
-if TYPE_CHECKING:
-    from ..config import BreakerConfig
 
 R = TypeVar("R")
 

@@ -24,7 +24,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .hooks import BLOCK_EXIT
+from .._errors import AgentBreakerError
+from . import BLOCK_EXIT, MAX_INPUT_BYTES
 
 #: set to "off" to decide every call in its own process
 DAEMON_ENV = "AGENT_BREAKER_HOOK_DAEMON"
@@ -40,11 +41,11 @@ MAX_SOCKET_PATH = 100
 START_INTERVAL_S = 10.0
 
 
-class DaemonUnavailable(Exception):
+class DaemonUnavailable(AgentBreakerError):
     """No daemon answers at this socket (none started, or one that died): decide in process."""
 
 
-class DaemonFailed(RuntimeError):
+class DaemonFailed(AgentBreakerError, RuntimeError):
     """The daemon took the call but could not decide it: the fail policy answers."""
 
 
@@ -135,7 +136,7 @@ def start(path: Path, config: str | None, state: str) -> None:
     import subprocess
     import time
 
-    argv = [sys.executable, "-m", "agent_breaker._hook_daemon", "--socket", str(path), "--state", state]
+    argv = [sys.executable, "-m", "agent_breaker.hooks.daemon", "--socket", str(path), "--state", state]
     if config:
         argv += ["--config", config]
     log = path.with_suffix(".log")
@@ -193,7 +194,7 @@ def serve(path: Path, config: str | None, state: str, idle_s: float) -> int:
     """Answer hook calls at `path` until `idle_s` pass without one."""
     import fcntl  # Unix only, as the daemon is
 
-    from ._hook_command import MAX_INPUT_BYTES, HookGuard
+    from .guard import HookGuard
 
     lock = os.open(path.with_suffix(".lock"), os.O_WRONLY | os.O_CREAT, 0o600)
     try:
@@ -242,7 +243,7 @@ def _answer(conn: socket.socket, guard: Any, limit: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m agent_breaker._hook_daemon")
+    ap = argparse.ArgumentParser(prog="python -m agent_breaker.hooks.daemon")
     ap.add_argument("--socket", required=True)
     ap.add_argument("--state", required=True)
     ap.add_argument("--config")

@@ -16,17 +16,17 @@ import sys
 from collections.abc import Mapping
 from typing import IO, Any
 
-from . import _hook_daemon
-from .hooks import BLOCK_EXIT, CLAUDE_CODE, Hook, HookAnswer, HookInputError, answer, read_hook
+from .._errors import AgentBreakerError
+from . import BLOCK_EXIT, MAX_INPUT_BYTES, HookAnswer, HookInputError, read_hook
+from . import daemon as hook_daemon
 
 #: where the command keeps its state unless told otherwise ($AGENT_BREAKER_HOOK_STATE)
 STATE_ENV = "AGENT_BREAKER_HOOK_STATE"
 DEFAULT_STATE = "sqlite:///~/.local/state/agent-breaker/hooks.db"
-MAX_INPUT_BYTES = 16 * 2**20
 SERVER_TIMEOUT_S = 5.0
 
 
-class GuardFailure(RuntimeError):
+class GuardFailure(AgentBreakerError, RuntimeError):
     """The guard could not decide; the fail policy answers instead."""
 
 
@@ -74,70 +74,23 @@ def _failed(why: str, stdout: IO[str], stderr: IO[str], fail_closed: bool) -> in
     return 0
 
 
-class HookGuard:
-    """The engine on the coding config and the SQLite store, as one hook process or the daemon
-    (`_hook_daemon`) holds it."""
-
-    def __init__(self, config_path: str | None, state: str) -> None:
-        # imported here: a hook that asks nothing, or that the daemon answers, costs no engine
-        from . import heuristics as H
-        from .config import FINGERPRINT_SECRET_ENV, load_config
-        from .configs import ROOT
-        from .engine import Engine
-        from .receipts import ReceiptKeys
-        from .store.sqlite import SQLiteStore
-
-        config = load_config(config_path or ROOT / "coding_agent" / "config.yml")
-        self._store = SQLiteStore(state, ttl_s=config.sessions.ttl_s)
-        try:
-            # one key for every hook process: each decides on the hashes the others stored
-            secret = config.fingerprint_secret or os.environ.get(FINGERPRINT_SECRET_ENV) or self._store.secret("fingerprint")
-            config = config.model_copy(update={"fingerprint_secret": secret})
-            self._engine = Engine(
-                config, store=self._store, listeners=[], sinks=False, escalations=False, receipt_keys=ReceiptKeys.ephemeral()
-            )
-            # a transcript is read only where tokens count
-            self._counts_tokens = any(config.mode_of(h) != "off" for h in (H.TOKEN_BUDGET, H.TOOL_TOKEN_BUDGET, H.TOKEN_VELOCITY))
-        except BaseException:
-            self._store.close()
-            raise
-
-    def decide(self, hook: Hook) -> HookAnswer:
-        from ._transcripts import claude_code_usage
-        from .protocol import BY_COLANG, to_engine_event
-
-        assert hook.event is not None
-        kind = BY_COLANG[hook.event["type"]]
-        event = to_engine_event(kind, hook.event)
-        if self._counts_tokens and hook.transcript and hook.agent == CLAUDE_CODE and event.get("call_id"):
-            event.update(claude_code_usage(hook.transcript, event["call_id"]) or {})
-        verdict = getattr(self._engine, kind.handler)(event).to_dict()
-        return answer(hook, verdict)
-
-    def answer(self, agent: str, raw: bytes) -> HookAnswer:
-        """One hook input's answer (the daemon's entry: the client has read it once already)."""
-        hook = read_hook(agent, json.loads(raw))
-        return self.decide(hook) if hook.event is not None else HookAnswer()
-
-    def close(self) -> None:
-        self._store.close()
-
-
 def _decided(agent: str, raw: bytes, payload: Any, config_path: str | None, state: str | None, daemon: bool) -> HookAnswer:
     hook = read_hook(agent, payload)
     if hook.event is None:
         return HookAnswer()
     state = state or os.environ.get(STATE_ENV) or DEFAULT_STATE
-    path = _hook_daemon.socket_path(config_path, state) if daemon else None
+    path = hook_daemon.socket_path(config_path, state) if daemon else None
     if path is not None:
         try:
-            out = _hook_daemon.ask(path, agent, raw)
-        except _hook_daemon.DaemonUnavailable:
-            _hook_daemon.start(path, config_path, state)
-        except _hook_daemon.DaemonFailed as exc:
+            out = hook_daemon.ask(path, agent, raw)
+        except hook_daemon.DaemonUnavailable:
+            hook_daemon.start(path, config_path, state)
+        except hook_daemon.DaemonFailed as exc:
             raise GuardFailure(str(exc)) from None
         else:
             return HookAnswer(out["output"], out["exit_code"], out["stderr"])
+    from .guard import HookGuard  # the engine, loaded only where the call is decided here
+
     guard = HookGuard(config_path, state)
     try:
         return guard.decide(hook)

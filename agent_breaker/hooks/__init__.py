@@ -23,8 +23,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._text import USER_INTERRUPTION
-from .protocol import BY_NAME, TOOL_CALL_EVENT, TOOL_RESULT_EVENT
+from .._errors import AgentBreakerError
+from .._text import USER_INTERRUPTION
+from ..protocol import BY_NAME, TOOL_CALL_EVENT, TOOL_RESULT_EVENT
 
 USER_EVENT = BY_NAME["user"].colang
 
@@ -32,6 +33,8 @@ CLAUDE_CODE, CODEX, GEMINI_CLI = "claude-code", "codex", "gemini-cli"
 AGENTS = (CLAUDE_CODE, CODEX, GEMINI_CLI)
 #: exit code that blocks the call in every agent (stderr is the reason the model reads)
 BLOCK_EXIT = 2
+#: the largest hook input read (a hook command's stdin, a daemon's request)
+MAX_INPUT_BYTES = 16 * 2**20
 
 # hook event names -> what the guard decides
 _BEFORE = {"PreToolUse", "BeforeTool"}
@@ -44,7 +47,7 @@ _EXIT_KEYS = ("exit_code", "exitCode", "returncode", "return_code")
 _EXIT_LINE = re.compile(r"(?:^|\n)\s*(?:Exit code|Process exited with code)[: ]\s*(-?\d+)", re.IGNORECASE)
 
 
-class HookInputError(ValueError):
+class HookInputError(AgentBreakerError, ValueError):
     """A hook input the guard cannot read; the message says which field."""
 
 

@@ -1,0 +1,59 @@
+"""The guard a hook call is decided by: the engine on the coding config and a SQLite store, as
+one hook process (`command`) or the per-user daemon (`daemon`) holds it. Imported only where a
+call is decided in this process: a hook answered by the daemon loads no engine."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from . import CLAUDE_CODE, Hook, HookAnswer, answer, read_hook
+
+
+class HookGuard:
+    """The engine on the coding config and the SQLite store, as one hook process or the daemon
+    (`daemon`) holds it."""
+
+    def __init__(self, config_path: str | None, state: str) -> None:
+        # imported here: a hook that asks nothing, or that the daemon answers, costs no engine
+        from .. import heuristics as H
+        from ..config import FINGERPRINT_SECRET_ENV, load_config
+        from ..configs import ROOT
+        from ..engine import Engine
+        from ..receipts import ReceiptKeys
+        from ..store.sqlite import SQLiteStore
+
+        config = load_config(config_path or ROOT / "coding_agent" / "config.yml")
+        self._store = SQLiteStore(state, ttl_s=config.sessions.ttl_s)
+        try:
+            # one key for every hook process: each decides on the hashes the others stored
+            secret = config.fingerprint_secret or os.environ.get(FINGERPRINT_SECRET_ENV) or self._store.secret("fingerprint")
+            config = config.model_copy(update={"fingerprint_secret": secret})
+            self._engine = Engine(
+                config, store=self._store, listeners=[], sinks=False, escalations=False, receipt_keys=ReceiptKeys.ephemeral()
+            )
+            # a transcript is read only where tokens count
+            self._counts_tokens = any(config.mode_of(h) != "off" for h in (H.TOKEN_BUDGET, H.TOOL_TOKEN_BUDGET, H.TOKEN_VELOCITY))
+        except BaseException:
+            self._store.close()
+            raise
+
+    def decide(self, hook: Hook) -> HookAnswer:
+        from .._transcripts import claude_code_usage
+        from ..protocol import BY_COLANG, to_engine_event
+
+        assert hook.event is not None
+        kind = BY_COLANG[hook.event["type"]]
+        event = to_engine_event(kind, hook.event)
+        if self._counts_tokens and hook.transcript and hook.agent == CLAUDE_CODE and event.get("call_id"):
+            event.update(claude_code_usage(hook.transcript, event["call_id"]) or {})
+        verdict = getattr(self._engine, kind.handler)(event).to_dict()
+        return answer(hook, verdict)
+
+    def answer(self, agent: str, raw: bytes) -> HookAnswer:
+        """One hook input's answer (the daemon's entry: the client has read it once already)."""
+        hook = read_hook(agent, json.loads(raw))
+        return self.decide(hook) if hook.event is not None else HookAnswer()
+
+    def close(self) -> None:
+        self._store.close()

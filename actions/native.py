@@ -18,12 +18,14 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # mypy reads actions/ as the package `actions` (pyproject's `files`), not by its installed name
-    from actions.guards import action, decide, deliver_incidents, verdict_line
+    from actions.guards import action
 else:
-    from agent_breaker.actions.guards import action, decide, deliver_incidents, verdict_line
+    from agent_breaker.actions.guards import action
 
 from agent_breaker._aio import without_blocking
+from agent_breaker._chat import verdict_line
 from agent_breaker._openai_format import parse_tool_call, read_tool_output
+from agent_breaker.dispatch import CALLER, decide_async, deliver_incidents
 from agent_breaker.engine import UNNAMED_CALL, Engine
 from agent_breaker.events import InvalidEventError
 from agent_breaker.protocol import BY_NAME
@@ -47,7 +49,7 @@ async def check_native_tool_calls(
     for tool_call in tool_calls or []:
         name, args, call_id = parse_tool_call(tool_call)
         fields = {**_from_context(context), "tool_name": name, "tool_args": args, "call_id": call_id}
-        out = await decide(agent_breaker_engine, TOOL_CALL, fields)
+        out = await decide_async(agent_breaker_engine, TOOL_CALL, fields, CALLER.get())
         deliver_incidents(out["incidents"])
         verdicts.append(out)
     blocked = [v for v in verdicts if not v.get("allowed")]
@@ -113,7 +115,7 @@ async def record_native_tool_message(
         # the text is the error: it says whose failure it is (an outage or the call's own)
         "error": output.error,
     }
-    out: dict[str, Any] = await decide(agent_breaker_engine, TOOL_RESULT, fields)
+    out: dict[str, Any] = await decide_async(agent_breaker_engine, TOOL_RESULT, fields, CALLER.get())
     deliver_incidents(out["incidents"])
     return out
 

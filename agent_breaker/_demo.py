@@ -139,8 +139,8 @@ class NemoRuntime:
     def __init__(self, config_name: str = "agent_breaker", custom: dict[str, Any] | None = None) -> None:
         from nemoguardrails import LLMRails, RailsConfig
 
-        from .actions import ENGINE_PARAM
         from .configs import config_path
+        from .dispatch import ENGINE_PARAM
         from .sessions import GuardSessions
 
         config = RailsConfig.from_path(str(config_path(config_name)))

@@ -26,8 +26,8 @@ from typing import Any, Literal
 
 from ._aio import without_blocking
 from ._text import normalize_name
+from .dispatch import Decision, decide_event
 from .engine import Engine
-from .events import InvalidEventError
 from .verdicts import Verdict
 
 log = logging.getLogger("agent_breaker.guarded")
@@ -185,7 +185,7 @@ class _Guard:
 
     def run(self, *args: Any, **kwargs: Any) -> Any:
         call = self._event(args, kwargs)
-        verdict = self.engine.check_tool_call(call)
+        verdict = self._verdict(decide_event(self.engine, call))
         if not verdict.allowed:
             alternative, alt_args = self._refused(verdict)
             return verdict.observation if alternative is None else alternative(**alt_args)
@@ -193,22 +193,27 @@ class _Guard:
         try:
             output = self.fn(*args, **kwargs)
         except Exception as exc:
-            self._record(self.engine.record_tool_result, self._failure(call, exc))
+            self._record(self._failure(call, exc))
             raise
-        self._record(self.engine.record_tool_result, self._result(call, ok=True, result=_plain(output)))
+        self._record(self._result(call, ok=True, result=_plain(output)))
         return output
 
-    def _record(self, method: Callable[[Any], Any], event: dict[str, Any]) -> None:
+    @staticmethod
+    def _verdict(decision: Decision) -> Verdict:
+        # a call the guard cannot read (arguments too big or too deep) is refused: the tool does not run
+        assert isinstance(decision.verdict, Verdict)
+        return decision.verdict
+
+    def _record(self, event: dict[str, Any]) -> None:
         """The tool ran: a result the guard cannot read (too big, too deep) is logged, and the
         tool's own answer goes back to the agent all the same."""
-        try:
-            method(event)
-        except InvalidEventError as exc:
-            log.warning("agent-breaker: the result of %s was not recorded: %s", self.tool, exc)
+        invalid = decide_event(self.engine, event).invalid
+        if invalid is not None:
+            log.warning("agent-breaker: the result of %s was not recorded: %s", self.tool, invalid)
 
     async def run_async(self, *args: Any, **kwargs: Any) -> Any:
         call = self._event(args, kwargs)
-        verdict: Verdict = await self._decide(self.engine.check_tool_call, call)
+        verdict = self._verdict(await self._decide(decide_event, self.engine, call))
         if not verdict.allowed:
             alternative, alt_args = self._refused(verdict)
             if alternative is None:
@@ -221,12 +226,12 @@ class _Guard:
         except asyncio.CancelledError:
             # a caller's timeout cancelled the call: the dependency did not answer in time. Recorded
             # at once (a cancelled task must not await again), or the call would wait forever
-            self._record(self.engine.record_tool_result, self._failure(call, TimeoutError("cancelled before it answered")))
+            self._record(self._failure(call, TimeoutError("cancelled before it answered")))
             raise
         except Exception as exc:
-            await self._decide(self._record, self.engine.record_tool_result, self._failure(call, exc))
+            await self._decide(self._record, self._failure(call, exc))
             raise
-        await self._decide(self._record, self.engine.record_tool_result, self._result(call, ok=True, result=_plain(output)))
+        await self._decide(self._record, self._result(call, ok=True, result=_plain(output)))
         return output
 
     def _advise(self, verdict: Verdict) -> None:

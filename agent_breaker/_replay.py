@@ -19,10 +19,12 @@ from typing import IO, Any
 from . import _json
 from . import heuristics as H
 from .config import AgentBreakerConfig
+from .dispatch import decide_event
 from .engine import Engine
 from .events import InvalidEventError, ToolCall, ToolResult, parse_event
 from .receipts import ReceiptKeys
 from .store import MemoryStore
+from .verdicts import ResultVerdict, Verdict
 
 
 @dataclass
@@ -153,7 +155,8 @@ class Replayer:
 
     def _apply(self, r: _SessionReplay, ev: Any) -> None:
         if isinstance(ev, ToolCall):
-            verdict = self.engine.check_tool_call(ev)
+            verdict = self._decided(ev)
+            assert isinstance(verdict, Verdict)
             cost = self.engine.step_cost_usd(ev)
             blocked = not verdict.allowed
             if blocked:
@@ -178,9 +181,15 @@ class Replayer:
                 queue = r.unpaired.get(ev.tool)
                 if queue and queue.popleft():
                     return
-        outcome = self.engine.process(ev)
+        outcome = self._decided(ev)
         if not isinstance(ev, ToolResult):
             r.verdict(outcome.heuristic, getattr(outcome, "advisory", False) or outcome.heuristic in self.observed_only)
+
+    def _decided(self, ev: Any) -> Verdict | ResultVerdict:
+        decision = decide_event(self.engine, ev)
+        if decision.invalid is not None:
+            raise decision.invalid  # the line's error, as for a line that does not parse
+        return decision.verdict
 
     def results(self) -> Iterator[dict[str, Any]]:
         for r in self.sessions.values():

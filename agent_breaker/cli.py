@@ -78,7 +78,7 @@ def _serve(args: argparse.Namespace) -> int:
     from .configs import ROOT
 
     root = Path(args.config).expanduser().resolve() if args.config else ROOT
-    from .actions import read_root
+    from ._served import read_root
 
     configs, problems = read_root(root)
     if problems:  # every config that cannot start, at once (building them stops at the first)

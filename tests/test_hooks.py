@@ -241,8 +241,11 @@ def test_an_edit_test_fix_session_whose_tests_change_is_never_denied(agent, clie
 
 def test_a_hook_endpoint_takes_post_and_the_agents_json_only(server, client):
     assert httpx.get(server.base + "/v1/hooks/codex", headers=server.headers, timeout=30).status_code == 405
+    # an input it cannot read: the fail policy's answer (see test_hook_transports.py)
     r = hook(client, CODEX, {"hook_event_name": "PreToolUse"})
-    assert r.status_code == 422 and "session_id" in r.json()["error"]["message"]
+    assert r.status_code == 200 and r.json() == {}
+    r = hook(client, CODEX, {"hook_event_name": "PreToolUse"}, fail="closed")
+    assert r.status_code == 200 and r.json()["decision"] == "block" and "session_id" in r.json()["reason"]
     r = hook(client, CODEX, pre(CODEX, "s", 1, "ls"), config_id="no_such_config")
     assert r.status_code == 404
     assert httpx.post(server.base + "/v1/hooks/codex", json={}, timeout=30).status_code == 401
@@ -427,8 +430,8 @@ def test_print_config_sends_every_event_the_guard_reads_to_it(agent, server, fai
         [group] = groups
         [handler] = group["hooks"]
         if handler["type"] == "http":
-            assert agent == CLAUDE_CODE and handler["url"] == f"{server}/v1/hooks/claude-code"
-            assert (handler.get("onFailure") == "block") is (fail == "closed")
+            query = "?fail=closed" if fail == "closed" else ""
+            assert agent == CLAUDE_CODE and handler["url"] == f"{server}/v1/hooks/claude-code{query}"
         else:
             argv = shlex.split(handler["command"])
             assert argv[:3] == ["agent-breaker", "hook", agent]

@@ -216,7 +216,8 @@ def test_only_the_results_that_follow_the_models_last_message_are_recorded(memor
     recorded: list[tuple[str, Any]] = []
     for method in ("record_tool_result", "record_user"):
         real = getattr(engine, method)
-        monkeypatch.setattr(engine, method, lambda ev, real=real: recorded.append((ev["type"], ev)) or real(ev))
+        # the dispatch hands the engine the typed event: kept as its trace-format fields
+        monkeypatch.setattr(engine, method, lambda ev, real=real: recorded.append((ev.type, ev.model_dump())) or real(ev))
     messages: list[Any] = [{"role": "user", "content": "count orders"}]
     failing_turns(messages, 1)
     complete(messages, text="The query fails.")  # the request carries the call's result: recorded

@@ -60,7 +60,8 @@ def recorded(monkeypatch) -> Any:
         record = engine.record_tool_result
 
         def record_and_keep(event):
-            events.append(event)
+            # the dispatch hands the engine the typed event: kept as its trace-format fields
+            events.append(event if isinstance(event, dict) else event.model_dump(exclude_none=True))
             return record(event)
 
         monkeypatch.setattr(engine, "record_tool_result", record_and_keep)

@@ -1,4 +1,5 @@
-"""The package's layers: no import cycle among agent_breaker's modules, counting every import.
+"""The package's layers: no import cycle among agent_breaker's modules, counting every import;
+each module on a floor that imports nothing above it; the NeMo glue imported by nothing else.
 
 Read from the source with `ast`, not by importing: every import counts, at module level (also
 under `if`/`try`/`with`), inside functions and under `if TYPE_CHECKING:` (a cycle dodged by a
@@ -195,3 +196,85 @@ def test_the_cycle_finder_counts_every_import(tmp_path, monkeypatch):
     (pkg / "sub" / "d.py").write_text("D = 4\n")
     (pkg / "a.py").write_text("from agent_breaker.sub.d import D\nA = 1\n")
     assert find_cycles(import_graph()) == [["agent_breaker.a", "agent_breaker.sub", "agent_breaker.a"]]
+
+
+#: the floors, from the top: the NeMo glue hangs off the rest (NeMo loads it; nothing of ours
+#: does); the edges (server, hooks' processes, drop-ins, CLI) call the spine (the dispatch and
+#: what every edge shares), which calls the engine, which decides over the core (events, verdicts,
+#: config, breaker, detectors, governor, stores, escalations: pure deciders and their state)
+FLOORS = (
+    ("glue", ("agent_breaker.actions",)),
+    (
+        "edges",
+        (
+            "agent_breaker",  # the package's face imports what it exports
+            "agent_breaker.__main__",
+            "agent_breaker.cli",
+            "agent_breaker.server",
+            "agent_breaker.hooks.guard",
+            "agent_breaker.hooks.command",
+            "agent_breaker.hooks.daemon",
+            "agent_breaker.integrations",
+            "agent_breaker._demo",
+            "agent_breaker.sessions",
+            "agent_breaker._reference",
+        ),
+    ),
+    (
+        "spine",
+        (
+            "agent_breaker.dispatch",
+            "agent_breaker._aio",
+            "agent_breaker._served",
+            "agent_breaker._replay",
+            "agent_breaker._guarded",
+            "agent_breaker._admin",
+            "agent_breaker._openai_format",
+            "agent_breaker.escalations.operator",
+            "agent_breaker.report",
+        ),
+    ),
+    ("engine", ("agent_breaker.engine",)),
+)
+CORE = "core"
+
+
+def floor_of(module: str) -> str:
+    """A module's floor: the first whose names it is (or is inside); else the core."""
+    for name, modules in FLOORS:
+        for prefix in modules:
+            if module == prefix or (prefix != "agent_breaker" and module.startswith(prefix + ".")):
+                return name
+    return CORE
+
+
+def upward_arrows(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """Imports of a module on a higher floor than the importer's."""
+    height = {CORE: 0, **{name: len(FLOORS) - i for i, (name, _) in enumerate(FLOORS)}}
+    return sorted((m, d) for m, deps in graph.items() for d in deps if height[floor_of(d)] > height[floor_of(m)])
+
+
+def test_every_import_goes_down_or_along_a_floor():
+    graph = import_graph()
+    assert {floor_of(m) for m in graph} == {CORE, *(name for name, _ in FLOORS)}  # each floor has rooms
+    arrows = upward_arrows(graph)
+    assert not arrows, "upward imports:\n" + "\n".join(f"{m} ({floor_of(m)}) -> {d} ({floor_of(d)})" for m, d in arrows)
+
+
+def test_nothing_outside_the_nemo_glue_imports_it():
+    graph = import_graph()
+    glue = [m for m in graph if floor_of(m) == "glue"]
+    assert "agent_breaker.actions.guards" in glue
+    importers = sorted(m for m, deps in graph.items() if m not in glue and deps & set(glue))
+    assert importers == []
+
+
+def test_an_upward_import_is_found(tmp_path, monkeypatch):
+    pkg = tmp_path / "agent_breaker"
+    (pkg / "engine").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "engine" / "__init__.py").write_text("")
+    (pkg / "verdicts.py").write_text("def f():\n    from .engine import Engine\n")
+    monkeypatch.setitem(SOURCES, "agent_breaker", pkg)
+    monkeypatch.setitem(SOURCES, "agent_breaker.actions", tmp_path / "none")
+    assert upward_arrows(import_graph()) == [("agent_breaker.verdicts", "agent_breaker.engine")]

@@ -118,9 +118,9 @@ def test_events_round_trip_between_the_two_formats():
     ],
 )
 def test_errors_name_the_protocols_fields(engine, event, fragment):
-    from agent_breaker.actions.guards import run_event
+    from agent_breaker.dispatch import decide
 
-    out = run_event(engine, BY_COLANG[event["type"]], event)
+    out = decide(engine, BY_COLANG[event["type"]], event)
     assert out["heuristic"] == "invalid_event" and fragment in out["reason"], out["reason"]
 
 
@@ -143,11 +143,13 @@ def test_the_trace_formats_event_types_are_the_protocol_tables():
 def test_every_event_kind_has_its_registered_action_and_its_chat_verb():
     from agent_breaker.actions import guards
 
+    from agent_breaker import _chat
+
     registered = {getattr(fn, "action_meta", {}).get("name") for fn in guards.ACTIONS}
     assert {kind.action for kind in KINDS} <= registered
     # the chat CLI's help lists the table's verbs, and each verb reads as its kind
-    assert set(re.findall(r"(?:^commands: |\| )(\w+)", guards._CHAT_HELP)) == {kind.chat_verb for kind in KINDS}
+    assert set(re.findall(r"(?:^commands: |\| )(\w+)", _chat.HELP)) == {kind.chat_verb for kind in KINDS}
     lines = {"tool": "tool t {}", "result": "result t ok {}"}
     for kind in KINDS:
-        parsed, fields = guards.parse_chat_line(lines.get(kind.chat_verb, f"{kind.chat_verb} text"))
+        parsed, fields = _chat.parse_chat_line(lines.get(kind.chat_verb, f"{kind.chat_verb} text"))
         assert parsed is kind and not missing_fields(kind, fields), kind.chat_verb

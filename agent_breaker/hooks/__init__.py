@@ -1,13 +1,18 @@
 """Coding agents' hooks: what Claude Code, Codex and Gemini CLI send before and after each tool
 call, read as the guard's events, and its verdicts answered in each agent's own format.
 
-Pure: no I/O, no server, no store. `read_hook(agent, payload)` gives a `Hook` (the protocol's
-event to decide, as the gateway endpoints take it, or None for a hook that asks nothing of the
-guard); `answer(hook, verdict)`, given the verdict event, gives a `HookAnswer`: the JSON the
-agent reads on stdout (or in an HTTP hook's response body), and for a command hook the exit
-code and stderr. A refused call is exit code 2 with the reason on
-stderr, which all three agents read as "blocked, tell the model why"; a warning of the
-graduated answer reaches the model as additional context.
+Pure: no I/O, no server, no store. Every transport (the hook command, its daemon, the hook
+endpoints) reads an input with `read(agent, raw, fail_closed=...)`: the same limits, and the same
+answer to what it cannot decide. It gives a `Hook` (the protocol's event to decide, as the
+gateway endpoints take it) or, when there is nothing to decide, the `HookAnswer` itself: a hook
+that asks nothing of the guard is allowed; an input the guard cannot read (not JSON, not a hook
+input it knows, over MAX_INPUT_BYTES) is answered by the fail policy (`undecided`); one nested
+too deep to read is refused, like a call whose arguments nest too deep for the engine.
+`answer(hook, verdict)`, given the verdict event, gives the `HookAnswer`: the JSON the agent reads
+on stdout (or in an HTTP hook's response body), and for a command hook the exit code and stderr.
+A refused call is exit code 2 with the reason on stderr, which all three agents read as
+"blocked, tell the model why"; a warning of the graduated answer reaches the model as
+additional context.
 
 Fields the guard does not use are ignored, so newer agent versions keep working. The session
 is the agent's `session_id` (a subagent's own calls, named by `agent_id`, are a session of
@@ -17,6 +22,7 @@ none: the engine pairs a result with the oldest unanswered call of its tool).
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from collections.abc import Mapping
@@ -33,8 +39,10 @@ CLAUDE_CODE, CODEX, GEMINI_CLI = "claude-code", "codex", "gemini-cli"
 AGENTS = (CLAUDE_CODE, CODEX, GEMINI_CLI)
 #: exit code that blocks the call in every agent (stderr is the reason the model reads)
 BLOCK_EXIT = 2
-#: the largest hook input read (a hook command's stdin, a daemon's request)
-MAX_INPUT_BYTES = 16 * 2**20
+#: the largest hook input the guard reads, on every transport (the command's stdin, the
+#: endpoint's body): far above what a model writes in one call or a tool hands back to it
+MAX_INPUT_BYTES = 4 * 2**20
+OVERSIZED_INPUT = f"the hook input is over {MAX_INPUT_BYTES} bytes"
 
 # hook event names -> what the guard decides
 _BEFORE = {"PreToolUse", "BeforeTool"}
@@ -130,6 +138,45 @@ def read_hook(agent: str, payload: Any) -> Hook:
     return Hook(agent, name, {**result, "error": error} if error is not None else result)
 
 
+def read(agent: str, raw: bytes, *, fail_closed: bool) -> Hook | HookAnswer:
+    """A hook input as every transport reads it: the `Hook` to decide, or the answer when there
+    is nothing to decide (see the module's docstring)."""
+    try:
+        hook = read_hook(agent, _parsed(raw))
+    except RecursionError:
+        # only a tool's arguments nest like this (the agent writes the rest): the guard is not
+        # nested out of deciding, as the engine refuses arguments deeper than it reads
+        return refused("agent-breaker: the hook input is nested too deep to read; blocked")
+    except HookInputError as exc:
+        return undecided(str(exc), fail_closed=fail_closed)
+    return HookAnswer() if hook.event is None else hook
+
+
+def _parsed(raw: bytes) -> Any:
+    if len(raw) > MAX_INPUT_BYTES:
+        raise HookInputError(OVERSIZED_INPUT)
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise HookInputError("the hook input is not JSON") from None
+
+
+def undecided(why: str, *, fail_closed: bool) -> HookAnswer:
+    """The fail policy's answer when the guard cannot decide (an input it cannot read, a store
+    or server it cannot reach, a crash): `--fail closed` blocks the call, `--fail open` lets it
+    go ahead; either way the agent's stderr (the server's log, on an endpoint) says why."""
+    if fail_closed:
+        return refused(f"agent-breaker could not check this call ({why}); blocked, as --fail closed asks")
+    return HookAnswer({}, 0, f"agent-breaker could not check this call ({why}); let through, as --fail open asks")
+
+
+def refused(text: str) -> HookAnswer:
+    """A refusal that needs no hook event's name: exit 2 for a command hook (every agent reads
+    it as blocked), and in JSON a top-level "block" decision (what Claude Code's HTTP hook reads
+    as blocked, and the command reads back from a server)."""
+    return HookAnswer({"decision": "block", "reason": text}, BLOCK_EXIT, text)
+
+
 def failure(response: Any) -> str | None:
     """Why a tool's response says it failed (an error, an error flag, a non-zero exit status),
     or None when it reads as a success."""
@@ -220,15 +267,15 @@ def settings(agent: str, *, server: str | None = None, fail: str = "open", comma
     tool_events, turn_events, every_tool = _SETTINGS[agent]
     handler: dict[str, Any]
     if server is not None and agent == CLAUDE_CODE:
+        # the endpoint applies the fail policy to what it cannot decide; a server that does not
+        # answer at all lets the call go ahead (Claude Code's HTTP hooks cannot block then)
         handler = {
             "type": "http",
-            "url": f"{server.rstrip('/')}/v1/hooks/{agent}",
+            "url": f"{server.rstrip('/')}/v1/hooks/{agent}" + ("?fail=closed" if fail == "closed" else ""),
             "headers": {"Authorization": "Bearer $AGENT_BREAKER_API_TOKEN"},
             "allowedEnvVars": ["AGENT_BREAKER_API_TOKEN"],
             "timeout": 5,
         }
-        if fail == "closed":
-            handler["onFailure"] = "block"
     else:
         line = (
             f"{command} hook {agent}"

@@ -17,8 +17,9 @@ from collections.abc import Mapping
 from typing import IO, Any
 
 from .._errors import AgentBreakerError
-from . import BLOCK_EXIT, MAX_INPUT_BYTES, HookAnswer, HookInputError, read_hook
+from . import BLOCK_EXIT, MAX_INPUT_BYTES, Hook, HookAnswer, undecided
 from . import daemon as hook_daemon
+from . import read as read_input
 
 #: where the command keeps its state unless told otherwise ($AGENT_BREAKER_HOOK_STATE)
 STATE_ENV = "AGENT_BREAKER_HOOK_STATE"
@@ -43,52 +44,36 @@ def run(
     daemon: bool = True,
 ) -> int:
     """Answer one hook call; the exit code."""
+    raw = stdin.read(MAX_INPUT_BYTES + 1)
     try:
-        raw = stdin.read(MAX_INPUT_BYTES + 1)
-        if len(raw) > MAX_INPUT_BYTES:
-            raise GuardFailure(f"the hook input is over {MAX_INPUT_BYTES} bytes")
-        try:
-            payload = json.loads(raw)
-        except ValueError:
-            raise GuardFailure("the hook input is not JSON") from None
-        out = _forwarded(agent, raw, server) if server else _decided(agent, raw, payload, config, state, daemon)
-    except (GuardFailure, HookInputError) as exc:
-        return _failed(str(exc), stdout, stderr, fail_closed)
+        if server:  # the server reads the input, as its endpoint reads an HTTP hook's
+            out = _forwarded(agent, raw, server, fail_closed)
+        else:
+            read = read_input(agent, raw, fail_closed=fail_closed)
+            out = read if isinstance(read, HookAnswer) else _decided(read, config, state, daemon)
     except ImportError:  # a broken install decides nothing; `agent_breaker.__main__` says so
         raise
+    except GuardFailure as exc:
+        out = undecided(str(exc), fail_closed=fail_closed)
     except Exception as exc:  # a guard that crashes must not decide by accident: the policy does
-        return _failed(f"{type(exc).__name__}: {exc}", stdout, stderr, fail_closed)
-    if out.exit_code == BLOCK_EXIT:
+        out = undecided(f"{type(exc).__name__}: {exc}", fail_closed=fail_closed)
+    if out.stderr:
         stderr.write(out.stderr + "\n")
-    else:
+    if out.exit_code != BLOCK_EXIT:
         stdout.write(json.dumps(out.output) + "\n")
     return out.exit_code
 
 
-def _failed(why: str, stdout: IO[str], stderr: IO[str], fail_closed: bool) -> int:
-    if fail_closed:
-        stderr.write(f"agent-breaker could not check this call ({why}); blocked, as --fail closed asks\n")
-        return BLOCK_EXIT
-    stderr.write(f"agent-breaker could not check this call ({why}); let through, as --fail open asks\n")
-    stdout.write("{}\n")
-    return 0
-
-
-def _decided(agent: str, raw: bytes, payload: Any, config_path: str | None, state: str | None, daemon: bool) -> HookAnswer:
-    hook = read_hook(agent, payload)
-    if hook.event is None:
-        return HookAnswer()
+def _decided(hook: Hook, config_path: str | None, state: str | None, daemon: bool) -> HookAnswer:
     state = state or os.environ.get(STATE_ENV) or DEFAULT_STATE
     path = hook_daemon.socket_path(config_path, state) if daemon else None
     if path is not None:
         try:
-            out = hook_daemon.ask(path, agent, raw)
+            return hook_daemon.ask(path, hook)
         except hook_daemon.DaemonUnavailable:
             hook_daemon.start(path, config_path, state)
         except hook_daemon.DaemonFailed as exc:
             raise GuardFailure(str(exc)) from None
-        else:
-            return HookAnswer(out["output"], out["exit_code"], out["stderr"])
     from .guard import HookGuard  # the engine, loaded only where the call is decided here
 
     guard = HookGuard(config_path, state)
@@ -98,8 +83,9 @@ def _decided(agent: str, raw: bytes, payload: Any, config_path: str | None, stat
         guard.close()
 
 
-def _forwarded(agent: str, raw: bytes, server: str) -> HookAnswer:
-    """The server's answer; a refusal in its JSON becomes the command's exit code 2."""
+def _forwarded(agent: str, raw: bytes, server: str, fail_closed: bool) -> HookAnswer:
+    """The server's answer (it applies this command's fail policy to an input it cannot read);
+    a refusal in its JSON becomes the command's exit code 2."""
     import urllib.error
     import urllib.request
 
@@ -107,7 +93,8 @@ def _forwarded(agent: str, raw: bytes, server: str) -> HookAnswer:
     token = os.environ.get("AGENT_BREAKER_API_TOKEN")
     if token:
         headers["authorization"] = f"Bearer {token}"
-    request = urllib.request.Request(f"{server.rstrip('/')}/v1/hooks/{agent}", data=raw, headers=headers, method="POST")
+    url = f"{server.rstrip('/')}/v1/hooks/{agent}" + ("?fail=closed" if fail_closed else "")
+    request = urllib.request.Request(url, data=raw, headers=headers, method="POST")
     try:
         with urllib.request.urlopen(request, timeout=SERVER_TIMEOUT_S) as response:
             out = json.loads(response.read())

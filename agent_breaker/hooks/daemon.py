@@ -14,6 +14,7 @@ one call at a time, and exits after `$AGENT_BREAKER_HOOK_DAEMON_IDLE_S` (default
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import os
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import AgentBreakerError
-from . import BLOCK_EXIT, MAX_INPUT_BYTES
+from . import BLOCK_EXIT, MAX_INPUT_BYTES, Hook, HookAnswer
 
 #: set to "off" to decide every call in its own process
 DAEMON_ENV = "AGENT_BREAKER_HOOK_DAEMON"
@@ -37,6 +38,8 @@ ANSWER_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 2.0
 #: the longest path a Unix socket address takes on Linux and macOS, with room to spare
 MAX_SOCKET_PATH = 100
+#: a request: one hook as the command read it (its input at most MAX_INPUT_BYTES, and a few fields)
+MAX_REQUEST_BYTES = MAX_INPUT_BYTES + 2**16
 #: a daemon that cannot start (a config that does not load) is not started again by every call
 START_INTERVAL_S = 10.0
 
@@ -101,8 +104,8 @@ def _stamp(path: str | None) -> tuple[str, ...]:
     return (os.path.realpath(path), str(st.st_mtime_ns), str(st.st_size))
 
 
-def ask(path: Path, agent: str, raw: bytes) -> dict[str, Any]:
-    """The daemon's answer to one hook input: {"output", "exit_code", "stderr"}."""
+def ask(path: Path, hook: Hook) -> HookAnswer:
+    """The daemon's answer to one hook, as the command read it (the daemon reads no input again)."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(ANSWER_TIMEOUT_S)
         try:
@@ -110,7 +113,8 @@ def ask(path: Path, agent: str, raw: bytes) -> dict[str, Any]:
         except OSError as exc:  # no socket, or one nobody listens on any more
             raise DaemonUnavailable(str(exc)) from None
         try:
-            sock.sendall(_frame(agent.encode()) + _frame(raw))
+            # a lone surrogate the input escaped goes as it came: the engine refuses it, as in process
+            sock.sendall(json.dumps(dataclasses.asdict(hook), ensure_ascii=False).encode("utf-8", "surrogatepass"))
             sock.shutdown(socket.SHUT_WR)
             reply = _read_all(sock, 64 * 2**20)
         except OSError as exc:
@@ -128,7 +132,7 @@ def ask(path: Path, agent: str, raw: bytes) -> dict[str, Any]:
         and isinstance(out.get("stderr"), str)
     ):
         raise DaemonFailed("the hook daemon's answer is not one")
-    return out
+    return HookAnswer(out["output"], out["exit_code"], out["stderr"])
 
 
 def start(path: Path, config: str | None, state: str) -> None:
@@ -154,10 +158,6 @@ def start(path: Path, config: str | None, state: str) -> None:
         os.close(fd)
 
 
-def _frame(data: bytes) -> bytes:
-    return struct.pack(">I", len(data)) + data
-
-
 def _read_all(sock: socket.socket, limit: int) -> bytes:
     chunks, size = [], 0
     while chunk := sock.recv(65536):
@@ -166,20 +166,6 @@ def _read_all(sock: socket.socket, limit: int) -> bytes:
             raise OSError(f"more than {limit} bytes")
         chunks.append(chunk)
     return b"".join(chunks)
-
-
-def _read_frames(sock: socket.socket, limit: int) -> tuple[bytes, bytes]:
-    data = _read_all(sock, limit)
-    frames = []
-    for _ in range(2):
-        if len(data) < 4:
-            raise ValueError("a truncated request")
-        (size,) = struct.unpack(">I", data[:4])
-        frames.append(data[4 : 4 + size])
-        data = data[4 + size :]
-    if data or len(frames[1]) > limit:
-        raise ValueError("a malformed request")
-    return frames[0], frames[1]
 
 
 def _same_user(conn: socket.socket) -> bool:
@@ -220,7 +206,7 @@ def serve(path: Path, config: str | None, state: str, idle_s: float) -> int:
                 except TimeoutError:
                     return 0
                 with conn:
-                    _answer(conn, guard, MAX_INPUT_BYTES)
+                    _answer(conn, guard, MAX_REQUEST_BYTES)
         finally:
             path.unlink(missing_ok=True)
             guard.close()
@@ -231,9 +217,9 @@ def _answer(conn: socket.socket, guard: Any, limit: int) -> None:
     try:
         if not _same_user(conn):
             return
-        agent, raw = _read_frames(conn, limit + 16)
+        data = json.loads(_read_all(conn, limit).decode("utf-8", "surrogatepass"))
         try:
-            out = guard.answer(agent.decode(), raw)
+            out = guard.decide(Hook(**data))
             reply = {"output": out.output, "exit_code": out.exit_code, "stderr": out.stderr}
         except Exception as exc:
             reply = {"error": f"{type(exc).__name__}: {exc}"}

@@ -4,10 +4,9 @@ call is decided in this process: a hook answered by the daemon loads no engine."
 
 from __future__ import annotations
 
-import json
 import os
 
-from . import CLAUDE_CODE, Hook, HookAnswer, answer, read_hook
+from . import CLAUDE_CODE, Hook, HookAnswer, answer
 
 
 class HookGuard:
@@ -39,21 +38,16 @@ class HookGuard:
             raise
 
     def decide(self, hook: Hook) -> HookAnswer:
+        """The answer to a hook that asks for a decision, decided as the hook endpoint decides
+        it (the dispatch's verdict event: an event the engine cannot read is refused)."""
         from .._transcripts import claude_code_usage
-        from ..protocol import BY_COLANG, to_engine_event
+        from ..dispatch import verdict_event
 
         assert hook.event is not None
-        kind = BY_COLANG[hook.event["type"]]
-        event = to_engine_event(kind, hook.event)
+        event = hook.event
         if self._counts_tokens and hook.transcript and hook.agent == CLAUDE_CODE and event.get("call_id"):
-            event.update(claude_code_usage(hook.transcript, event["call_id"]) or {})
-        verdict = getattr(self._engine, kind.handler)(event).to_dict()
-        return answer(hook, verdict)
-
-    def answer(self, agent: str, raw: bytes) -> HookAnswer:
-        """One hook input's answer (the daemon's entry: the client has read it once already)."""
-        hook = read_hook(agent, json.loads(raw))
-        return self.decide(hook) if hook.event is not None else HookAnswer()
+            event = {**event, **(claude_code_usage(hook.transcript, event["call_id"]) or {})}
+        return answer(hook, verdict_event(self._engine, event))
 
     def close(self) -> None:
         self._store.close()

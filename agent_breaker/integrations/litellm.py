@@ -34,7 +34,7 @@ import json
 import logging
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
 from .._extras import require
@@ -51,8 +51,9 @@ from .. import heuristics as H  # noqa: E402
 from .._aio import without_blocking  # noqa: E402
 from .._openai_format import latest_tool_calls, parse_tool_call, read_tool_output, tool_names  # noqa: E402
 from ..config import load_config  # noqa: E402
+from ..dispatch import Decision, decide_event  # noqa: E402
 from ..engine import Engine  # noqa: E402
-from ..events import InvalidEventError, is_id  # noqa: E402
+from ..events import is_id  # noqa: E402
 from ..verdicts import Verdict, observation  # noqa: E402
 
 log = logging.getLogger("agent_breaker.integrations.litellm")
@@ -130,8 +131,9 @@ class AgentBreakerGuardrail(CustomGuardrail):
                 llm_provider="agent-breaker",
             )
         for result in _new_results(_plain(list(data.get("messages") or ())), ids):
-            await self._record(self.engine.record_tool_result, result)
-        verdict: Verdict = await self._decide(self.engine.check_model_call, ids)
+            await self._record(result)
+        # a model call is no event of the protocol: the engine's own question, asked directly
+        verdict: Verdict = await without_blocking(self.engine, self.engine.check_model_call, ids)
         if not verdict.allowed:
             raise RateLimitError(
                 message=f"agent-breaker refused this model call ({verdict.heuristic}): {verdict.reason}",
@@ -159,12 +161,13 @@ class AgentBreakerGuardrail(CustomGuardrail):
                 event = {"type": "tool_call", **ids, "tool": name, "args": args, "call_id": call_id, "turn": str(turn), **spend}
                 if message.content:
                     event["thought"] = message.content
-                try:
-                    verdict: Verdict = await self._decide(self.engine.check_tool_call, event)
-                except InvalidEventError as exc:  # not a call anyone can run: refused, saying why
+                decision = await self._decide(event)
+                if decision.invalid is not None:  # not a call anyone can run: refused, saying why to the model
                     fix = "Call the tool again by its name, with a JSON object of arguments."
-                    refused.append(observation(H.INVALID_EVENT, name, str(exc), fix, None))
+                    refused.append(observation(H.INVALID_EVENT, name, str(decision.invalid), fix, None))
                     continue
+                verdict = decision.verdict
+                assert isinstance(verdict, Verdict)
                 spend = {}
                 if verdict.allowed:
                     kept.append(tool_call)
@@ -177,19 +180,20 @@ class AgentBreakerGuardrail(CustomGuardrail):
                     choice.finish_reason = "stop"
         if spend:
             text = response.choices[0].message.content if response.choices else ""
-            await self._record(self.engine.record_assistant, {"type": "assistant", **ids, "text": text or "", **spend})
+            await self._record({"type": "assistant", **ids, "text": text or "", **spend})
         return response
 
-    async def _record(self, method: Callable[[dict[str, Any]], Any], event: dict[str, Any]) -> None:
+    async def _record(self, event: dict[str, Any]) -> None:
         """What the conversation says happened: a result or a turn the guard cannot read (too
         big, too deep) is logged, and the request goes on."""
-        try:
-            await self._decide(method, event)
-        except InvalidEventError as exc:
-            log.warning("agent-breaker: a %s of session %r was not recorded: %s", event["type"], event["session"], exc)
+        decision = await self._decide(event)
+        if decision.invalid is not None:
+            log.warning(
+                "agent-breaker: a %s of session %r was not recorded: %s", event["type"], event["session"], decision.invalid
+            )
 
-    async def _decide(self, method: Callable[[dict[str, Any]], _R], event: dict[str, Any]) -> _R:
-        return await without_blocking(self.engine, method, event)
+    async def _decide(self, event: dict[str, Any]) -> Decision:
+        return await without_blocking(self.engine, decide_event, self.engine, event)
 
 
 def _chat(call_type: Any) -> bool:

@@ -10,7 +10,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..actions.guards import set_max_context_events
+from .. import _context_events
 from ._auth import ALL_TENANTS, API_TOKEN_ENV, API_TOKENS_FILE_ENV, Tokens, admin_token, generated_token, token_file
 from ._colang import ColangThread, ServedConfigs
 from ._errors import ServeError
@@ -91,7 +91,7 @@ def build_app(root: Path, *, host: str, environ: Mapping[str, str] = os.environ)
     if admin is not None:
         install_admin_endpoints(api.app, configs)
         install_escalation_endpoints(api.app, configs)
-    set_max_context_events(limits.max_events)
+    _context_events.set_limit(limits.max_events)
     api.app.state.agent_breaker_configs = configs
     hosts = allowed_hosts(host, environ)
     gateway = Gateway(configs, max_in_flight=transport.max_in_flight)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .._admin import ADMIN_TOKEN_ENV
+from ..dispatch import Caller
 from ._errors import ServeError
 
 API_TOKEN_ENV = "AGENT_BREAKER_API_TOKEN"
@@ -37,6 +38,11 @@ class TokenScope:
     agents: frozenset[str] | None = None
     features: frozenset[str] | None = None
     metrics: bool = False  # the scraper's token: /metrics, and no config
+
+    @property
+    def caller(self) -> Caller:
+        """The token as the guard's caller: the tenant it acts for (None for `*`), its labels."""
+        return Caller(None if self.tenant == ALL_TENANTS else self.tenant, self.agents, self.features)
 
     @classmethod
     def read(cls, entry: Any, where: str) -> TokenScope:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +15,12 @@ from nemoguardrails import LLMRails, RailsConfig
 from nemoguardrails.context import llm_stats_var
 from nemoguardrails.logging.stats import LLMStats
 
+from .._byref import PAYLOAD_REF, PAYLOADS, ROUTE_ARGS
+from .._context_events import merge_context_messages
 from .._extras import MissingExtra
-from ..actions import ENGINE_PARAM
-from ..actions.guards import CALLER_TENANT, PAYLOAD_REF, PAYLOADS, ROUTE_ARGS, merge_context_messages
 from ..config import ConfigError, config_folders
 from ..configs import ROOT as SHIPPED
+from ..dispatch import ENGINE_PARAM
 from ..engine import Engine
 from ..protocol import VERDICT_TYPES
 from ._errors import ServeError
@@ -46,16 +47,11 @@ class ColangThread:
         self._thread = threading.Thread(target=self.loop.run_forever, name="agent-breaker-colang", daemon=True)
         self._thread.start()
 
-    async def run(self, step: Callable[[], Awaitable[Any]]) -> Any:
-        """Await `step()` on the Colang loop, for the caller's tenant (context variables do
-        not cross threads by themselves)."""
-        tenant = CALLER_TENANT.get()
-
-        async def as_caller() -> Any:
-            CALLER_TENANT.set(tenant)  # this task's own context
-            return await step()
-
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(as_caller(), self.loop))
+    async def run(self, step: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
+        """Await `step()` on the Colang loop. The caller's context goes with it:
+        `run_coroutine_threadsafe` schedules the task in a copy of this context, so the
+        request's caller (`dispatch.CALLER`) is the one the actions read."""
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(step(), self.loop))
 
 
 # nemoguardrails ships no type information (no py.typed): LLMRails is Any to mypy, which only
@@ -98,6 +94,7 @@ class ServedConfigs:
             raise ServeError(str(exc)) from None
         self.root = root
         self.rails: dict[str, Any] = {}
+        self.engines: dict[str, Engine] = {}
         self.takes_events: dict[str, bool] = {}
         self.has_model: dict[str, bool] = {}
         for name, folder in folders.items():
@@ -115,6 +112,8 @@ class ServedConfigs:
                 if cause is not None:
                     raise ServeError(f"config {name}: {cause}") from None
                 raise ServeError(f"config {name} does not load: {type(exc).__name__}: {_first_line(exc)}") from None
+            # the server's own registry: taken once from the engine the config's `init` built
+            self.engines[name] = self.rails[name].runtime.registered_action_params[ENGINE_PARAM]
             self.takes_events[name] = config.colang_version != "1.0"
             self.has_model[name] = any(m.type == "main" for m in config.models)
         if not self.rails:
@@ -144,7 +143,8 @@ class ServedConfigs:
             if len(self.rails) != 1:
                 raise ValueError(f"config_id is required: this server serves {self.ids}")
             config_id = self.ids[0]
-        return config_id, self.get(config_id).runtime.registered_action_params[ENGINE_PARAM]
+        self.get(config_id)  # an unknown one: the LookupError naming the served ones
+        return config_id, self.engines[config_id]
 
 
 def _cause(exc: BaseException, types: type[BaseException] | tuple[type[BaseException], ...]) -> BaseException | None:

@@ -20,17 +20,14 @@ from prometheus_client import Counter, Gauge, Histogram
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .. import heuristics as H
-from .. import metrics
+from .. import hooks, metrics
 from .._aio import without_blocking
-from ..actions import ENGINE_PARAM
-from ..actions.guards import CALLER_TENANT, label_problem, verdict_event
-from ..engine import Engine
+from ..dispatch import Caller, verdict_event
 from ..events import MAX_ID_CHARS, is_id
-from ..hooks import HookInputError, read_hook
-from ..hooks import answer as hook_answer
 from ..protocol import BY_COLANG, TOOL_CALL_EVENT, TOOL_RESULT_EVENT
 from ._colang import _COLANG_FIELDS, ServedConfigs
 from ._errors import error_body
+from ._logging import log
 from ._paths import CHECK_PATH, CONFIG_ID_DESCRIPTION, HOOK_PATHS, RESULT_PATH
 
 ID_PATTERN = r"^[^\x00-\x1f\x7f]+$"
@@ -88,10 +85,18 @@ def validated(model: type[BaseModel], data: Any) -> Any:
 
 
 def prepared_events(
-    configs: ServedConfigs, config_id: str, session_id: str, raw: list[dict[str, Any]], where: str
+    configs: ServedConfigs,
+    config_id: str,
+    session_id: str,
+    raw: list[dict[str, Any]],
+    where: str,
+    caller: Caller,
+    *,
+    colang: bool = True,
 ) -> Answer | tuple[Any, list[dict[str, Any]]]:
     """A config's rails and the events as the flows and the engine take them (the session and
-    the caller's tenant set), or the error answer."""
+    the caller's tenant set), or the error answer: 403 for an event outside the caller's scope
+    (the dispatch's rule, answered before any Colang state sees the event)."""
     try:
         rails = configs.get(config_id)
     except LookupError as exc:
@@ -102,26 +107,21 @@ def prepared_events(
             f"config {config_id} is a Colang 1.0 config for native tool calling: it takes no "
             "agent-breaker events (send them to a Colang 2.x config such as agent_breaker)",
         )
-    bound = CALLER_TENANT.get()
     events = []
     for i, event in enumerate(raw):
         at = f"{where}[{i}]" if where == "events" else where
         kind = event.get("type")
         if kind not in BY_COLANG:
             return problem(422, f"{at}.type must be one of {sorted(BY_COLANG)}")
-        for name in _COLANG_FIELDS:
-            # these reach the Colang state: ids only, checked before they get there
+        for name in _COLANG_FIELDS if colang else ():
+            # these reach the Colang state: ids only, checked before they get there (the
+            # gateway's events go to the engine alone, which refuses a bad id as invalid_event)
             if event.get(name) is not None and not is_id(event[name]):
                 return problem(422, f"{at}.{name}: an id of 1 to {MAX_ID_CHARS} printable characters")
-        tenant = event.get("tenant")
-        if bound is not None:
-            if tenant is not None and tenant != bound:
-                return problem(403, f"{at}.tenant: this token acts for one tenant only, and it is not that one")
-            tenant = bound
-        outside = label_problem(event)
+        outside = caller.problem(event)
         if outside is not None:
             return problem(403, f"{at}.{outside[0]}: {outside[1]}")
-        events.append({**event, "session_id": session_id, **({"tenant": tenant} if tenant is not None else {})})
+        events.append(caller.bound({**event, "session_id": session_id}))
     return rails, events
 
 
@@ -157,12 +157,8 @@ class Gateway:
         IN_FLIGHT.dec()
         self._seconds[path].observe(time.perf_counter() - since)
 
-    async def answer(self, path: str, data: Any, config_id: str | None = None) -> Answer:
-        """The answer to one request (its body parsed and checked by the guard); `config_id`: a
-        hook endpoint's, from its query (the gateway's body names its own)."""
-        if path in HOOK_PATHS:
-            assert config_id is not None
-            return await self.hook(HOOK_PATHS[path], data, config_id)
+    async def answer(self, path: str, data: Any, caller: Caller) -> Answer:
+        """The answer to a /check or /result request (its body parsed and checked by the guard)."""
         kind = self.KINDS[path]
         body = validated(GatewayRequest, data)
         if isinstance(body, Answer):
@@ -170,31 +166,31 @@ class Gateway:
         event = {"type": kind, **body.event}
         if event["type"] != kind:
             return problem(422, f"event.type must be {kind} (or left out) here")
-        verdict = await self.decide(self.configs.resolve(body.config_id), body.session_id, event)
+        verdict = await self.decide(self.configs.resolve(body.config_id), body.session_id, event, caller)
         if isinstance(verdict, Answer):
             return verdict
         return checked(verdict) if kind == TOOL_CALL_EVENT else reported(verdict)
 
-    async def hook(self, agent: str, data: Any, config_id: str) -> Answer:
+    async def hook(self, agent: str, raw: bytes, config_id: str, caller: Caller, fail_closed: bool) -> Answer:
         """A coding agent's hook: 200 with the agent's own answer (`{}`: go ahead; a denial in its
-        format; a warning as additional context), or 422 for an input the guard cannot read."""
-        try:
-            hook = read_hook(agent, data)
-        except HookInputError as exc:
-            return problem(422, str(exc))
-        if hook.event is None:
-            return Answer(200, {})
-        verdict = await self.decide(config_id, hook.event["session_id"], hook.event)
-        return verdict if isinstance(verdict, Answer) else Answer(200, hook_answer(hook, verdict).output)
+        format; a warning as additional context), read and decided as the hook command does."""
+        read = hooks.read(agent, raw, fail_closed=fail_closed)
+        if isinstance(read, hooks.HookAnswer):
+            if read.stderr:
+                log.warning("agent-breaker: hook %s: %s", agent, read.stderr)
+            return Answer(200, read.output)
+        assert read.event is not None  # `hooks.read` answers a hook that asks nothing
+        verdict = await self.decide(config_id, read.event["session_id"], read.event, caller)
+        return verdict if isinstance(verdict, Answer) else Answer(200, hooks.answer(read, verdict).output)
 
-    async def decide(self, config_id: str, session_id: str, event: dict[str, Any]) -> Answer | dict[str, Any]:
+    async def decide(self, config_id: str, session_id: str, event: dict[str, Any], caller: Caller) -> Answer | dict[str, Any]:
         """One protocol event through the config's engine: the verdict event, or the error answer."""
-        ready = prepared_events(self.configs, config_id, session_id, [event], "event")
+        ready = prepared_events(self.configs, config_id, session_id, [event], "event", caller, colang=False)
         if isinstance(ready, Answer):
             return ready
-        rails, [prepared] = ready
-        engine: Engine = rails.runtime.registered_action_params[ENGINE_PARAM]
-        return await without_blocking(engine, verdict_event, prepared, engine)
+        _, [prepared] = ready
+        engine = self.configs.engines[config_id]
+        return await without_blocking(engine, verdict_event, engine, prepared, caller)
 
 
 def checked(verdict: dict[str, Any]) -> Answer:

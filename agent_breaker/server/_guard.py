@@ -8,23 +8,24 @@ once, here, and left in the ASGI scope state for the route."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import json
 import os
 import re
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 from .._admin import ADMIN_TOKEN_ENV, BAD_TOOL, BREAKERS_PATH
+from .._context_events import MAX_CONTEXT_EVENTS, context_events
 from .._text import has_invalid_chars
-from ..actions.guards import CALLER_LABELS, CALLER_TENANT, MAX_CONTEXT_EVENTS, context_events
+from ..dispatch import CALLER
 from ..escalations import BAD_ID, ESCALATIONS_PATH
+from ..hooks import MAX_INPUT_BYTES, OVERSIZED_INPUT, undecided
 from ._auth import ALL_TENANTS, METRICS_TOKEN_ENV, Tokens, TokenScope
 from ._errors import ServeError
 from ._gateway import Answer, Gateway, problem
@@ -252,8 +253,12 @@ class RequestGuard:
 
         # the token stays here: no route, and no model server NeMo calls, ever sees it
         scope["headers"] = [(k, v) for k, v in scope.get("headers", ()) if k.lower() != b"authorization"]
-        with _acting_for(tenant, granted):
+        # NeMo calls the actions itself: the caller goes to them in the request's context
+        caller = CALLER.set(granted.caller)
+        try:
             await self.app(scope, replay, send)
+        finally:
+            CALLER.reset(caller)
 
     async def _answer_gateway(
         self,
@@ -270,8 +275,9 @@ class RequestGuard:
         if scope.get("method") != "POST":
             await _reply(send, 405, "Method Not Allowed", {"Allow": "POST"})
             return
-        # a hook's body is the agent's own: its config is named in the query
-        config_id = _query_config(scope) if path in HOOK_PATHS else None
+        hook = path in HOOK_PATHS
+        # a hook's body is the agent's own: its config and fail policy are named in the query
+        config_id, fail_closed = _hook_query(scope) if hook else (None, False)
         if config_id is not None and granted.configs is not None and config_id not in granted.configs:
             await _reply(send, 403, f"this API token may not use config {config_id!r}")
             return
@@ -281,31 +287,55 @@ class RequestGuard:
             await _send_answer(send, refused)
             return
         try:
-            read = await self._checked_body(scope, receive, headers, path, tenant, granted)
+            if hook:
+                # the hook input is read as the hook command reads it (hooks.read): its limit,
+                # and its answer to what cannot be read
+                read = await self._checked_body(scope, receive, headers, path, tenant, granted, hook_input=True)
+                if isinstance(read, Refused) and read.status == 413:
+                    await _send_answer(send, Answer(200, undecided(OVERSIZED_INPUT, fail_closed=fail_closed).output))
+                    return
+            else:
+                read = await self._checked_body(scope, receive, headers, path, tenant, granted)
             if isinstance(read, Refused):
                 await read.send(send)
                 return
             try:
-                with _acting_for(tenant, granted):
-                    answer = await self.gateway.answer(path, read[1], config_id)
-            except Exception:
+                if hook:
+                    assert config_id is not None
+                    answer = await self.gateway.hook(HOOK_PATHS[path], read[0], config_id, granted.caller, fail_closed)
+                else:
+                    answer = await self.gateway.answer(path, read[1], granted.caller)
+            except Exception as exc:
                 log.exception("agent-breaker: the gateway failed to answer %s", path)
-                answer = problem(500, "the guard failed to decide this request (the server's log says why)")
+                if hook:  # the hook command's answer when its guard crashes: the fail policy
+                    answer = Answer(200, undecided(f"{type(exc).__name__}: {exc}", fail_closed=fail_closed).output)
+                else:
+                    answer = problem(500, "the guard failed to decide this request (the server's log says why)")
             await _send_answer(send, answer)
         finally:
             self.gateway.release(path, since)
 
     async def _checked_body(
-        self, scope: dict[str, Any], receive: Receive, headers: Mapping[str, str], path: str, tenant: str, granted: TokenScope
+        self,
+        scope: dict[str, Any],
+        receive: Receive,
+        headers: Mapping[str, str],
+        path: str,
+        tenant: str,
+        granted: TokenScope,
+        *,
+        hook_input: bool = False,
     ) -> tuple[bytes, Any] | Refused:
-        """(the body, its JSON) once read and checked (b"" and None without one), or the refusal."""
+        """(the body, its JSON) once read and checked (b"" and None without one), or the refusal.
+        A hook input is read up to the hook limit and left unparsed (None): `hooks.read` reads it."""
         if scope.get("method") not in ("POST", "PUT", "PATCH"):
             return b"", None
         if headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
             return Refused(415, "the request body must be JSON, sent as Content-Type: application/json")
+        limit = MAX_INPUT_BYTES if hook_input else self.limits.max_request_bytes
         declared = headers.get("content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > self.limits.max_request_bytes):
-            return Refused(413, f"the request is over the limit of {self.limits.max_request_bytes} bytes")
+        if declared is not None and (not declared.isdigit() or int(declared) > limit):
+            return Refused(413, f"the request is over the limit of {limit} bytes")
         if self.bodies.get(tenant, 0) >= self.transport.max_bodies_per_tenant:
             # a token's stalled bodies hold its own slots, not another tenant's. 503, not 429:
             # the server is busy for this token, no call was refused (a gateway retries)
@@ -316,15 +346,15 @@ class RequestGuard:
             )
         self.bodies[tenant] = self.bodies.get(tenant, 0) + 1
         try:
-            read = await self._body(receive)
+            read = await self._body(receive, limit)
         finally:
             self.bodies[tenant] -= 1
             if not self.bodies[tenant]:
                 del self.bodies[tenant]
         if isinstance(read, tuple):
             return Refused(*read)
-        if not read:
-            return b"", None
+        if hook_input or not read:
+            return read, None
         problem, data = self.check_json(path, read)
         if problem is None and granted.configs is not None and path in (EVENTS_PATH, *GATEWAY_PATHS, CHAT_PATH):
             config_id = _requested_config(path, data)
@@ -336,10 +366,9 @@ class RequestGuard:
                 problem = (403, f"this API token may not use the config {shown}")
         return Refused(*problem) if problem is not None else (read, data)
 
-    async def _body(self, receive: Receive) -> bytes | tuple[int, str]:
-        """The request body, read within `body_timeout_s`; else (status, reason), or (0, "")
-        when the client went away."""
-        limit = self.limits.max_request_bytes
+    async def _body(self, receive: Receive, limit: int) -> bytes | tuple[int, str]:
+        """The request body, up to `limit` bytes, read within `body_timeout_s`; else (status,
+        reason), or (0, "") when the client went away."""
         chunks = []
         size = 0
         loop = asyncio.get_running_loop()
@@ -386,9 +415,6 @@ class RequestGuard:
             elif path in GATEWAY_PATHS:
                 events = [data.get("event")]
                 where = "event"
-            elif path in HOOK_PATHS:
-                events = [data]  # the hook input is the event
-                where = "body"
             elif path == CHAT_PATH:
                 problem = self.chat_problem(data)
                 if problem is not None:
@@ -462,10 +488,13 @@ def _size(value: Any) -> int:
 _CHALLENGE = {"www-authenticate": 'Bearer realm="agent-breaker"'}
 
 
-def _query_config(scope: Mapping[str, Any]) -> str:
-    """A hook endpoint's `?config_id=` (the coding agents' config when it names none)."""
-    values = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("config_id")
-    return values[-1] if values else DEFAULT_HOOK_CONFIG_ID
+def _hook_query(scope: Mapping[str, Any]) -> tuple[str, bool]:
+    """A hook endpoint's `?config_id=` (the coding agents' config when it names none) and
+    `?fail=closed` (the hook command's `--fail closed`: an input the guard cannot decide is
+    refused; open, the default, lets it through)."""
+    query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+    config_ids = query.get("config_id")
+    return (config_ids[-1] if config_ids else DEFAULT_HOOK_CONFIG_ID), query.get("fail", ["open"])[-1] == "closed"
 
 
 def _bearer(headers: Mapping[str, str]) -> str | None:
@@ -527,18 +556,6 @@ class Refused:
     async def send(self, send: Send) -> None:
         if self.status:
             await _reply(send, self.status, self.reason, self.headers)
-
-
-@contextlib.contextmanager
-def _acting_for(tenant: str, granted: TokenScope) -> Iterator[None]:
-    """The caller's tenant and labels, for the engine and the flows below."""
-    token = CALLER_TENANT.set(None if tenant == ALL_TENANTS else tenant)
-    labels = CALLER_LABELS.set((granted.agents, granted.features))
-    try:
-        yield
-    finally:
-        CALLER_LABELS.reset(labels)
-        CALLER_TENANT.reset(token)
 
 
 async def _received_by(receive: Receive, deadline: float) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .. import metrics
 from .._admin import BREAKERS_PATH, AdminInputError, breaker_rows, checked_tenant, checked_tool, force, operator_state
+from ..dispatch import CALLER
 from ..engine import Engine
 from ..escalations import (
     ESCALATIONS_PATH,
@@ -67,7 +68,7 @@ def install_events_endpoint(app: FastAPI, configs: ServedConfigs, colang: Colang
         if isinstance(body, JSONResponse):
             return body
         config_id = configs.resolve(body.config_id)
-        ready = prepared_events(configs, config_id, body.session_id, body.events, "events")
+        ready = prepared_events(configs, config_id, body.session_id, body.events, "events", CALLER.get())
         if isinstance(ready, Answer):
             return as_response(ready)
         rails, events = ready

@@ -41,9 +41,6 @@ class EventKind:
     verdict_fields: tuple[str, ...]  # the fields of the verdict event, in order
     chat_verb: str  # what a person types in `nemoguardrails chat`
 
-    def engine_name(self, colang_field: str) -> str:
-        return self.fields.get(colang_field, colang_field)
-
     def colang_name(self, engine_field: str) -> str:
         """The protocol's name of an engine field (for error messages)."""
         for colang, engine in self.fields.items():

@@ -278,3 +278,12 @@ def test_an_upward_import_is_found(tmp_path, monkeypatch):
     monkeypatch.setitem(SOURCES, "agent_breaker", pkg)
     monkeypatch.setitem(SOURCES, "agent_breaker.actions", tmp_path / "none")
     assert upward_arrows(import_graph()) == [("agent_breaker.verdicts", "agent_breaker.engine")]
+
+
+def test_the_shipped_configs_link_the_rails_and_copy_none():
+    """A config folder's Colang files are links to rails/ (a copy drifts from the flows it copies)."""
+    configs = [folder for folder in (ROOT / "config").iterdir() if (folder / "config.yml").is_file()]
+    assert len(configs) >= 5
+    for folder in configs:
+        for flow in folder.glob("*.co"):
+            assert flow.is_symlink() and flow.resolve().parent == ROOT / "rails", flow

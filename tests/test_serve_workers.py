@@ -242,7 +242,7 @@ def test_the_workers_connections_set_tcp_nodelay():
     import asyncio
     import socket
 
-    from agent_breaker.cli import _reuse_port_socket
+    from agent_breaker.server._run import _reuse_port_socket
 
     async def nodelay_of_accepted() -> int:
         sock = _reuse_port_socket("127.0.0.1", 0)
@@ -378,10 +378,10 @@ def test_in_memory_configs_are_refused_with_several_workers():
 def test_each_worker_refuses_an_engine_on_in_memory_state_too():
     """The workers check the engines they built, not only the config.yml the CLI read."""
     code = (
-        "import sys; from pathlib import Path; from agent_breaker.cli import _started_app; "
+        "import sys; from pathlib import Path; from agent_breaker.server import started_app; "
         "from agent_breaker.server import ServeError\n"
         "try:\n"
-        f"    _started_app(Path({str(ROOT / 'config' / 'agent_breaker_observe')!r}), '127.0.0.1', workers=2)\n"
+        f"    started_app(Path({str(ROOT / 'config' / 'agent_breaker_observe')!r}), '127.0.0.1', workers=2)\n"
         "except ServeError as exc:\n"
         "    print(exc); sys.exit(2)\n"
     )

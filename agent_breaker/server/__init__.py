@@ -22,7 +22,9 @@ The rooms of this package (each private; this module is the public face):
 - `_guard`: the request guard (ASGI middleware) and its limits; `_auth`: the tokens it checks;
 - `_colang`: the configs, the Colang thread and the pool of live Colang states;
 - `_routes`: the agent-breaker routes, and which of NeMo's stay;
+- `_gateway`: /check, /result and the hook endpoints, answered by the guard through the dispatch;
 - `_logging`: the server's logger, NeMo's kept quiet; `_app`: `build_app`, which puts them together;
+- `_run`: `serve`, one serving process or a supervisor of worker processes on one port;
 - `_paths` and `_errors`: the paths and the error body the guard and the routes share.
 """
 
@@ -37,6 +39,7 @@ from ._guard import _is_admin_path as _is_admin_path  # tests check the admin pa
 from ._guard import _route_path as _route_path
 from ._logging import quiet_nemo_logging
 from ._routes import install_admin_endpoints, install_escalation_endpoints
+from ._run import serve, started_app
 
 __all__ = [
     "Limits",
@@ -50,4 +53,6 @@ __all__ = [
     "install_admin_endpoints",
     "install_escalation_endpoints",
     "quiet_nemo_logging",
+    "serve",
+    "started_app",
 ]

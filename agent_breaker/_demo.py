@@ -165,10 +165,6 @@ class NemoRuntime:
         self.clock.set(self.started + data["ts"])
         return self._loop.run_until_complete(self.guards.send(to_colang_event(data)))
 
-    def check_tool_call(self, ev: Any) -> _Decision:
-        v = self._send(ev)
-        return _Decision(bool(v["allowed"]), v["heuristic"], bool(v.get("advisory")))
-
     def process(self, ev: Any) -> _Decision:
         v = self._send(ev)
         return _Decision(bool(v.get("allowed", v.get("accepted"))), v["heuristic"], bool(v.get("advisory")))
@@ -200,7 +196,7 @@ def run_demo(listener: Callable[[Any], None] | None = None) -> tuple[list[dict[s
     try:
         for agent, kind in AGENTS:
             events = list(agent())
-            replayer = Replayer(runtime)  # type: ignore[arg-type]
+            replayer = Replayer(runtime, decide=runtime.process)  # type: ignore[arg-type]
             for n, ev in enumerate(events, 1):
                 replayer.apply(ev, n)
             [out] = list(replayer.results())

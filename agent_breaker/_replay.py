@@ -8,11 +8,12 @@ assumed to go on as recorded.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import sys
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -81,8 +82,11 @@ class _SessionReplay:
 class Replayer:
     """Feeds a recorded trace through an engine and keeps each session's replay verdict."""
 
-    def __init__(self, engine: Engine, *, errors: IO[str] | None = None) -> None:
+    def __init__(self, engine: Engine, *, errors: IO[str] | None = None, decide: Callable[[Any], Any] | None = None) -> None:
+        """`decide`: how an event is decided (default: the dispatch, on `engine`); the demo's
+        runtime decides through its Colang flows, which call the dispatch themselves."""
         self.engine = engine
+        self._decide: Callable[[Any], Any] = decide or functools.partial(_dispatched, engine)
         # heuristics an enforcing config only observes: their verdicts are warnings, not trips (a
         # run that observes everything, --observe or `mode: observe`, reports would-trips as trips)
         cfg = getattr(engine, "config", None)  # the demo's NeMo runtime answers with its flows' own
@@ -155,8 +159,7 @@ class Replayer:
 
     def _apply(self, r: _SessionReplay, ev: Any) -> None:
         if isinstance(ev, ToolCall):
-            verdict = self._decided(ev)
-            assert isinstance(verdict, Verdict)
+            verdict = self._decide(ev)
             cost = self.engine.step_cost_usd(ev)
             blocked = not verdict.allowed
             if blocked:
@@ -181,19 +184,20 @@ class Replayer:
                 queue = r.unpaired.get(ev.tool)
                 if queue and queue.popleft():
                     return
-        outcome = self._decided(ev)
+        outcome = self._decide(ev)
         if not isinstance(ev, ToolResult):
             r.verdict(outcome.heuristic, getattr(outcome, "advisory", False) or outcome.heuristic in self.observed_only)
-
-    def _decided(self, ev: Any) -> Verdict | ResultVerdict:
-        decision = decide_event(self.engine, ev)
-        if decision.invalid is not None:
-            raise decision.invalid  # the line's error, as for a line that does not parse
-        return decision.verdict
 
     def results(self) -> Iterator[dict[str, Any]]:
         for r in self.sessions.values():
             yield r.output()
+
+
+def _dispatched(engine: Engine, ev: Any) -> Verdict | ResultVerdict:
+    decision = decide_event(engine, ev)
+    if decision.invalid is not None:
+        raise decision.invalid  # the line's error, as for a line that does not parse
+    return decision.verdict
 
 
 def replay_engine(

@@ -40,8 +40,9 @@ AGENTS = (CLAUDE_CODE, CODEX, GEMINI_CLI)
 #: exit code that blocks the call in every agent (stderr is the reason the model reads)
 BLOCK_EXIT = 2
 #: the largest hook input the guard reads, on every transport (the command's stdin, the
-#: endpoint's body): far above what a model writes in one call or a tool hands back to it
-MAX_INPUT_BYTES = 4 * 2**20
+#: endpoint's body, whatever the server's own request limit): above what a model writes in one
+#: call (a few hundred KB at most) or an agent hands its model from one tool
+MAX_INPUT_BYTES = 2**20
 OVERSIZED_INPUT = f"the hook input is over {MAX_INPUT_BYTES} bytes"
 
 # hook event names -> what the guard decides

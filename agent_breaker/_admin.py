@@ -90,7 +90,7 @@ def fleet_engine(config: AgentBreakerConfig, *, url: str | None = None, prefix: 
     from .store.redis import RedisStore
 
     storage = config.storage
-    url = url or storage.resolved_url()
+    url = url or storage.url
     if url.startswith("memory://"):
         raise ConfigError(
             "the config keeps its state in memory (memory://): its breakers live in the serving process; "

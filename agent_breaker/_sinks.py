@@ -316,7 +316,7 @@ def sinks_for(config: IncidentsConfig, metrics: Metrics) -> list[QueuedSink]:
     a JSON-lines file."""
     out = []
     w: WebhookConfig = config.webhook
-    url = w.resolved_url()
+    url = w.url
     if url:
         out.append(
             _shared_sink(

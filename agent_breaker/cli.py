@@ -21,10 +21,11 @@ if TYPE_CHECKING:
 
 
 def _config(path: str | None) -> AgentBreakerConfig:
-    """The config at `path`, else the defaults; imported here, as the hook command never needs it."""
-    from .config import AgentBreakerConfig, load_config
+    """The config at `path`, else the defaults, with what this process's environment supplies;
+    imported here, as the hook command never needs it."""
+    from .config import load_config, parse_config
 
-    return load_config(path) if path else AgentBreakerConfig()
+    return load_config(path) if path else parse_config(None)
 
 
 def _incident_lines_to(target: str) -> None:
@@ -91,10 +92,11 @@ def _serve(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     require("nemoguardrails", "nemo", "agent-breaker demo (the agents run through the NeMo runtime)")
     from ._demo import format_after, format_table, run_demo
-    from .escalations import db_path, default_db_path
+    from .config import ESCALATIONS_DB_ENV, default_db_path
 
-    # the demo's escalations go to a file of their own, never to the queue a relay delivers to on-call
-    os.environ.setdefault("AGENT_BREAKER_ESCALATIONS_DB", str(default_db_path().with_name("demo-escalations.db")))
+    # the demo's escalations go to a file of their own, never to the queue a relay delivers to
+    # on-call (its config, read at NeMo's init, takes the file from this variable)
+    demo_db = os.environ.setdefault(ESCALATIONS_DB_ENV, str(default_db_path(os.environ).with_name("demo-escalations.db")))
 
     if args.incidents:
         _incident_lines_to("-")
@@ -109,7 +111,7 @@ def _demo(args: argparse.Namespace) -> int:
             print(json.dumps(r))
     else:
         print(format_table(rows))
-        print(format_after(after, str(db_path())))
+        print(format_after(after, str(Path(demo_db).expanduser().resolve())))
     return 0
 
 

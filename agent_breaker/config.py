@@ -8,13 +8,14 @@ documented in the README.
 from __future__ import annotations
 
 import fnmatch
+import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from . import heuristics as H
 from ._canonical import DEFAULT_VOLATILE_FIELDS
@@ -787,6 +788,19 @@ class ReceiptsConfig(_Frozen):
     def _patterns_compile(cls, patterns: tuple[str, ...]) -> tuple[str, ...]:
         return _compiled(patterns, "reference pattern")
 
+    #: the signing keys `key_env` held when the config was read (`with_environment`): kept out of
+    #: the config's fields, so no dump, print or override carries them
+    _keys: str | None = PrivateAttr(None)
+
+    @property
+    def keys(self) -> str | None:
+        """'kid:key[,kid:key]' from `key_env`, as the environment held it when the config was read."""
+        return self._keys
+
+
+STORAGE_SCHEMES = ("memory://", f"{SQLITE_SCHEME}:///", *REDIS_URL_PREFIXES)
+STORAGE_SCHEMES_TEXT = f"memory://, {SQLITE_SCHEME}:///, {REDIS_URLS_TEXT}"
+
 
 class StorageConfig(_Frozen):
     """Where guard state lives (process-level: not per tenant)."""
@@ -810,20 +824,15 @@ class StorageConfig(_Frozen):
     @field_validator("url")
     @classmethod
     def _known_scheme(cls, url: str) -> str:
-        if not url.startswith(("memory://", f"{SQLITE_SCHEME}:///", *REDIS_URL_PREFIXES)):
+        if not url.startswith(STORAGE_SCHEMES):
             # no part of the value in the message: a URL without its scheme may still hold a password
-            raise ValueError(f"url must start with memory://, {SQLITE_SCHEME}:///, {REDIS_URLS_TEXT}")
+            raise ValueError(f"url must start with {STORAGE_SCHEMES_TEXT}")
         return url
-
-    def resolved_url(self) -> str:
-        import os
-
-        return (os.environ.get(self.url_env) if self.url_env else None) or self.url
 
     @property
     def in_process(self) -> bool:
         """Whether the state lives in this process's memory alone (`memory://`)."""
-        return self.resolved_url().startswith("memory://")
+        return self.url.startswith("memory://")
 
 
 INCIDENT_WEBHOOK_ENV = "AGENT_BREAKER_INCIDENT_WEBHOOK"
@@ -840,14 +849,10 @@ class WebhookConfig(_Frozen):
     max_backoff_s: float = Field(30.0, gt=0, description="Longest wait between two attempts.")
     queue_size: int = Field(1000, ge=1, le=1_000_000, description="Incidents waiting past this are dropped (and counted).")
 
-    def resolved_url(self) -> str | None:
-        import os
-
-        url = (os.environ.get(self.url_env) if self.url_env else None) or self.url
-        if url and not url.startswith(("http://", "https://")):
-            source = f"${self.url_env}" if self.url_env and os.environ.get(self.url_env) else "incidents.webhook.url"
-            raise ConfigError(f"{source} must be an http:// or https:// URL, not {url[:80]!r}")
-        return url or None
+    @field_validator("url")
+    @classmethod
+    def _http(cls, url: str | None) -> str | None:
+        return _checked_url(url or None, HTTP_URL)
 
 
 class IncidentsConfig(_Frozen):
@@ -896,17 +901,42 @@ class EscalationsConfig(_Frozen):
     )
     max_excerpt_chars: int = Field(DEFAULT_MAX_EXCERPT_CHARS, ge=1, le=2000, description="Longest excerpt kept, when on.")
 
-    def resolved_queue_url(self) -> str | None:
-        import os
+    @field_validator("queue_url")
+    @classmethod
+    def _amqp(cls, url: str | None) -> str | None:
+        return _checked_url(url or None, AMQP_URL)
 
-        url = (os.environ.get(self.queue_url_env) if self.queue_url_env else None) or self.queue_url
-        if url and not url.startswith(("amqp://", "amqps://")):
-            source = (
-                f"${self.queue_url_env}" if self.queue_url_env and os.environ.get(self.queue_url_env) else "escalations.queue_url"
-            )
-            # no part of the value in the message: a URL without its scheme still holds the password
-            raise ConfigError(f"{source} must be an amqp:// or amqps:// URL")
-        return url or None
+
+#: the schemes of the URLs the environment may supply, as their error messages name them
+HTTP_URL = (("http://", "https://"), "an http:// or https:// URL")
+AMQP_URL = (("amqp://", "amqps://"), "an amqp:// or amqps:// URL")
+
+
+def _checked_url(url: str | None, kind: tuple[tuple[str, ...], str]) -> str | None:
+    """`url` when it is of `kind` (or None); else ValueError (no part of the value in the
+    message: a URL may hold a password)."""
+    if url is not None and not url.startswith(kind[0]):
+        raise ValueError(f"must be {kind[1]}")
+    return url
+
+
+def _from_environment(url: str, kind: tuple[tuple[str, ...], str], variable: str | None) -> None:
+    try:
+        _checked_url(url, kind)
+    except ValueError as exc:
+        raise ConfigError(f"${variable} {exc}") from None
+
+
+def default_db_path(environ: Mapping[str, str]) -> Path:
+    """$XDG_STATE_HOME/agent-breaker/escalations.db, else ~/.local/state/agent-breaker/escalations.db.
+
+    State, not cache (it must survive) nor config; per user, and the same file wherever a
+    command starts: the server, `agent-breaker escalations` and `agent-breaker relay` run from
+    other working directories must all see one queue (a path relative to the working directory
+    would split it silently)."""
+    state = environ.get("XDG_STATE_HOME") or ""
+    base = Path(state) if Path(state).is_absolute() else Path.home() / ".local" / "state"  # the XDG rule: relative is ignored
+    return base / "agent-breaker" / "escalations.db"
 
 
 class GlobalBudgetConfig(_Frozen):
@@ -1062,6 +1092,44 @@ class AgentBreakerConfig(_Frozen):
                 raise ValueError(f"overrides[{i}].settings: {_describe(exc)}") from None
         return self
 
+    def with_environment(self, environ: Mapping[str, str]) -> AgentBreakerConfig:
+        """This config with what the environment supplies put in place: the storage URL
+        (`storage.url_env`), the webhook and queue URLs, the escalation file (its variable, else
+        the XDG state folder), the receipt keys (`receipts.key_env`) and the fingerprint secret.
+        The config loaders call it, at the edges (the CLI, `serve`, the hook command, NeMo's
+        `init`, `Engine(dict)`); nothing after them reads the environment. A config built in code
+        holds what it was given."""
+
+        def given(name: str | None) -> str | None:
+            return (environ.get(name) or None) if name else None
+
+        storage, webhook, esc = self.storage, self.incidents.webhook, self.escalations
+        storage_url = given(storage.url_env)
+        if storage_url is not None:
+            if not storage_url.startswith(STORAGE_SCHEMES):
+                raise ConfigError(f"${storage.url_env} must start with {STORAGE_SCHEMES_TEXT}")
+            storage = storage.model_copy(update={"url": storage_url})
+        webhook_url = given(webhook.url_env)
+        if webhook_url is not None:
+            _from_environment(webhook_url, HTTP_URL, webhook.url_env)
+            webhook = webhook.model_copy(update={"url": webhook_url})
+        queue_url = given(esc.queue_url_env)
+        if queue_url is not None:
+            _from_environment(queue_url, AMQP_URL, esc.queue_url_env)
+        db = given(esc.db_env) or esc.db or str(default_db_path(environ))
+        esc = esc.model_copy(update={"db": db, "queue_url": queue_url or esc.queue_url})
+        receipts = self.receipts.model_copy()
+        receipts._keys = given(receipts.key_env)
+        return self.model_copy(
+            update={
+                "storage": storage,
+                "incidents": self.incidents.model_copy(update={"webhook": webhook}),
+                "escalations": esc,
+                "receipts": receipts,
+                "fingerprint_secret": self.fingerprint_secret or environ.get(FINGERPRINT_SECRET_ENV, ""),
+            }
+        )
+
     def mode_of(self, heuristic: str) -> Mode:
         if self.mode == "off":
             return "off"
@@ -1140,16 +1208,18 @@ def _describe(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def parse_config(data: Mapping[str, Any] | None) -> AgentBreakerConfig:
-    """Validate a config dict (the `agent_breaker:` block). Raises ConfigError naming the bad value."""
+def parse_config(data: Mapping[str, Any] | None, environ: Mapping[str, str] = os.environ) -> AgentBreakerConfig:
+    """Validate a config dict (the `agent_breaker:` block), with what `environ` supplies in
+    place (`with_environment`). Raises ConfigError naming the bad value."""
     if data is None:
-        return AgentBreakerConfig()
+        data = {}
     if not isinstance(data, Mapping):
         raise ConfigError(f"agent_breaker config must be a mapping, but was {type(data).__name__}")
     try:
-        return AgentBreakerConfig.model_validate(dict(data))
+        config = AgentBreakerConfig.model_validate(dict(data))
     except ValidationError as exc:
         raise ConfigError(f"invalid agent_breaker config: {_describe(exc)}") from None
+    return config.with_environment(environ)
 
 
 def config_file(folder: Path) -> Path | None:
@@ -1177,16 +1247,14 @@ def config_folders(root: Path) -> dict[str, Path]:
 _NEMO_KEYS = frozenset({"custom_data", "models", "colang_version", "rails", "instructions", "prompts", "sample_conversation"})
 
 
-def nemo_block(custom_data: Any, where: str | Path) -> AgentBreakerConfig:
+def nemo_block(custom_data: Any, where: str | Path, environ: Mapping[str, str] = os.environ) -> AgentBreakerConfig:
     """The config in a NeMo config's `custom_data: agent_breaker:` (the defaults when absent)."""
-    if custom_data is None:
-        return AgentBreakerConfig()
-    if not isinstance(custom_data, Mapping):
+    if custom_data is not None and not isinstance(custom_data, Mapping):
         raise ConfigError(f"{where}: custom_data must be a mapping, but was {type(custom_data).__name__}")
-    return parse_config(custom_data.get("agent_breaker"))
+    return parse_config((custom_data or {}).get("agent_breaker"), environ)
 
 
-def load_config(path: str | Path) -> AgentBreakerConfig:
+def load_config(path: str | Path, environ: Mapping[str, str] = os.environ) -> AgentBreakerConfig:
     """Load a YAML file: either the bare config tree, or a NeMo config.yml whose
     `custom_data: agent_breaker:` holds it; or a NeMo config folder (its config.yml, read as
     NeMo's: no `agent_breaker` block means the defaults)."""
@@ -1206,5 +1274,5 @@ def load_config(path: str | Path) -> AgentBreakerConfig:
     if folder or (isinstance(data, Mapping) and not _NEMO_KEYS.isdisjoint(data)):
         if data is not None and not isinstance(data, Mapping):
             raise ConfigError(f"config {path} must be a mapping, but was {type(data).__name__}")
-        return nemo_block((data or {}).get("custom_data"), path)
-    return parse_config(data)
+        return nemo_block((data or {}).get("custom_data"), path, environ)
+    return parse_config(data, environ)

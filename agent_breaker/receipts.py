@@ -12,7 +12,6 @@ import hashlib
 import hmac
 import json
 import logging
-import os
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -79,9 +78,8 @@ class ReceiptKeys:
     def from_config(cls, cfg: ReceiptsConfig, *, required: bool) -> ReceiptKeys | None:
         if cfg.key_file:
             return cls.from_file(cfg.key_file)
-        spec = os.environ.get(cfg.key_env, "")
-        if spec:
-            return cls.parse(spec, source=f"${cfg.key_env}")
+        if cfg.keys:
+            return cls.parse(cfg.keys, source=f"${cfg.key_env}")
         if cfg.dev_ephemeral_key:
             log.warning(
                 "agent-breaker: DEVELOPMENT MODE: receipts are signed with an ephemeral key that dies with this "

@@ -242,14 +242,19 @@ def test_a_file_from_a_newer_schema_is_refused(tmp_path):
 
 
 def test_where_the_file_is_looked_for():
-    cfg = parse_config({"escalations": {"db": "/srv/ab/esc.db"}}).escalations
-    assert db_path(cfg, environ={}) == Path("/srv/ab/esc.db")
-    assert db_path(cfg, environ={"AGENT_BREAKER_ESCALATIONS_DB": "/tmp/env.db"}) == Path("/tmp/env.db")
-    assert db_path(cfg, explicit="/tmp/cli.db", environ={"AGENT_BREAKER_ESCALATIONS_DB": "/tmp/env.db"}) == Path("/tmp/cli.db")
+    data = {"escalations": {"db": "/srv/ab/esc.db"}}
+    assert db_path(parse_config(data, environ={}).escalations) == Path("/srv/ab/esc.db")
+    # the variable wins over the config's value, and the CLI's --db over both
+    env = {"AGENT_BREAKER_ESCALATIONS_DB": "/tmp/env.db"}
+    assert db_path(parse_config(data, environ=env).escalations) == Path("/tmp/env.db")
+    assert db_path(parse_config(data, environ=env).escalations, explicit="/tmp/cli.db") == Path("/tmp/cli.db")
     assert default_db_path({"XDG_STATE_HOME": "/var/state"}) == Path("/var/state/agent-breaker/escalations.db")
+    assert db_path(parse_config({}, environ={"XDG_STATE_HOME": "/var/state"}).escalations) == Path(
+        "/var/state/agent-breaker/escalations.db"
+    )
     # the XDG rule: a relative XDG_STATE_HOME is ignored
     assert default_db_path({"XDG_STATE_HOME": "rel"}) == Path.home() / ".local/state/agent-breaker/escalations.db"
-    assert db_path(None, environ={}) == default_db_path({})
+    assert db_path(None) == default_db_path({})
 
 
 def test_the_config_section_checks_its_values_and_where_things_live_is_process_level():
@@ -262,17 +267,17 @@ def test_the_config_section_checks_its_values_and_where_things_live_is_process_l
     assert config.resolve("acme", None, None).escalations.excerpts and not config.escalations.excerpts
 
 
-def test_a_queue_url_must_be_amqp_and_the_message_hides_credentials(monkeypatch):
+def test_a_queue_url_must_be_amqp_and_the_message_hides_credentials():
     for url in ("http://user:s3cret@host/", "user:s3cret@host"):
-        monkeypatch.setenv("AGENT_BREAKER_QUEUE_URL", url)
         with pytest.raises(ConfigError) as caught:
-            parse_config({}).escalations.resolved_queue_url()
+            parse_config({}, environ={"AGENT_BREAKER_QUEUE_URL": url})
         assert "s3cret" not in str(caught.value) and "$AGENT_BREAKER_QUEUE_URL must be an amqp://" in str(caught.value)
-    monkeypatch.setenv("AGENT_BREAKER_QUEUE_URL", "amqps://user:s3cret@host/")
-    assert (
-        parse_config({"escalations": {"queue_url": "amqp://other/"}}).escalations.resolved_queue_url()
-        == "amqps://user:s3cret@host/"
-    )
+        with pytest.raises(ConfigError) as caught:
+            parse_config({"escalations": {"queue_url": url}}, environ={})
+        assert "s3cret" not in str(caught.value) and "escalations.queue_url: must be an amqp://" in str(caught.value)
+    env = {"AGENT_BREAKER_QUEUE_URL": "amqps://user:s3cret@host/"}
+    config = parse_config({"escalations": {"queue_url": "amqp://other/"}}, environ=env)
+    assert config.escalations.queue_url == env["AGENT_BREAKER_QUEUE_URL"]
 
 
 # ----------------------------------------------------------------------------- the relay

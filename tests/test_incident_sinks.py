@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agent_breaker import Engine, ReceiptKeys
 from agent_breaker._sinks import QueuedSink, close_all, json_lines, sinks_for, slack_text, webhook
-from agent_breaker.config import INCIDENT_WEBHOOK_ENV, ConfigError, IncidentsConfig, parse_config
+from agent_breaker.config import INCIDENT_WEBHOOK_ENV, ConfigError, parse_config
 from agent_breaker.metrics import Metrics
 
 SECRET = "SECRET-PAYLOAD-5d81e2"
@@ -210,19 +210,19 @@ def test_the_file_sink_appends_one_json_line_per_incident(make_engine, clock, tm
     assert SECRET not in path.read_text()
 
 
-def test_config_and_environment_name_the_sinks(monkeypatch, tmp_path):
-    monkeypatch.delenv(INCIDENT_WEBHOOK_ENV, raising=False)
-    assert sinks_for(IncidentsConfig(), Metrics()) == []
-    monkeypatch.setenv(INCIDENT_WEBHOOK_ENV, "http://127.0.0.1:9/hook")
+def test_config_and_environment_name_the_sinks(tmp_path):
+    assert sinks_for(parse_config({}, environ={}).incidents, Metrics()) == []
+    env = {INCIDENT_WEBHOOK_ENV: "http://127.0.0.1:9/hook"}
     telemetry = Metrics()
-    [hook] = sinks_for(IncidentsConfig(), telemetry)
+    [hook] = sinks_for(parse_config({}, environ=env).incidents, telemetry)
     assert hook.name == "webhook"
-    assert sinks_for(IncidentsConfig(), telemetry) == [hook]  # engines of a process share one queue
-    file_cfg = parse_config({"incidents": {"file": str(tmp_path / "i.jsonl"), "webhook": {"url_env": None}}}).incidents
-    assert [s.name for s in sinks_for(file_cfg, telemetry)] == ["file"]
-    monkeypatch.setenv(INCIDENT_WEBHOOK_ENV, "file:///etc/passwd")
+    assert sinks_for(parse_config({}, environ=env).incidents, telemetry) == [hook]  # engines of a process share one queue
+    file_cfg = parse_config({"incidents": {"file": str(tmp_path / "i.jsonl"), "webhook": {"url_env": None}}}, environ=env)
+    assert [s.name for s in sinks_for(file_cfg.incidents, telemetry)] == ["file"]
     with pytest.raises(ConfigError, match=rf"\${INCIDENT_WEBHOOK_ENV} must be an http:// or https:// URL"):
-        sinks_for(IncidentsConfig(), telemetry)
+        parse_config({}, environ={INCIDENT_WEBHOOK_ENV: "file:///etc/passwd"})
+    with pytest.raises(ConfigError, match=r"incidents.webhook.url: must be an http:// or https:// URL"):
+        parse_config({"incidents": {"webhook": {"url": "file:///etc/passwd"}}}, environ={})
     with pytest.raises(ConfigError, match="process"):
         parse_config({"overrides": [{"tenant": "t", "settings": {"incidents": {"file": "x"}}}]})
 
@@ -271,7 +271,8 @@ def test_replay_and_report_never_page_on_call(monkeypatch, tmp_path):
         assert out["tripped"]  # a trip that would have been posted, were replay wired to the sinks
         report = observe(iter(line.encode() for line in trace))
         assert report is not None
-        live = Engine(AgentBreakerConfig(), listeners=[], receipt_keys=ReceiptKeys.ephemeral())  # the control: a live one posts
+        # the control: a live one, its config read with the environment, posts
+        live = Engine(parse_config({}), listeners=[], receipt_keys=ReceiptKeys.ephemeral())
         assert [s.name for s in live.listeners] == ["webhook"]
         close_all()
     assert receiver.requests == []

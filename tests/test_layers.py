@@ -287,3 +287,28 @@ def test_the_shipped_configs_link_the_rails_and_copy_none():
     for folder in configs:
         for flow in folder.glob("*.co"):
             assert flow.is_symlink() and flow.resolve().parent == ROOT / "rails", flow
+
+
+#: below the edges, the modules that read the environment: the config loaders the edges call
+#: (`parse_config`, `nemo_block`, `load_config`: their `environ` defaults to this process's)...
+READS_ENVIRONMENT = {
+    "agent_breaker.config",  # the loaders' default, read once by `with_environment`
+    "agent_breaker._extras",  # NeMo's usage-stats switch, set before NeMo loads
+    "agent_breaker._tracing",  # `export_from_env`, which `serve` calls at start
+    # the process's one Prometheus registry, made once on first use: its label cap is the
+    # process's, not a config's
+    "agent_breaker.metrics",
+}
+
+
+def test_the_environment_is_read_at_the_edges_only():
+    modules = _modules()
+    readers = set()
+    for name, (path, _) in modules.items():
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv", "environb", "putenv"):
+                readers.add(name)
+    below = {m for m in readers if floor_of(m) not in ("edges", "glue")}
+    assert below <= READS_ENVIRONMENT, sorted(below - READS_ENVIRONMENT)
+    assert "agent_breaker.config" in readers  # it read the package

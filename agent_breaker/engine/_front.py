@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
-import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any, Literal, TypeVar, cast
@@ -636,12 +635,12 @@ def preflight(config: AgentBreakerConfig) -> None:
 
 
 def fingerprinter_for(config: AgentBreakerConfig, *, shared: bool, receipt_keys: ReceiptKeys | None = None) -> Fingerprinter:
-    """The deployment's fingerprint key: `fingerprint_secret`, else $AGENT_BREAKER_FINGERPRINT_SECRET,
-    else one derived from the oldest receipt key, the one listed last (a fleet shares those
+    """The deployment's fingerprint key: `fingerprint_secret` (which the config loaders fill from
+    $AGENT_BREAKER_FINGERPRINT_SECRET), else one derived from the oldest receipt key, the one listed last (a fleet shares those
     already; a new signing key goes in front, so a rotation does not change it), else (state in
     this process only) a random key. A shared store needs one key for the whole fleet, or
     workers' fingerprints would not compare: without any of these it is refused."""
-    secret = config.fingerprint_secret or os.environ.get(FINGERPRINT_SECRET_ENV, "")
+    secret = config.fingerprint_secret
     if secret:
         return Fingerprinter(secret.encode("utf-8"))
     if receipt_keys is not None:
@@ -662,7 +661,7 @@ _FINGERPRINT_LABEL = b"agent-breaker fingerprint key v1"
 def _store_for(config: AgentBreakerConfig) -> Store:
     st = config.storage
     return store_from_uri(
-        st.resolved_url(),
+        st.url,
         ttl_s=config.sessions.ttl_s,
         max_sessions=config.sessions.max_sessions,
         max_bytes=config.sessions.max_bytes,

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from .._extras import require
-from ..config import AgentBreakerConfig, ConfigError
+from ..config import AgentBreakerConfig, ConfigError, default_db_path
 from ..store.base import without_password
 from ..store.urls import REDIS_URL_PREFIXES, REDIS_URLS_TEXT
 from .outbox import Outbox, OutboxRow
@@ -54,7 +54,7 @@ from .records import (
     escalation_key,
 )
 from .relay import Relay, RelayBusy, Target, targets_for
-from .sqlite import SqliteEscalations, db_path, default_db_path
+from .sqlite import SqliteEscalations, db_path
 
 log = logging.getLogger("agent_breaker.escalations")
 if TYPE_CHECKING:
@@ -120,7 +120,7 @@ def store_location(
     if db and redis_url:
         raise ConfigError("--db names a SQLite file and --redis a Redis: one or the other")
     kind = "sqlite" if db else "redis" if redis_url else config.escalations.store
-    url = redis_url or config.storage.resolved_url()
+    url = redis_url or config.storage.url
     if kind == "auto":
         kind = "redis" if url.startswith(REDIS_URL_PREFIXES) else "sqlite"
     if kind == "sqlite":

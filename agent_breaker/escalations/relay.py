@@ -250,7 +250,7 @@ def sink_targets(incidents: IncidentsConfig) -> dict[str, Target]:
     a session waits for a human, and when it was resolved), the file incidents only."""
     targets: dict[str, Target] = {}
     w = incidents.webhook
-    url = w.resolved_url()
+    url = w.url
     if url:
         targets["webhook"] = with_key(webhook(url, w.timeout_s))
     if incidents.file:
@@ -262,7 +262,7 @@ def targets_for(config: AgentBreakerConfig) -> tuple[dict[str, Target], list[Cal
     """Every target a config names (the incident sinks, the RabbitMQ queue), and what closes them."""
     targets = sink_targets(config.incidents)
     closers: list[Callable[[], None]] = []
-    url = config.escalations.resolved_queue_url()
+    url = config.escalations.queue_url
     if url:
         from .rabbitmq import RabbitPublisher
 

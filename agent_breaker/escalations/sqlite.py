@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .._sqlite import write_transaction
-from ..config import EscalationsConfig
+from ..config import EscalationsConfig, default_db_path
 from .outbox import OutboxKind, OutboxRow, escalation_message, incident_message, resolution_message, to_json
 from .records import (
     DEFAULT_LIST_LIMIT,
@@ -62,7 +62,6 @@ log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 2  # 2: the reserve, and the index retention reads
 BUSY_TIMEOUT_S = 5.0
-DB_FILE = "escalations.db"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS escalations (
@@ -105,26 +104,12 @@ PRUNE_BATCH = 100
 SQLITE_FULL = 13  # the result code of a write that found no room (disk, or max_page_count)
 
 
-def default_db_path(environ: Mapping[str, str] = os.environ) -> Path:
-    """$XDG_STATE_HOME/agent-breaker/escalations.db, else ~/.local/state/agent-breaker/escalations.db.
-
-    State, not cache (it must survive) nor config; per user, and the same file wherever a
-    command starts: the server, `agent-breaker escalations` and `agent-breaker relay` run from
-    other working directories must all see one queue (a path relative to the working directory
-    would split it silently)."""
-    state = environ.get("XDG_STATE_HOME") or ""
-    base = Path(state) if Path(state).is_absolute() else Path.home() / ".local" / "state"  # the XDG rule: relative is ignored
-    return base / "agent-breaker" / DB_FILE
-
-
-def db_path(
-    config: EscalationsConfig | None = None, *, explicit: str | None = None, environ: Mapping[str, str] = os.environ
-) -> Path:
-    """Where the escalations live: `explicit` (a --db argument), else the config's variable
-    ($AGENT_BREAKER_ESCALATIONS_DB), else the config's `db`, else `default_db_path()`; absolute."""
-    config = config or EscalationsConfig()
-    chosen = explicit or (environ.get(config.db_env) if config.db_env else None) or config.db
-    return (Path(chosen).expanduser() if chosen else default_db_path(environ)).resolve()
+def db_path(config: EscalationsConfig | None = None, *, explicit: str | None = None) -> Path:
+    """Where the escalations live: `explicit` (a --db argument), else the config's `db` (its
+    variable's value, else the XDG state folder, once the config was read with its
+    environment), else the default under the home folder; absolute."""
+    chosen = explicit or (config.db if config is not None else None)
+    return (Path(chosen).expanduser() if chosen else default_db_path({})).resolve()
 
 
 class _Connection(sqlite3.Connection):

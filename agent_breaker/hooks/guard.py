@@ -4,8 +4,6 @@ call is decided in this process: a hook answered by the daemon loads no engine."
 
 from __future__ import annotations
 
-import os
-
 from . import CLAUDE_CODE, Hook, HookAnswer, answer
 
 
@@ -16,7 +14,7 @@ class HookGuard:
     def __init__(self, config_path: str | None, state: str) -> None:
         # imported here: a hook that asks nothing, or that the daemon answers, costs no engine
         from .. import heuristics as H
-        from ..config import FINGERPRINT_SECRET_ENV, load_config
+        from ..config import load_config
         from ..configs import ROOT
         from ..engine import Engine
         from ..receipts import ReceiptKeys
@@ -26,7 +24,7 @@ class HookGuard:
         self._store = SQLiteStore(state, ttl_s=config.sessions.ttl_s)
         try:
             # one key for every hook process: each decides on the hashes the others stored
-            secret = config.fingerprint_secret or os.environ.get(FINGERPRINT_SECRET_ENV) or self._store.secret("fingerprint")
+            secret = config.fingerprint_secret or self._store.secret("fingerprint")
             config = config.model_copy(update={"fingerprint_secret": secret})
             self._engine = Engine(
                 config, store=self._store, listeners=[], sinks=False, escalations=False, receipt_keys=ReceiptKeys.ephemeral()

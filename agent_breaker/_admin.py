@@ -16,11 +16,10 @@ from ._errors import AgentBreakerError
 from ._text import normalize_name, utc_text
 from .breaker import BreakerState, BreakerStateName
 from .breaker.core import SETTABLE_STATES
-from .config import AgentBreakerConfig, ConfigError
+from .config import REDIS_URL_PREFIXES, REDIS_URLS_TEXT, AgentBreakerConfig, ConfigError
 from .engine import Engine, breaker_key_parts
 from .events import MAX_ID_CHARS, is_id
 from .receipts import ReceiptKeys
-from .store.urls import REDIS_URL_PREFIXES, REDIS_URLS_TEXT
 
 ADMIN_TOKEN_ENV = "AGENT_BREAKER_ADMIN_TOKEN"
 BREAKERS_PATH = "/v1/agent-breaker/breakers"

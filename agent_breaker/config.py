@@ -23,11 +23,25 @@ from ._errors import ConfigError as ConfigError
 from ._frozen import Frozen as _Frozen
 from ._schemas import Check, SchemaError, compile_check
 from ._text import normalize_name
-
-# the store's facts: its sessions' defaults, the Redis URLs it takes (storage.url is checked by them)
 from .breaker.config import BreakerConfig as BreakerConfig
-from .store.base import DEFAULT_MAX_SESSION_BYTES, DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_TTL_S
-from .store.urls import REDIS_URL_PREFIXES, REDIS_URLS_TEXT, SQLITE_SCHEME
+
+#: the sessions' defaults (`sessions:`); a store built without a config starts from them too
+DEFAULT_SESSION_TTL_S = 3600.0
+DEFAULT_MAX_SESSIONS = 100_000
+DEFAULT_MAX_SESSION_BYTES = 1 << 30  # the in-process sessions' memory, by their weight()
+
+# The store URLs, written once: the store picks its backend by them, the config validates
+# `storage.url` (and the escalations' and fleet's Redis) by them.
+#: a Redis Cluster's URL schemes (the URL names any one of its nodes), each with its one-server scheme
+CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+#: the URL schemes of a Redis: one server, or a cluster
+REDIS_SCHEMES = ("redis", "rediss", "unix", *CLUSTER_SCHEMES)
+REDIS_URL_PREFIXES = tuple(f"{scheme}://" for scheme in REDIS_SCHEMES)
+#: one SQLite file (sqlite:///path/to/file.db): the processes of one machine share it
+SQLITE_SCHEME = "sqlite"
+#: the schemes as an error message lists them
+REDIS_URLS_TEXT = ", ".join(REDIS_URL_PREFIXES[:-1]) + " or " + REDIS_URL_PREFIXES[-1]
+
 
 Mode = Literal["enforce", "observe", "off"]
 

@@ -3,8 +3,9 @@ each module on a floor that imports nothing above it; the NeMo glue imported by 
 
 Read from the source with `ast`, not by importing: every import counts, at module level (also
 under `if`/`try`/`with`), inside functions and under `if TYPE_CHECKING:` (a cycle dodged by a
-lazy import is still a cycle: the two modules cannot be read, tested or moved apart). Importing `agent_breaker.store.urls`
-runs `agent_breaker/store/__init__.py` first, so it depends on that package too; not on the
+lazy import is still a cycle: the two modules cannot be read, tested or moved apart). Importing
+`agent_breaker.store.memory` runs `agent_breaker/store/__init__.py` first, so it depends on that
+package too; not on the
 root package (every import starts there) nor on a package the importer is itself part of
 (already loading), unless it imports from it by name (`from agent_breaker import Engine`).
 """

@@ -29,9 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from .._extras import require
-from ..config import AgentBreakerConfig, ConfigError, default_db_path
+from ..config import REDIS_URL_PREFIXES, REDIS_URLS_TEXT, AgentBreakerConfig, ConfigError, default_db_path
 from ..store.base import without_password
-from ..store.urls import REDIS_URL_PREFIXES, REDIS_URLS_TEXT
 from .outbox import Outbox, OutboxRow
 from .records import (
     BAD_ID,

@@ -5,9 +5,9 @@ from __future__ import annotations
 from urllib.parse import urlparse
 
 from .._extras import require
-from .base import DEFAULT_SESSION_TTL_S, CorruptState, StorageError, Store
+from ..config import DEFAULT_SESSION_TTL_S, REDIS_SCHEMES, REDIS_URLS_TEXT, SQLITE_SCHEME
+from .base import CorruptState, StorageError, Store
 from .memory import MemoryStore
-from .urls import REDIS_SCHEMES, REDIS_URLS_TEXT, SQLITE_SCHEME
 
 __all__ = ["CorruptState", "MemoryStore", "StorageError", "Store", "store_from_uri"]
 

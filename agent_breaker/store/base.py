@@ -17,11 +17,6 @@ from ..breaker import BreakerConfig, BreakerState, BreakerStateName, Permission,
 
 R = TypeVar("R")
 
-#: the in-process sessions' defaults (config `sessions:` starts from them)
-DEFAULT_SESSION_TTL_S = 3600.0
-DEFAULT_MAX_SESSIONS = 100_000
-DEFAULT_MAX_SESSION_BYTES = 1 << 30  # the in-process sessions' memory, by their weight()
-
 # what a caller-supplied key part may not hold as is: the escape itself, the separator, Redis
 # Cluster hash-tag braces, control characters (C0, DEL, C1) and lone surrogates
 _UNSAFE = re.compile("[%:{}\x00-\x1f\x7f-\x9f\ud800-\udfff]")

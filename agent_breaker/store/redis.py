@@ -78,8 +78,9 @@ from ..breaker import (
     Recorded,
     Transition,
 )
+from ..config import DEFAULT_MAX_SESSION_BYTES
 from . import codec
-from .base import DEFAULT_MAX_SESSION_BYTES, CorruptState, StorageError, checked_prefix, escape_key_part, without_password
+from .base import CorruptState, StorageError, checked_prefix, escape_key_part, without_password
 from .memory import MemoryStore
 from .redis_client import REDIS_ERRORS, ClusterUnreachable, redis_client, register_script, subscriber_client
 

@@ -19,8 +19,8 @@ from redis.connection import parse_url
 from redis.exceptions import NoScriptError, RedisClusterException
 from redis.retry import Retry
 
+from ..config import CLUSTER_SCHEMES
 from .base import StorageError
-from .urls import CLUSTER_SCHEMES
 
 #: what a client may raise when Redis fails; RedisClusterException is not a RedisError
 #: (a cluster that cannot be reached, slots that no node serves)

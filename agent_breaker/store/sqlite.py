@@ -26,9 +26,9 @@ from urllib.parse import unquote, urlparse
 from .._sqlite import write_transaction
 from ..breaker import BreakerConfig, BreakerState, BreakerStateName, Permission, Recorded, Transition
 from ..breaker import core as breaker_core
+from ..config import DEFAULT_SESSION_TTL_S, SQLITE_SCHEME
 from . import codec
-from .base import DEFAULT_SESSION_TTL_S, CorruptState, StorageError
-from .urls import SQLITE_SCHEME
+from .base import CorruptState, StorageError
 
 R = TypeVar("R")
 

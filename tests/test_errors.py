@@ -1,17 +1,19 @@
 """One exception root: every exception class the package defines is an AgentBreakerError (its
 standard base kept), so one `except agent_breaker.AgentBreakerError` catches them all; the tree
-in agent_breaker/_errors.py names each of them."""
+on docs/architecture.md names each of them, under its own bases."""
 
 from __future__ import annotations
 
 import importlib
 import inspect
 import pkgutil
+import re
+from pathlib import Path
 
 import pytest
 
 import agent_breaker
-from agent_breaker import AgentBreakerError, _errors
+from agent_breaker import AgentBreakerError
 
 #: control flow inside one function, never raised out of the package: not an error of ours
 INTERNAL = {"agent_breaker.engine._front._Thawed", "agent_breaker.escalations.sqlite._DiskFull"}
@@ -41,9 +43,33 @@ def test_every_exception_of_the_package_is_an_agent_breaker_error():
     assert outside == []
 
 
+def documented_tree() -> dict[str, str]:
+    """name -> the name of the class it hangs under, read from the tree drawn on the page."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "architecture.md").read_text(encoding="utf-8")
+    tree = page.split("## Errors", 1)[1].split("```text", 1)[1].split("```", 1)[0]
+    parents: dict[str, str] = {}
+    stack: list[tuple[int, str]] = []
+    for line in tree.strip().splitlines()[1:]:
+        match = re.match(r"^([│ ]*)[├└]── (.*)$", line)
+        if match is None:  # a description running on to the next line
+            continue
+        depth = len(match.group(1)) // 4
+        del stack[depth:]
+        names = re.findall(r"(?:^|, )([A-Z]\w+)", match.group(2).split(":")[0])
+        for name in names:
+            parents[name] = stack[-1][1] if stack else "AgentBreakerError"
+        stack.append((depth, names[-1]))
+    return parents
+
+
 @pytest.mark.parametrize("cls", exception_classes(), ids=lambda c: c.__qualname__)
-def test_each_is_named_in_the_tree(cls):
-    assert cls is AgentBreakerError or cls.__qualname__ in (_errors.__doc__ or "")
+def test_each_is_in_the_tree_under_its_base(cls):
+    if cls is AgentBreakerError:
+        return
+    tree = documented_tree()
+    assert cls.__qualname__ in tree
+    parent = next(b for b in cls.__mro__[1:] if b.__name__ == tree[cls.__qualname__])
+    assert issubclass(parent, AgentBreakerError)
 
 
 def test_the_standard_bases_are_kept():

@@ -430,8 +430,8 @@ def test_print_config_sends_every_event_the_guard_reads_to_it(agent, server, fai
         [group] = groups
         [handler] = group["hooks"]
         if handler["type"] == "http":
-            query = "?fail=closed" if fail == "closed" else ""
-            assert agent == CLAUDE_CODE and handler["url"] == f"{server}/v1/hooks/claude-code{query}"
+            # an HTTP hook that gets no answer lets the call through: it is printed to fail open only
+            assert agent == CLAUDE_CODE and fail == "open" and handler["url"] == f"{server}/v1/hooks/claude-code"
         else:
             argv = shlex.split(handler["command"])
             assert argv[:3] == ["agent-breaker", "hook", agent]

@@ -267,12 +267,12 @@ def settings(agent: str, *, server: str | None = None, fail: str = "open", comma
         raise HookInputError(f"unknown agent {agent!r}; one of {', '.join(AGENTS)}")
     tool_events, turn_events, every_tool = _SETTINGS[agent]
     handler: dict[str, Any]
-    if server is not None and agent == CLAUDE_CODE:
-        # the endpoint applies the fail policy to what it cannot decide; a server that does not
-        # answer at all lets the call go ahead (Claude Code's HTTP hooks cannot block then)
+    if server is not None and agent == CLAUDE_CODE and fail == "open":
+        # Claude Code lets a call through when an HTTP hook gets no answer, whatever the settings:
+        # an HTTP hook can only fail open, so failing closed takes the command with --server
         handler = {
             "type": "http",
-            "url": f"{server.rstrip('/')}/v1/hooks/{agent}" + ("?fail=closed" if fail == "closed" else ""),
+            "url": f"{server.rstrip('/')}/v1/hooks/{agent}",
             "headers": {"Authorization": "Bearer $AGENT_BREAKER_API_TOKEN"},
             "allowedEnvVars": ["AGENT_BREAKER_API_TOKEN"],
             "timeout": 5,

@@ -108,8 +108,9 @@ class ResultVerdict:
         }
 
 
-#: what an advisory adds to the heuristic's instruction
-WARNING_NOTE = "This is a warning: the call ran. If the pattern goes on, the next such call is refused."
+#: what an advisory adds to the heuristic's instruction (given before the call runs or beside
+#: its answer, so it says neither)
+WARNING_NOTE = "This is a warning: this call is allowed. If the pattern goes on, the next such call is refused."
 
 
 def observation(

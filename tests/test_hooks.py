@@ -169,7 +169,7 @@ def test_a_warning_lets_the_call_run_and_reaches_the_model_as_context(agent):
     assert not out.denied and out.exit_code == 0
     # never a bare "allow" (Codex rejects it): the call runs as it would have
     expected = (
-        "agent-breaker (identical_failure): Bash failed 4 times in a row with the same arguments "
+        "agent-breaker (identical_failure): Bash failed 4 times in a row with the same arguments. "
         "Stop retrying; change the command."
     )
     assert out.output == {"hookSpecificOutput": {"hookEventName": PRE[agent], "additionalContext": expected}}

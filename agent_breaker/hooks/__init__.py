@@ -224,7 +224,9 @@ def message(verdict: Mapping[str, Any]) -> str:
     """What the model reads: the heuristic, the reason, and what to do instead."""
     instruction = (verdict.get("observation") or {}).get("actionable_instruction")
     head = f"agent-breaker ({verdict.get('heuristic')}): {verdict.get('reason') or ''}".rstrip()
-    return f"{head} {instruction}" if instruction else head
+    if not instruction:
+        return head
+    return f"{head} {instruction}" if head.endswith((".", "!", "?", ":")) else f"{head}. {instruction}"
 
 
 def answer(hook: Hook, verdict: Mapping[str, Any] | None) -> HookAnswer:

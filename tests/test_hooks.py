@@ -28,6 +28,7 @@ from agent_breaker.protocol import TOOL_CALL_EVENT, TOOL_RESULT_EVENT
 EXTRA = {"prompt_id": "p-1", "some_future_field": {"nested": [1, 2]}, "effort": {"level": "high"}}
 PRE = {CLAUDE_CODE: "PreToolUse", CODEX: "PreToolUse", GEMINI_CLI: "BeforeTool"}
 POST = {CLAUDE_CODE: "PostToolUse", CODEX: "PostToolUse", GEMINI_CLI: "AfterTool"}
+USER_TURN = {CLAUDE_CODE: "UserPromptSubmit", CODEX: "UserPromptSubmit", GEMINI_CLI: "BeforeAgent"}
 SHELL = {CLAUDE_CODE: "Bash", CODEX: "Bash", GEMINI_CLI: "run_shell_command"}
 
 
@@ -281,6 +282,26 @@ def test_the_command_denies_identical_failing_commands_by_the_fifth_with_exit_2(
         command(agent, post(agent, "s-cmd", n, "npm run build", "error TS2304", 1), state)
     else:
         pytest.fail("never denied")
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+def test_failing_closed_blocks_the_calls_only_not_the_results_or_the_prompts(agent, tmp_path):
+    """With the server down, `--fail closed` blocks each tool call; a result (the tool ran) and
+    a prompt (it runs nothing) go through, so the user can still talk to the agent."""
+    from _ports import free_port
+
+    down = f"http://127.0.0.1:{free_port()}"
+    state = f"sqlite:///{tmp_path}/hooks.db"
+    prompt = {**common(agent, "s-down", USER_TURN[agent]), "prompt": "go on"}
+    for payload, blocked in [
+        (pre(agent, "s-down", 1, "make"), True),
+        (post(agent, "s-down", 1, "make", "ok", 0), False),
+        (prompt, False),
+        (b"not a hook input", True),  # not known to be anything but a call
+    ]:
+        code, _, err = command(agent, payload, state, fail="closed", server=down)
+        assert (code == BLOCK_EXIT) is blocked, (payload, err)
+        assert "could not check this call" in err
 
 
 def test_the_command_keeps_a_healthy_edit_test_fix_session_going(tmp_path):

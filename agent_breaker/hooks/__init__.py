@@ -153,6 +153,13 @@ def read(agent: str, raw: bytes, *, fail_closed: bool) -> Hook | HookAnswer:
     return HookAnswer() if hook.event is None else hook
 
 
+def hook_of(agent: str, raw: bytes) -> Hook | None:
+    """The hook an input holds, where it can be read (to tell a call from a result or a prompt
+    when the guard could not decide it)."""
+    found = read(agent, raw, fail_closed=False)
+    return found if isinstance(found, Hook) else None
+
+
 def _parsed(raw: bytes) -> Any:
     if len(raw) > MAX_INPUT_BYTES:
         raise HookInputError(OVERSIZED_INPUT)
@@ -162,11 +169,14 @@ def _parsed(raw: bytes) -> Any:
         raise HookInputError("the hook input is not JSON") from None
 
 
-def undecided(why: str, *, fail_closed: bool) -> HookAnswer:
+def undecided(why: str, *, fail_closed: bool, hook: Hook | None = None) -> HookAnswer:
     """The fail policy's answer when the guard cannot decide (an input it cannot read, a store
     or server it cannot reach, a crash): `--fail closed` blocks the call, `--fail open` lets it
-    go ahead; either way the agent's stderr (the server's log, on an endpoint) says why."""
-    if fail_closed:
+    go ahead; either way the agent's stderr (the server's log, on an endpoint) says why. Only a
+    tool call (or an input not known to be anything else) is blocked: a blocked result changes
+    nothing (the tool ran), and a blocked prompt would lock the user out of the session while
+    the calls it leads to are blocked anyway."""
+    if fail_closed and (hook is None or hook.event is None or hook.event["type"] == TOOL_CALL_EVENT):
         return refused(f"agent-breaker could not check this call ({why}); blocked, as --fail closed asks")
     return HookAnswer({}, 0, f"agent-breaker could not check this call ({why}); let through, as --fail open asks")
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import IO, Any
 
 from .._errors import AgentBreakerError
-from . import BLOCK_EXIT, MAX_INPUT_BYTES, Hook, HookAnswer, undecided
+from . import BLOCK_EXIT, MAX_INPUT_BYTES, Hook, HookAnswer, hook_of, undecided
 from . import daemon as hook_daemon
 from . import read as read_input
 
@@ -54,9 +54,9 @@ def run(
     except ImportError:  # a broken install decides nothing; `agent_breaker.__main__` says so
         raise
     except GuardFailure as exc:
-        out = undecided(str(exc), fail_closed=fail_closed)
+        out = undecided(str(exc), fail_closed=fail_closed, hook=hook_of(agent, raw))
     except Exception as exc:  # a guard that crashes must not decide by accident: the policy does
-        out = undecided(f"{type(exc).__name__}: {exc}", fail_closed=fail_closed)
+        out = undecided(f"{type(exc).__name__}: {exc}", fail_closed=fail_closed, hook=hook_of(agent, raw))
     if out.stderr:
         stderr.write(out.stderr + "\n")
     if out.exit_code != BLOCK_EXIT:

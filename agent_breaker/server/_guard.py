@@ -25,7 +25,7 @@ from .._context_events import MAX_CONTEXT_EVENTS, context_events
 from .._text import has_invalid_chars
 from ..dispatch import CALLER
 from ..escalations import BAD_ID, ESCALATIONS_PATH
-from ..hooks import MAX_INPUT_BYTES, OVERSIZED_INPUT, undecided
+from ..hooks import MAX_INPUT_BYTES, OVERSIZED_INPUT, hook_of, undecided
 from ._auth import ALL_TENANTS, METRICS_TOKEN_ENV, Tokens, TokenScope
 from ._errors import ServeError
 from ._gateway import Answer, Gateway, problem
@@ -308,7 +308,8 @@ class RequestGuard:
             except Exception as exc:
                 log.exception("agent-breaker: the gateway failed to answer %s", path)
                 if hook:  # the hook command's answer when its guard crashes: the fail policy
-                    answer = Answer(200, undecided(f"{type(exc).__name__}: {exc}", fail_closed=fail_closed).output)
+                    why, agent = f"{type(exc).__name__}: {exc}", HOOK_PATHS[path]
+                    answer = Answer(200, undecided(why, fail_closed=fail_closed, hook=hook_of(agent, read[0])).output)
                 else:
                     answer = problem(500, "the guard failed to decide this request (the server's log says why)")
             await _send_answer(send, answer)

@@ -20,6 +20,7 @@ import atexit
 import contextlib
 import json
 import logging
+import os
 import queue
 import threading
 import time
@@ -273,12 +274,17 @@ def webhook(url: str, timeout_s: float) -> Deliver:
 
 
 def json_lines(path: str) -> Deliver:
-    """Append one incident per line (what `agent-breaker report INCIDENTS.jsonl` reads)."""
+    """Append one incident per line (what `agent-breaker report INCIDENTS.jsonl` reads); a new
+    file is readable by its owner only. One write per line, appended: processes that share the
+    file (hook calls) do not mix their lines."""
     target = Path(path).expanduser()
 
     def deliver(item: dict[str, Any]) -> None:
-        with target.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(item, sort_keys=True) + "\n")
+        fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, (json.dumps(item, sort_keys=True) + "\n").encode("utf-8"))
+        finally:
+            os.close(fd)
 
     return deliver
 

@@ -297,6 +297,16 @@ def _hook(args: argparse.Namespace) -> int:
     )
 
 
+def _hooks_status(args: argparse.Namespace) -> int:
+    from .hooks.daemon import running, runtime_dir
+
+    alive, stale = running()
+    print(f"hook daemons in {runtime_dir()}: {len(alive)} running" + (f"; {stale} stale removed" if stale else ""))
+    for d in alive:
+        print(f"  pid {d.pid}  socket {d.socket}  log {d.log}")
+    return 0
+
+
 def _hooks(args: argparse.Namespace) -> int:
     from .hooks import settings
 
@@ -467,7 +477,9 @@ def _main(argv: list[str]) -> int:
     pc.add_argument("agent", choices=AGENTS)
     pc.add_argument("--server", metavar="URL", help="a running `agent-breaker serve` (Claude Code: an HTTP hook to it)")
     pc.add_argument("--fail", choices=("open", "closed"), default="open", help="when the guard cannot decide (default open)")
-    hsp.set_defaults(func=_hooks)
+    pc.set_defaults(func=_hooks)
+    st = hsub.add_parser("status", help="list the running hook daemons (their sockets and logs); remove stale ones' files")
+    st.set_defaults(func=_hooks_status)
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)  # each subcommand's handler returns its exit code

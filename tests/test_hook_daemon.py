@@ -137,19 +137,23 @@ def test_no_daemon_in_a_folder_others_can_write_to_or_when_switched_off(runtime_
 def test_each_config_store_and_environment_has_a_daemon_of_its_own(runtime_dir, tmp_path, monkeypatch):
     config = tmp_path / "c.yml"
     config.write_text("agent_breaker: {}\n")
-    first = _hook_daemon.socket_path(str(config), "sqlite:///x.db")
+    here = _hook_daemon.absolute(str(config), "sqlite:///x.db")
+    first = _hook_daemon.socket_path(*here)
     assert first is not None  # a daemon can serve here: the comparisons below mean something
-    assert first == _hook_daemon.socket_path(str(config), "sqlite:///x.db")
-    assert first != _hook_daemon.socket_path(str(config), "sqlite:///y.db")
-    assert first != _hook_daemon.socket_path(None, "sqlite:///x.db")
-    monkeypatch.setenv("AGENT_BREAKER_FINGERPRINT_SECRET", "another key")
-    assert first != _hook_daemon.socket_path(str(config), "sqlite:///x.db")
-    monkeypatch.delenv("AGENT_BREAKER_FINGERPRINT_SECRET")
+    assert first == _hook_daemon.socket_path(*here)
+    assert first != _hook_daemon.socket_path(str(config), "sqlite:////y.db")
+    assert first != _hook_daemon.socket_path(None, here[1])
     with monkeypatch.context() as m:
-        m.chdir(tmp_path)  # relative paths name other files from another folder
-        assert first != _hook_daemon.socket_path(str(config), "sqlite:///x.db")
+        m.setenv("AGENT_BREAKER_FINGERPRINT_SECRET", "another key")
+        assert first != _hook_daemon.socket_path(*here)
+    with monkeypatch.context() as m:
+        m.chdir(tmp_path)
+        # a relative path names another file from another folder: another daemon; the same
+        # files from any folder: the same one
+        assert first != _hook_daemon.socket_path(*_hook_daemon.absolute(str(config), "sqlite:///x.db"))
+        assert first == _hook_daemon.socket_path(*here)
     config.write_text("agent_breaker: {identical_failure: {max_failures: 3}}\n")  # edited: a new daemon
-    assert first != _hook_daemon.socket_path(str(config), "sqlite:///x.db")
+    assert first != _hook_daemon.socket_path(*here)
 
 
 def broken_daemon(path: Path, reply: bytes) -> threading.Thread:
@@ -207,6 +211,25 @@ def test_the_daemon_exits_when_idle_and_takes_its_socket_away(runtime_dir, tmp_p
         os.waitpid(pid, 0)
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+    assert path.with_suffix(".lock").read_text() == ""  # no dead PID left to kill by mistake
+    # `hooks status`: nothing runs; the exited daemon's files are removed
+    assert _hook_daemon.running(runtime_dir) == ([], 1)
+    assert list(runtime_dir.iterdir()) == []
+
+
+def test_hooks_status_lists_a_running_daemon(runtime_dir, tmp_path, capsys):
+    from agent_breaker.cli import main
+
+    state = f"sqlite:///{tmp_path}/h.db"
+    path = _hook_daemon.socket_path(None, state)
+    assert path is not None
+    _hook_daemon.start(path, None, state)
+    wait_serving(path)
+    pid = int(path.with_suffix(".lock").read_text())
+    assert _hook_daemon.running(runtime_dir) == ([_hook_daemon.Daemon(path, pid, path.with_suffix(".log"))], 0)
+    assert main(["hooks", "status"]) == 0
+    out = capsys.readouterr().out
+    assert "1 running" in out and f"pid {pid}" in out and str(path) in out
 
 
 def test_a_daemon_that_cannot_start_is_not_started_again_by_every_call(runtime_dir, tmp_path, monkeypatch):

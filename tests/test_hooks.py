@@ -4,6 +4,7 @@ endpoints of a real server, a runaway session and a healthy one through each."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -282,6 +283,19 @@ def test_the_command_denies_identical_failing_commands_by_the_fifth_with_exit_2(
         command(agent, post(agent, "s-cmd", n, "npm run build", "error TS2304", 1), state)
     else:
         pytest.fail("never denied")
+    # what was warned and blocked is on record beside the state, for `agent-breaker report`
+    from agent_breaker._sinks import close_all
+    from agent_breaker.cli import main
+
+    close_all()
+    incidents = tmp_path / "hooks.incidents.jsonl"
+    lines = [json.loads(line) for line in incidents.read_text().splitlines()]
+    assert [(i["heuristic"], i["severity"]) for i in lines if i["kind"] == "trip"] == [
+        ("identical_failure", "warn"),
+        ("identical_failure", "block"),
+    ]
+    assert incidents.stat().st_mode & 0o077 == 0
+    assert main(["report", str(incidents)]) == 0
 
 
 @pytest.mark.parametrize("agent", AGENTS)

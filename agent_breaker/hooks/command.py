@@ -65,7 +65,7 @@ def run(
 
 
 def _decided(hook: Hook, config_path: str | None, state: str | None, daemon: bool) -> HookAnswer:
-    state = state or os.environ.get(STATE_ENV) or DEFAULT_STATE
+    config_path, state = hook_daemon.absolute(config_path, state or os.environ.get(STATE_ENV) or DEFAULT_STATE)
     path = hook_daemon.socket_path(config_path, state) if daemon else None
     if path is not None:
         try:

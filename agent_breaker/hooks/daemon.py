@@ -72,17 +72,30 @@ def private_dir(path: Path) -> bool:
     return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
+#: the install's code, stamped into a daemon's key (an upgrade is a new daemon); made absolute at
+#: import, since a module imported from the working folder may name its file relative to it
+_CODE = (os.path.abspath(__file__), os.path.abspath(Path(__file__).with_name("__init__.py")))
+
+
+def absolute(config: str | None, state: str) -> tuple[str | None, str]:
+    """The config file and the SQLite state as absolute paths: what a daemon serves, wherever
+    the call that started it ran (a relative `sqlite:///hooks.db` is the caller's folder's)."""
+    if config is not None:
+        config = os.path.abspath(os.path.expanduser(config))
+    prefix = "sqlite:///"
+    if state.startswith(prefix):
+        state = prefix + os.path.abspath(os.path.expanduser(state[len(prefix) :]))
+    return config, state
+
+
 def socket_path(config: str | None, state: str) -> Path | None:
-    """The socket of the daemon for this config, store, working directory, install and
-    environment; None where no daemon can serve (no Unix sockets, a folder others can write to,
-    a path too long)."""
+    """The socket of the daemon for this config and state (absolute paths: see `absolute`),
+    install and environment; None where no daemon can serve (no Unix sockets, a folder others
+    can write to, a path too long). One user's calls from any folder share it."""
     if not hasattr(socket, "AF_UNIX") or os.environ.get(DAEMON_ENV, "").lower() in ("off", "0", "false", "no"):
         return None
     key = hashlib.sha256()
-    # the working directory too: a daemon reads relative config and state paths from the one it
-    # started in, so `sqlite:///hooks.db` of another project is another daemon
-    here = os.getcwd()
-    for part in (*_stamp(config), *_stamp(__file__), *_stamp(str(Path(__file__).with_name("__init__.py"))), state, here):
+    for part in (*_stamp(config), *_stamp(_CODE[0]), *_stamp(_CODE[1]), state):
         key.update(part.encode() + b"\0")
     for name in sorted(n for n in os.environ if n.startswith("AGENT_BREAKER_")):
         key.update(f"{name}={os.environ[name]}\0".encode())
@@ -209,7 +222,45 @@ def serve(path: Path, config: str | None, state: str, idle_s: float) -> int:
                     _answer(conn, guard, MAX_REQUEST_BYTES)
         finally:
             path.unlink(missing_ok=True)
+            os.ftruncate(lock, 0)  # no dead PID left behind to be killed by mistake
             guard.close()
+
+
+@dataclasses.dataclass(frozen=True)
+class Daemon:
+    """A hook daemon's files in the runtime folder: its socket, its PID (the lock it holds),
+    its log."""
+
+    socket: Path
+    pid: int
+    log: Path
+
+
+def running(folder: Path | None = None) -> tuple[list[Daemon], int]:
+    """The daemons that run now, and how many stale ones' files (a lock nobody holds: a daemon
+    that exited or was killed) were removed."""
+    import fcntl
+
+    folder = runtime_dir() if folder is None else folder
+    alive, stale = [], 0
+    for lock in sorted(folder.glob("hookd-*.lock")):
+        try:
+            fd = os.open(lock, os.O_RDWR)
+        except OSError:
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:  # held: a daemon serves
+                pid = os.pread(fd, 32, 0).decode(errors="replace").strip()
+                alive.append(Daemon(lock.with_suffix(".sock"), int(pid) if pid.isdigit() else 0, lock.with_suffix(".log")))
+                continue
+            for leftover in (lock.with_suffix(".sock"), lock.with_suffix(".log"), lock):
+                leftover.unlink(missing_ok=True)
+            stale += 1
+        finally:
+            os.close(fd)
+    return alive, stale
 
 
 def _answer(conn: socket.socket, guard: Any, limit: int) -> None:

@@ -4,7 +4,15 @@ call is decided in this process: a hook answered by the daemon loads no engine."
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from . import CLAUDE_CODE, Hook, HookAnswer, answer
+
+
+def incidents_path(state_file: Path) -> Path:
+    """Where the hooks' incidents go unless the config names a file: beside their state
+    (`hooks.db` -> `hooks.incidents.jsonl`), for `agent-breaker report`."""
+    return state_file.with_name(state_file.stem + ".incidents.jsonl")
 
 
 class HookGuard:
@@ -25,9 +33,12 @@ class HookGuard:
         try:
             # one key for every hook process: each decides on the hashes the others stored
             secret = config.fingerprint_secret or self._store.secret("fingerprint")
-            config = config.model_copy(update={"fingerprint_secret": secret})
+            update: dict[str, object] = {"fingerprint_secret": secret}
+            if config.incidents.file is None:  # what was warned and blocked, beside the state
+                update["incidents"] = config.incidents.model_copy(update={"file": str(incidents_path(self._store.path))})
+            config = config.model_copy(update=update)
             self._engine = Engine(
-                config, store=self._store, listeners=[], sinks=False, escalations=False, receipt_keys=ReceiptKeys.ephemeral()
+                config, store=self._store, listeners=[], escalations=False, receipt_keys=ReceiptKeys.ephemeral()
             )
             # a transcript is read only where tokens count
             self._counts_tokens = any(config.mode_of(h) != "off" for h in (H.TOKEN_BUDGET, H.TOOL_TOKEN_BUDGET, H.TOKEN_VELOCITY))

@@ -17,8 +17,10 @@ from .._outcomes import Outcome, is_blank, says_nothing, writes
 from .._policy import Policy
 from .._state import MAX_TOPIC, MAX_VALUES, CallFacts, SessionState
 from .._text import normalize_name, normalize_text
+from ..config import AgentBreakerConfig
 from ..events import Assistant, Final, InvalidEventError, ToolCall, ToolResult, User
 from ..governor import budget
+from ..store.base import key_parts
 
 #: labels of keyed hashes: a tool's name, a failure's error, an argument's value (a result may
 #: echo it), a session in a tool view, the model step of a call, what a repeated action did
@@ -285,3 +287,35 @@ def view_key_of(tenant: str | None, tool_key: int) -> str:
 def effects_key_of(tenant: str | None) -> str:
     """The key of a tenant's effects (duplicate_mutation across its sessions), named as a view is."""
     return f"\x1eeffects{TENANT_SEPARATOR}{tenant or ''}"
+
+
+def session_key_of(fp: Fingerprinter, ev: AnyEvent) -> str:
+    """The key of an event's session: its id within its tenant, so tenants cannot reach each
+    other's sessions whatever ids they choose."""
+    if ev.session is not None:
+        sid = ev.session
+    elif ev.conversation is not None:
+        sid = f"conv:{fp.hash64(ev.conversation):016x}"
+    else:
+        raise InvalidEventError.of([("session", "an event needs a session id, or a conversation to fingerprint")])
+    return _in_tenant(ev.tenant, sid)
+
+
+def family_key(ev: ToolCall | ToolResult) -> str | None:
+    """The key of the session whose failing streaks a sub-agent's call shares (its parent's)."""
+    parent = ev.parent_session
+    if parent is None or parent == ev.session:
+        return None
+    return _in_tenant(ev.tenant, parent)
+
+
+def _in_tenant(tenant: str | None, sid: str) -> str:
+    return sid if tenant is None else f"{tenant}{TENANT_SEPARATOR}{sid}"
+
+
+def breaker_key_of(cfg: AgentBreakerConfig, tenant: str | None, tool: str, *, shared: bool) -> str:
+    """The store key of a tool's breaker (`tool@host` for a dependency's): per tenant when
+    `breaker.key_by_tenant`; a breaker that is not shared is the session's, under the tool's name."""
+    if not shared:
+        return tool
+    return key_parts(tenant or "", tool) if cfg.breaker.key_by_tenant else key_parts(tool)

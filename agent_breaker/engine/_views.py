@@ -17,8 +17,9 @@ from .._state import ChurnView, Effects, SessionState
 from ..events import ToolResult
 from ..store import StorageError, Store
 from ..verdicts import Trip
-from ._decide import ViewChange, schema_violation
+from ._decide import schema_violation
 from ._facts import MEMBER, TENANT_SEPARATOR, effects_key_of, view_key_of
+from ._outputs import ViewChange
 
 log = logging.getLogger("agent_breaker")
 #: sessions this engine knows have made more than one distinct call (no tool view to read)

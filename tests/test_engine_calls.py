@@ -15,13 +15,17 @@ from typing import Any
 import pytest
 
 from agent_breaker import Engine, FakeClock, ReceiptKeys
+from agent_breaker._state import SessionState
+from agent_breaker.breaker import BreakerConfig, BreakerStateName
 from agent_breaker.engine import _engine
 from agent_breaker.store import MemoryStore
+from agent_breaker.store.base import SpendAdd
 
 #: every method of the Store interface
 STORE_METHODS = (
     "update_session",
     "peek_session",
+    "read_many",
     "add_spend",
     "breaker_acquire",
     "breaker_record",
@@ -129,10 +133,59 @@ def store_calls(engine: Engine, store: CountingStore) -> list[tuple[int, int]]:
     return counts
 
 
-def test_a_tool_call_makes_a_bounded_number_of_store_calls_with_every_feature_on(counted):
+def test_a_tool_call_makes_at_most_4_store_calls_but_as_it_leaves_its_opening(counted):
     engine, store = counted
-    # check: 2 spend windows, the tool view, the tenant's effects (a mutating call), the
-    # dependency's held state, the breaker, the family's streaks, the session; then the views it
-    # changed (its effect in flight; the opening's tools, once, as it leaves its opening).
-    # result: the session, the breaker's outcome, the tenant's effects (done)
-    assert store_calls(engine, store) == [(7, 3), (8, 4), (7, 3), (8, 3), (7, 4), (5, 3)]
+    # check: one read (2 spend windows, the tool view, the tenant's effects, the family's
+    # streaks, the dependency's held state), the breaker, the session; then the views it changed
+    # (its effect in flight; the opening's tools, once, as the session leaves its opening: here
+    # 2). result: the session, the breaker's outcome, the tenant's effects (done)
+    assert store_calls(engine, store) == [(3, 3), (4, 4), (3, 3), (5, 3), (4, 4), (3, 3)]
+    assert store.calls == {"update_session": 2, "breaker_record": 1}
+
+
+def test_the_reads_of_a_call_are_one_round_trip_on_redis(redis_store, monkeypatch):
+    import redis.client
+
+    trips: Counter[str] = Counter()
+    command = redis_store.redis.execute_command
+    execute = redis.client.Pipeline.execute
+
+    def one_command(*args: Any, **kwargs: Any) -> Any:
+        trips[str(args[0])] += 1
+        return command(*args, **kwargs)
+
+    def one_pipeline(self: Any, *args: Any, **kwargs: Any) -> Any:
+        trips["pipeline"] += 1
+        return execute(self, *args, **kwargs)
+
+    monkeypatch.setattr(redis_store.redis, "execute_command", one_command)
+    monkeypatch.setattr(redis.client.Pipeline, "execute", one_pipeline)
+    engine = Engine(
+        EVERYTHING_ON, store=redis_store, clock=FakeClock(), listeners=[], receipt_keys=ReceiptKeys.ephemeral(), escalations=False
+    )
+    per_call = []
+    for i, (tool, args) in enumerate(CALLS):
+        trips.clear()
+        assert engine.check_tool_call({**SUB_AGENT, "tool": tool, "args": args, "call_id": f"c{i}"}).allowed
+        assert trips["pipeline"] == 1  # every read: the windows, the views, the family, the held breaker
+        per_call.append(sum(trips.values()))
+        engine.record_tool_result({**SUB_AGENT, "tool": tool, "call_id": f"c{i}", "ok": True, "result": {"n": i}})
+    # + the breaker, the session's compare-and-set (a first read of a session it did not write:
+    # a GET first), each view it changed (GET and compare-and-set)
+    assert per_call == [4, 5, 3, 5, 4, 3]
+
+
+def test_read_many_adds_and_reads_as_the_single_calls_do(store_kind, shared_store):
+    store = shared_store if shared_store is not None else MemoryStore()
+    now = 7200.0
+    store.update_session("s1", now, lambda state: (SessionState("s1", tenant="t"), None))
+    store.breaker_force("b1", BreakerConfig(), now, BreakerStateName.FORCED_OPEN)
+    spends = [SpendAdd("t:f", 10, 0.5, 3600.0), SpendAdd("t", 3, 0.25, 60.0)]
+    read = store.read_many(now, spends, ["s1", "nobody"], ["b1", "never"])
+    assert read.spent == [(10, 0.5), (3, 0.25)]
+    assert isinstance(read.sessions[0], SessionState) and read.sessions[0].tenant == "t" and read.sessions[1] is None
+    assert read.breakers[0] is not None and read.breakers[0].state is BreakerStateName.FORCED_OPEN and read.breakers[1] is None
+    assert store.read_many(now + 1, spends[:1], [], []).spent == [(20, 1.0)]  # the same window, added to
+    assert store.add_spend("t", 1, 0.0, 60.0, now + 1) == (4, 0.25)
+    assert store.read_many(now + 60, spends[1:], [], []).spent == [(3, 0.25)]  # the next window
+    assert store.read_many(now, [], [], []) == ([], [], [])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from .. import heuristics as H
 from .._canonical import Fingerprinter
@@ -16,6 +16,7 @@ from .._outcomes import FailurePredicate, classify
 from .._policy import Policies
 from .._state import SessionState
 from .._text import normalize_text
+from ..breaker import BreakerState
 from ..breaker.states import MANUAL_STATES
 from ..detectors import failures
 from ..escalations.records import new_id as new_escalation_id
@@ -24,12 +25,12 @@ from ..governor import budget
 from ..metrics import Metrics
 from ..receipts import ReceiptKeys
 from ..store import StorageError, Store
-from ..store.base import key_parts
+from ..store.base import Reading, SpendAdd, key_parts
 from ..verdicts import ResultVerdict, Trip, Verdict
 from . import _fallback
 from ._decide import CallInput, ResultInput, TurnInput, schema_violation
 from ._escalation import Escalations
-from ._facts import TOOL, Step, breaker_key_of, call_facts, family_key, result_facts
+from ._facts import TOOL, Step, breaker_key_of, call_facts, effects_key_of, family_key, result_facts, view_key_of
 from ._views import Shapes, ToolViews
 
 #: the storage failure policy's verdict for a decision whose read failed
@@ -82,27 +83,31 @@ class Reads:
         self._telemetry.spent(ev.tenant, ev.feature, f.tokens, f.cost_usd)
         churn_on = p.mode(H.SESSION_CHURN) != "off"
         breaker_on = p.mode(H.CIRCUIT_OPEN) != "off"
+        # a tenant's sessions are one party's: its actions are followed across them (sessions that
+        # name no tenant may be anyone's)
+        effects_on = ev.tenant is not None and p.mode(H.DUPLICATE_MUTATION) != "off"
+        tool_key = self._fp.labeled(TOOL, f.tool)
+        view_key = view_key_of(ev.tenant, tool_key) if churn_on and not self._views.is_mixed(step.key) else None
+        effects_key = effects_key_of(ev.tenant) if effects_on and f.effect is not None else None
+        family = family_key(ev) if p.mode(H.IDENTICAL_FAILURE) != "off" else None
         bkey = breaker_key_of(cfg, ev.tenant, f.tool, shared=self._share_breakers)
+        shared = breaker_on and self._share_breakers
+        dependency = p.dependency(f.tool, ev.args) if shared else None
+        windows = self._windows(step)
+        sessions = [key for key in (view_key, effects_key, family) if key is not None]
         # a shared breaker is asked first (a half-open probe slot is released if the session
         # refuses the call): the session's decision must not touch the store
         permission = None
         try:
-            global_trip = self._global_spend(step, f.tokens, f.cost_usd)
-            if breaker_on and self._share_breakers:
-                bkey = self._dependency_breaker(step, f.tool, bkey)
+            got = self._read(step, windows, f.tokens, f.cost_usd, sessions, [] if dependency is None else [bkey])
+            if dependency is not None:
+                bkey = self._dependency_breaker(step, f.tool, dependency, bkey, got.breakers[0])
+            if shared:
                 permission = self._store.breaker_acquire(bkey, cfg.breaker, now)
         except StorageError as exc:
             return cast(Verdict, self._unavailable(step, exc, f.tool))  # not a result
-        tool_key = self._fp.labeled(TOOL, f.tool)
-        view = self._views.read(ev.tenant, tool_key) if churn_on and not self._views.is_mixed(step.key) else None
-        # a tenant's sessions are one party's: its actions are followed across them (sessions that
-        # name no tenant may be anyone's)
-        effects_on = ev.tenant is not None and p.mode(H.DUPLICATE_MUTATION) != "off"
-        effects = self._views.read_effects(ev.tenant) if effects_on and f.effect is not None else None
-        family = family_key(ev)
-        family_trip = None
-        if family is not None and p.mode(H.IDENTICAL_FAILURE) != "off":
-            family_trip = failures.check_family(self._peek(family), f, cfg)
+        read = dict(zip(sessions, got.sessions, strict=True))
+        family_state = read.get(family) if family is not None else None
         return CallInput(
             call_id=ev.call_id,
             f=f,
@@ -110,11 +115,11 @@ class Reads:
             now=now,
             tenant=ev.tenant,
             polling_tool=p.polling(ev.tool),
-            global_trip=global_trip,
-            family_trip=family_trip,
+            global_trip=self._over(windows, got.spent, now),
+            family_trip=None if family is None else failures.check_family(_session(family_state), f, cfg),
             schema_trip=None if problem is None else schema_violation(f.tool, "arguments", problem),
-            view=view,
-            effects=effects,
+            view=None if view_key is None else getattr(read.get(view_key), "churn", None),
+            effects=None if effects_key is None else getattr(read.get(effects_key), "effects", None),
             member=self._views.member(step.key),
             tool_key=tool_key,
             bkey=bkey,
@@ -158,8 +163,9 @@ class Reads:
         ev, p = step.ev, step.p
         tokens = ev.input_tokens + ev.output_tokens
         cost = budget.step_cost_usd(p.cfg, ev.input_tokens, ev.output_tokens, ev.cost_usd, ev.model)
+        windows = self._windows(step)
         try:
-            global_trip = self._global_spend(step, tokens, cost)
+            spent = self._read(step, windows, tokens, cost, [], []).spent
         except StorageError as exc:
             return cast(Verdict, self._unavailable(step, exc, None))  # not a result
         return TurnInput(
@@ -169,7 +175,7 @@ class Reads:
             cost_usd=cost,
             fingerprint=tuple(sorted(self._fp.tokens(normalize_text(ev.text)))),
             agent=self._fp.hash64(ev.agent or "") & 0xFFFF_FFFF,
-            global_trip=global_trip,
+            global_trip=self._over(windows, spent, step.now),
             escalation_id=self.escalation_id(),
         )
 
@@ -184,44 +190,74 @@ class Reads:
             return False
         return _fallback.serving(st, step.now)
 
-    def _global_spend(self, step: Step[ToolCall] | Step[Assistant], tokens: int, cost_usd: float) -> Trip | None:
-        """Add a step's spend to its tenant's and feature's shared window, and to its tenant's
-        window over all features (once each, before the session update, which a shared store
-        may run again); the global_budget trip, if over. The tenant's ceiling is read from its
-        own settings: a feature or agent label does not choose it."""
+    def _windows(self, step: Step[ToolCall] | Step[Assistant]) -> list[_Window]:
+        """The shared spend windows a step's spend goes to: its tenant's and feature's, and its
+        tenant's over all features. The tenant's ceiling is read from its own settings: a
+        feature or agent label does not choose it."""
         tenant = step.ev.tenant or ""
         windows = []
         g = step.p.cfg.global_budget
         if (g.max_tokens is not None or g.max_cost_usd is not None) and step.p.cfg.mode_of(H.GLOBAL_BUDGET) != "off":
             feature = key_parts(tenant, step.ev.feature or "")
-            windows.append((feature, g.max_tokens, g.max_cost_usd, g.window_s, "tenant and feature"))
+            windows.append(_Window(feature, g.max_tokens, g.max_cost_usd, g.window_s, "tenant and feature"))
         own = self._policies.get(step.ev.tenant, None, None).cfg
         t = own.global_budget
         t_tokens = t.tenant_max_tokens if t.tenant_max_tokens is not None else t.max_tokens
         t_cost = t.tenant_max_cost_usd if t.tenant_max_cost_usd is not None else t.max_cost_usd
         if (t_tokens is not None or t_cost is not None) and own.mode_of(H.GLOBAL_BUDGET) != "off":
-            windows.append((key_parts(tenant), t_tokens, t_cost, t.window_s, "tenant"))
-        trip = None
-        for key, max_tokens, max_cost, window_s, whose in windows:
-            spent = self._store.add_spend(key, tokens, cost_usd, window_s, step.now)
-            trip = trip or budget.check_global_budget(spent, max_tokens, max_cost, window_s, step.now, whose)
-        return trip
+            windows.append(_Window(key_parts(tenant), t_tokens, t_cost, t.window_s, "tenant"))
+        return windows
 
-    def _dependency_breaker(self, step: Step[ToolCall], tool: str, tool_key: str) -> str:
+    def _read(
+        self,
+        step: Step[Any],
+        windows: list[_Window],
+        tokens: int,
+        cost_usd: float,
+        sessions: list[str],
+        breakers: list[str],
+    ) -> Reading:
+        """The step's spend added to its windows (once each, before the session update, which a
+        shared store may run again) and the sessions and breakers read, in one store call; a
+        failure with only sessions asked reads them as unknown, as a failed peek is."""
+        spends = [SpendAdd(w.key, tokens, cost_usd, w.window_s) for w in windows]
+        if not (spends or sessions or breakers):
+            return Reading([], [], [])
+        try:
+            return self._store.read_many(step.now, spends, sessions, breakers)
+        except StorageError:
+            if spends or breakers:
+                raise
+            return Reading([], [None] * len(sessions), [])
+
+    @staticmethod
+    def _over(windows: list[_Window], spent: list[tuple[float, float]], now: float) -> Trip | None:
+        """The global_budget trip of the first window over its ceiling, if any."""
+        for w, totals in zip(windows, spent, strict=True):
+            trip = budget.check_global_budget(totals, w.max_tokens, w.max_cost_usd, w.window_s, now, w.whose)
+            if trip is not None:
+                return trip
+        return None
+
+    @staticmethod
+    def _dependency_breaker(step: Step[ToolCall], tool: str, dependency: str, tool_key: str, held: BreakerState | None) -> str:
         """The breaker a call goes through: its dependency's (`tool@host`), so that failures of
-        a host the agent chose open that host only; the tool's own while an operator holds it
-        (forced open, disabled, metrics only), so the operator's switch covers every host."""
-        dependency = step.p.dependency(tool, step.ev.args)
-        if dependency is None:
-            return tool_key
-        held = self._store.breaker_state(tool_key)
+        a host the agent chose open that host only; the tool's own (`held`) while an operator
+        holds it (forced open, disabled, metrics only), so the operator's switch covers every host."""
         if held is not None and held.state in MANUAL_STATES:
             return tool_key
         return breaker_key_of(step.p.cfg, step.ev.tenant, f"{tool}@{dependency}", shared=True)
 
-    def _peek(self, key: str) -> SessionState | None:
-        try:
-            state = self._store.peek_session(key)
-        except StorageError:
-            return None
-        return state if isinstance(state, SessionState) else None
+
+class _Window(NamedTuple):
+    """A shared spend window a step's spend goes to, and its ceilings."""
+
+    key: str
+    max_tokens: int | None
+    max_cost_usd: float | None
+    window_s: float
+    whose: str  # named in the trip: "tenant and feature", "tenant"
+
+
+def _session(state: object | None) -> SessionState | None:
+    return state if isinstance(state, SessionState) else None

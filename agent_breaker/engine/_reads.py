@@ -107,7 +107,6 @@ class Reads:
         except StorageError as exc:
             return cast(Verdict, self._unavailable(step, exc, f.tool))  # not a result
         read = dict(zip(sessions, got.sessions, strict=True))
-        family_state = read.get(family) if family is not None else None
         return CallInput(
             call_id=ev.call_id,
             f=f,
@@ -116,10 +115,10 @@ class Reads:
             tenant=ev.tenant,
             polling_tool=p.polling(ev.tool),
             global_trip=self._over(windows, got.spent, now),
-            family_trip=None if family is None else failures.check_family(_session(family_state), f, cfg),
+            family_trip=None if family is None else failures.check_family(_session(read[family]), f, cfg),
             schema_trip=None if problem is None else schema_violation(f.tool, "arguments", problem),
-            view=None if view_key is None else getattr(read.get(view_key), "churn", None),
-            effects=None if effects_key is None else getattr(read.get(effects_key), "effects", None),
+            view=None if view_key is None else getattr(read[view_key], "churn", None),
+            effects=None if effects_key is None else getattr(read[effects_key], "effects", None),
             member=self._views.member(step.key),
             tool_key=tool_key,
             bkey=bkey,

@@ -47,7 +47,7 @@ from ._decide import (
     decide_user,
 )
 from ._escalation import Escalations
-from ._facts import AnyEvent, E, Step, session_key_of
+from ._facts import AnyEvent, E, Step, said_hash, session_key_of
 from ._instrument import Listener, Reporter, log_incident, measured
 from ._operator import Operator
 from ._outputs import BreakerMoved, Decided, ReleaseProbe
@@ -136,7 +136,7 @@ class Engine:
             share_breakers=share_breakers,
             failure_predicates={normalize_name(tool): fn for tool, fn in (failure_predicates or {}).items()},
             receipt_keys=self.receipt_keys,
-            confirmation=self.fingerprints.hash64("user", CONFIRMATION),
+            confirmation=said_hash(self.fingerprints, CONFIRMATION),
         )
         #: the operator's controls (`breaker_state`, `force_breaker`, `breakers`)
         self.operator = Operator(self.store, self.policies, self.clock, self.reporter, self.tracer, share_breakers=share_breakers)
@@ -256,8 +256,8 @@ class Engine:
         text = step.ev.text
         references = p.claims.references_in(text)
         said = p.user_turn(text)
-        said_hash = None if said is None else self.fingerprints.hash64("user", said)
-        return self._commit(step, lambda s: decide_user(s, references, said_hash), None)
+        said_as = None if said is None else said_hash(self.fingerprints, said)
+        return self._commit(step, lambda s: decide_user(s, references, said_as), None)
 
     @measured("final")
     def verify_final(self, event: Final | Mapping[str, Any]) -> Verdict:

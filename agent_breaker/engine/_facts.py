@@ -23,7 +23,8 @@ from ..governor import budget
 from ..store.base import key_parts
 
 #: labels of keyed hashes: a tool's name, a failure's error, an argument's value (a result may
-#: echo it), a session in a tool view, the model step of a call, what a repeated action did
+#: echo it), a session in a tool view, the model step of a call, what a repeated action did,
+#: what a user said
 TOOL = "tool"
 FAILURE = "failure"
 ECHO = "echo"
@@ -31,6 +32,7 @@ MEMBER = "member"
 TURN = "turn"
 EFFECT = "effect"
 TOPIC = "topic"
+SAID = "user"  # what a user said (sessions already stored hold hashes made with this label)
 #: a word of an argument value as a call's topic holds it: its first letters (a stem, roughly)
 TOPIC_CHARS = 5
 _TOPIC_WORD = re.compile(r"[^\W_]+")
@@ -287,6 +289,12 @@ def view_key_of(tenant: str | None, tool_key: int) -> str:
 def effects_key_of(tenant: str | None) -> str:
     """The key of a tenant's effects (duplicate_mutation across its sessions), named as a view is."""
     return f"\x1eeffects{TENANT_SEPARATOR}{tenant or ''}"
+
+
+def said_hash(fp: Fingerprinter, words: str) -> int:
+    """What a user said, as the session remembers it (a user turn with news, the "yes" that
+    duplicate_mutation asks for)."""
+    return fp.hash64(SAID, words)
 
 
 def session_key_of(fp: Fingerprinter, ev: AnyEvent) -> str:

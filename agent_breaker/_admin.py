@@ -68,16 +68,16 @@ def breaker_row(tenant: str | None, tool: str, st: BreakerState, now: float) -> 
 def breaker_rows(engine: Engine, tenant: str | None = None) -> list[dict[str, Any]]:
     """Every breaker of the engine's store, or `tenant`'s only."""
     now = engine.clock.now()
-    return [breaker_row(t, tool, st, now) for t, tool, st in engine.breakers() if tenant is None or t == tenant]
+    return [breaker_row(t, tool, st, now) for t, tool, st in engine.operator.breakers() if tenant is None or t == tenant]
 
 
 def force(engine: Engine, tool: str, state: BreakerStateName, tenant: str | None) -> dict[str, Any]:
     """Move a breaker as an operator; its state after the move (the tool named as the breaker
     knows it: normalized, as the listing shows it)."""
-    engine.force_breaker(tool, state, tenant=tenant)
+    engine.operator.force_breaker(tool, state, tenant=tenant)
     # the tenant the breaker's key carries: none for a breaker every tenant shares
-    carried, name = breaker_key_parts(engine.breaker_key(tool, tenant=tenant))
-    return {"tool": name, "tenant": carried, "state": engine.breaker_state(tool, tenant=tenant).value}
+    carried, name = breaker_key_parts(engine.operator.breaker_key(tool, tenant=tenant))
+    return {"tool": name, "tenant": carried, "state": engine.operator.breaker_state(tool, tenant=tenant).value}
 
 
 @contextlib.contextmanager

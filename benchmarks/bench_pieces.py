@@ -8,7 +8,7 @@ On the benchmarks' payload-heavy trace (benchmarks/_trace.py, `generate_trace(..
     included) with the default config, with `mode: off` (the replay's floor: parsing, event
     validation, its own bookkeeping) and with every heuristic off through `modes:`;
   * per tool call: the pieces of its facts (canonical args, their word and shape fingerprints,
-    the thought's shapes and their sorting) and the facts whole (`Engine._facts`);
+    the thought's shapes and their sorting) and the facts whole (`call_facts`);
   * per tool result: canonical JSON, its BLAKE2b hash, the churn masks, the reference ids and
     the failure classification.
 
@@ -34,6 +34,7 @@ from agent_breaker._json import loads
 from agent_breaker._outcomes import classify
 from agent_breaker._replay import replay_engine, replay_lines
 from agent_breaker.config import parse_config
+from agent_breaker.engine._facts import call_facts
 from benchmarks._harness import Run, describe_machine, out_argument, percentile
 from benchmarks._trace import generate_trace
 
@@ -105,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         ("shape fingerprint of the args", lambda: [fp.shapes(c) for c in args_canon], len(calls)),
         ("shapes of the thought", lambda: [fp.shapes(t) for t in thoughts], len(thoughts)),
         ("sorting them", lambda: [tuple(sorted(s)) for s in shapes], len(thoughts)),
-        ("the facts whole (Engine._facts)", lambda: [engine._facts(c, p) for c in calls], len(calls)),
+        ("the facts whole (call_facts)", lambda: [call_facts(engine.fingerprints, c, p) for c in calls], len(calls)),
     ):
         per_call[label] = us = best_us(fn, max(count, 1), args.repeat)
         print(f"  {label:<44}{us:>9.1f}")

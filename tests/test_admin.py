@@ -42,11 +42,11 @@ def tool_name() -> str:
 
 def test_a_breaker_opened_by_failures_is_listed_with_its_counters(make_engine, clock):
     engine = make_engine()
-    assert engine.breakers() == []
+    assert engine.operator.breakers() == []
     run(engine, clock, "search_docs", {"q": 1}, True, {"hits": []})
     for i in range(5):  # two sessions failing: an outage (one alone opens only its own breaker)
         run(engine, clock, "warehouse", {"n": i}, False, None, error=OUTAGE, session=f"s{i % 2}")
-    listed = {tool: (tenant, st) for tenant, tool, st in engine.breakers()}
+    listed = {tool: (tenant, st) for tenant, tool, st in engine.operator.breakers()}
     assert sorted(listed) == ["search_docs", "warehouse"]
     tenant, st = listed["warehouse"]
     assert (tenant, st.state, st.consecutive_failures) == (None, S.OPEN, 5)
@@ -67,27 +67,27 @@ def test_tenant_and_tool_names_survive_the_key_escaping(make_engine):
     engine = make_engine()
     names = [(None, "zähler_ss"), ("50%", "{x}"), ("a:b", "run:sql"), ("acme", "a/b")]  # as listed: sorted, normalized
     for tenant, tool in names:
-        engine.force_breaker(tool, "forced_open", tenant=tenant)
-    assert [(t, tool) for t, tool, _ in engine.breakers()] == names
-    assert {st.state for _, _, st in engine.breakers()} == {S.FORCED_OPEN}
+        engine.operator.force_breaker(tool, "forced_open", tenant=tenant)
+    assert [(t, tool) for t, tool, _ in engine.operator.breakers()] == names
+    assert {st.state for _, _, st in engine.operator.breakers()} == {S.FORCED_OPEN}
     assert [r["tool"] for r in breaker_rows(engine, "acme")] == ["a/b"]
 
 
 def test_a_breaker_every_tenant_shares_is_listed_without_a_tenant(make_engine):
     engine = make_engine({"breaker": {"key_by_tenant": False}})
-    engine.force_breaker("run_sql", "disabled", tenant="acme")
-    assert [(t, tool, st.state) for t, tool, st in engine.breakers()] == [(None, "run_sql", S.DISABLED)]
+    engine.operator.force_breaker("run_sql", "disabled", tenant="acme")
+    assert [(t, tool, st.state) for t, tool, st in engine.operator.breakers()] == [(None, "run_sql", S.DISABLED)]
 
 
 def test_the_listing_is_a_copy_that_changes_nothing(make_engine, clock):
     engine = make_engine()
     for i in range(5):
         run(engine, clock, "warehouse", {"n": i}, False, None, error=OUTAGE, session=f"s{i % 2}")
-    [(_, _, st)] = engine.breakers()
+    [(_, _, st)] = engine.operator.breakers()
     st.state = S.CLOSED
     st.failures_in_window(clock.now() + 3600)  # evicts the copy's window
-    assert engine.breaker_state("warehouse") is S.OPEN
-    assert engine.breakers()[0][2].failures_in_window(clock.now()) == 5
+    assert engine.operator.breaker_state("warehouse") is S.OPEN
+    assert engine.operator.breakers()[0][2].failures_in_window(clock.now()) == 5
 
 
 def test_a_redis_store_lists_its_own_breakers_only(redis_store):
@@ -123,8 +123,8 @@ def test_a_worker_cut_off_from_redis_lists_what_it_holds():
     # a port nothing listens on: every command fails at once
     store = RedisStore("redis://127.0.0.1:1/0", prefix="abdown", listen=False, timeout_s=0.05, retry_s=0.0)
     engine = Engine(store=store, clock=FakeClock(), listeners=[], receipt_keys=ReceiptKeys.ephemeral())
-    engine.force_breaker("t", "forced_open")
-    assert [(t, tool, st.state) for t, tool, st in engine.breakers()] == [(None, "t", S.FORCED_OPEN)]
+    engine.operator.force_breaker("t", "forced_open")
+    assert [(t, tool, st.state) for t, tool, st in engine.operator.breakers()] == [(None, "t", S.FORCED_OPEN)]
     store.close()
 
 

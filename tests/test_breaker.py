@@ -595,7 +595,7 @@ def test_tool_failing_in_five_sessions_is_blocked_in_a_sixth_then_recovers(make_
     for i in range(5):
         v = run(engine, clock, TOOL, {"page": f"https://x/{i}"}, False, None, session=f"s{i}", error=OUTAGE)
         assert v.allowed and v.heuristic is None
-    assert engine.breaker_state(TOOL) is S.OPEN
+    assert engine.operator.breaker_state(TOOL) is S.OPEN
     opened_at = clock.now()
 
     v = run(engine, clock, TOOL, {"page": "https://x/5"}, True, None, session="s5")
@@ -611,7 +611,7 @@ def test_tool_failing_in_five_sessions_is_blocked_in_a_sixth_then_recovers(make_
     p1 = engine.check_tool_call(call(TOOL, {"page": "https://x/6"}, session="s6"))
     p2 = engine.check_tool_call(call(TOOL, {"page": "https://x/7"}, session="s7"))
     assert p1.allowed and p2.allowed
-    assert engine.breaker_state(TOOL) is S.HALF_OPEN
+    assert engine.operator.breaker_state(TOOL) is S.HALF_OPEN
     extra = engine.check_tool_call(call(TOOL, {"page": "https://x/8"}, session="s8"))
     assert not extra.allowed
     assert (extra.heuristic, extra.scope) == ("circuit_half_open", "tool")
@@ -621,7 +621,7 @@ def test_tool_failing_in_five_sessions_is_blocked_in_a_sixth_then_recovers(make_
     assert r1.breaker_state == "half_open"
     r2 = engine.record_tool_result(result(TOOL, True, {"page": 7}, call_id=p2.call_id, session="s7"))
     assert r2.breaker_state == "closed"
-    assert engine.breaker_state(TOOL) is S.CLOSED
+    assert engine.operator.breaker_state(TOOL) is S.CLOSED
     assert engine.check_tool_call(call(TOOL, {"page": "https://x/9"}, session="s9")).allowed
     # on-call hears the tool go down and come back, each move once, with its time and why
     assert [(t.event, t.tool, t.src, t.dst, t.ts) for t in transitions] == [
@@ -636,9 +636,9 @@ def test_tool_failing_in_five_sessions_is_blocked_in_a_sixth_then_recovers(make_
 
 def test_an_operator_forcing_a_breaker_is_an_incident(make_engine, clock, transitions):
     engine = make_engine()
-    engine.force_breaker(TOOL, "forced_open")
-    engine.force_breaker(TOOL, "forced_open")  # no move: no second incident
-    engine.force_breaker(TOOL, "closed")
+    engine.operator.force_breaker(TOOL, "forced_open")
+    engine.operator.force_breaker(TOOL, "forced_open")  # no move: no second incident
+    engine.operator.force_breaker(TOOL, "closed")
     assert [(t.event, t.src, t.dst, t.reason) for t in transitions] == [
         ("breaker_forced", "closed", "forced_open", "operator"),
         ("breaker_forced", "forced_open", "closed", "operator"),
@@ -661,35 +661,35 @@ def test_a_failed_probe_through_the_engine_reopens_for_longer(make_engine, clock
 
 def test_forced_open_breaker_blocks_every_session_until_reset(make_engine, clock):
     engine = make_engine()
-    engine.force_breaker(TOOL, "forced_open")
-    assert engine.breaker_state(TOOL) is S.FORCED_OPEN
+    engine.operator.force_breaker(TOOL, "forced_open")
+    assert engine.operator.breaker_state(TOOL) is S.FORCED_OPEN
     for i in range(3):
         clock.advance(3600.0)
         v = engine.check_tool_call(call(TOOL, {"page": i}, session=f"s{i}"))
         assert not v.allowed
         assert (v.heuristic, v.scope) == ("circuit_open", "tool")
         assert v.observation["retry_after_s"] is None
-    engine.force_breaker(TOOL, S.CLOSED)
+    engine.operator.force_breaker(TOOL, S.CLOSED)
     assert engine.check_tool_call(call(TOOL, {"page": "x"}, session="x")).allowed
 
 
 def test_metrics_only_breaker_never_blocks_and_warns_once_tripped(make_engine, clock):
     engine = make_engine()
-    engine.force_breaker(TOOL, "metrics_only")
+    engine.operator.force_breaker(TOOL, "metrics_only")
     verdicts = [run(engine, clock, TOOL, {"page": i}, False, None, session=f"s{i}", error=OUTAGE) for i in range(12)]
     assert all(v.allowed for v in verdicts)
     assert [v.heuristic for v in verdicts[:5]] == [None] * 5
     assert [(v.heuristic, v.severity) for v in verdicts[5:]] == [("circuit_open", "warn")] * 7
-    assert engine.breaker_state(TOOL) is S.METRICS_ONLY
+    assert engine.operator.breaker_state(TOOL) is S.METRICS_ONLY
 
 
 def test_force_breaker_rejects_a_state_no_operator_may_set(make_engine):
     engine = make_engine()
-    engine.force_breaker(TOOL, "forced_open")
+    engine.operator.force_breaker(TOOL, "forced_open")
     # OPEN and HALF_OPEN are the breaker's own states: no operator move leads there
     for dst in ("half_open", "open", S.OPEN):
         with pytest.raises(ValueError, match=rf"breaker ':{TOOL}': an operator may set .*, not {S(dst).value}$"):
-            engine.force_breaker(TOOL, dst)
-        assert engine.breaker_state(TOOL) is S.FORCED_OPEN
-    engine.force_breaker(TOOL, "forced_open")  # repeated: nothing moves
-    assert engine.breaker_state(TOOL) is S.FORCED_OPEN
+            engine.operator.force_breaker(TOOL, dst)
+        assert engine.operator.breaker_state(TOOL) is S.FORCED_OPEN
+    engine.operator.force_breaker(TOOL, "forced_open")  # repeated: nothing moves
+    assert engine.operator.breaker_state(TOOL) is S.FORCED_OPEN

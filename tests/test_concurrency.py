@@ -170,11 +170,11 @@ def test_fifty_sessions_failing_concurrently_open_the_breaker_after_exactly_ten_
     results = [r for _, r in out if r is not None]
     allowed = sum(v.allowed for v in verdicts)
 
-    assert engine.breaker_state(TOOL) is S.OPEN
+    assert engine.operator.breaker_state(TOOL) is S.OPEN
     # exactly one trip, made by the 10th failure recorded while CLOSED
     assert [(t.src, t.dst) for t in store.transitions] == [(S.CLOSED, S.OPEN)]
     assert store.transitions[0].reason == "10 failures in a row (threshold 10)"
-    st = store.breaker_state(engine.breaker_key(TOOL))
+    st = store.breaker_state(engine.operator.breaker_key(TOOL))
     assert st.consecutive_failures == 10
     assert st.window.read(clock.now())[:2] == [10.0, 10.0]  # calls, failures
     # each result is recorded atomically with the breaker state it reports
@@ -195,7 +195,7 @@ def _half_open_engine(make_engine, clock, k: int):
         v = engine.check_tool_call(call(TOOL, {"page": f"https://x/fail/{i}"}, session=f"f{i}"))
         assert v.allowed
         engine.record_tool_result(result(TOOL, False, None, call_id=v.call_id, session=f"f{i}", error=OUTAGE))
-    assert engine.breaker_state(TOOL) is S.OPEN
+    assert engine.operator.breaker_state(TOOL) is S.OPEN
     clock.advance(30.0)
     return engine
 
@@ -222,7 +222,7 @@ def test_hundred_asyncio_tasks_on_a_half_open_tool_get_exactly_k_calls_through(m
     refused = [v for v in verdicts if not v.allowed]
     assert len(refused) == 100 - k
     assert all((v.heuristic, v.scope) == ("circuit_half_open", "tool") for v in refused)
-    assert engine.breaker_state(TOOL) is S.HALF_OPEN
+    assert engine.operator.breaker_state(TOOL) is S.HALF_OPEN
 
 
 def test_one_session_hammered_by_identical_failing_calls_stays_consistent(make_engine, clock, incidents):
@@ -263,5 +263,5 @@ def test_one_session_hammered_by_identical_failing_calls_stays_consistent(make_e
         assert s.halted is None
         assert [(i.heuristic, i.severity) for i in incidents] == [("identical_failure", "warn")] * len(warned)
     # the call's own failures (a missing table) are no outage: the shared breaker counted none
-    st = engine.store.breaker_state(engine.breaker_key(TOOL))
+    st = engine.store.breaker_state(engine.operator.breaker_key(TOOL))
     assert (st.consecutive_failures, st.state) == (0, S.CLOSED)

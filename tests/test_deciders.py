@@ -27,6 +27,7 @@ from agent_breaker.engine._decide import (
     decide_user,
 )
 from agent_breaker.engine._facts import TOOL, call_facts, result_facts
+from agent_breaker.engine._outputs import Escalate, Report, Resume
 from agent_breaker.events import ToolCall, ToolResult
 from agent_breaker.receipts import ReceiptKeys
 from agent_breaker.store.codec import encode
@@ -63,7 +64,7 @@ def call_input(p: Policy, tool: str = "search", args: dict[str, Any] | None = No
         share_breakers=True,
         permission=None,
         confirmation=0,
-        escalates=False,
+        escalation_id=None,
     )
 
 
@@ -83,7 +84,7 @@ def result_input(p: Policy, tool: str = "search", result: Any = None, **kw: Any)
         share_breakers=True,
         fp=FP,
         receipt_keys=None,
-        escalates=False,
+        escalation_id=None,
     )
 
 
@@ -180,22 +181,23 @@ def test_a_user_turn_with_news_lifts_a_loop_halt_and_resumes_its_escalation_a_nu
     s.halted = ("identical_failure", "looped")
     refs = p.claims.references_in("hello")
     _, decided = decide_user(s, refs, None)  # a nudge
-    assert s.halted is not None and decided.resumed is None
+    assert s.halted is not None and decided.effects == []
     _, decided = decide_user(s, refs, 42)
-    assert s.halted is None and decided.resumed == "esc-1" and s.escalation is None
+    assert s.halted is None and decided.effects == [Resume("esc-1")] and s.escalation is None
     s.halted = ("token_budget", "spent")  # a budget halt stays
     decide_user(s, refs, 43)
     assert s.halted == ("token_budget", "spent")
 
 
-@pytest.mark.parametrize("escalates", [False, True])
-def test_an_unreceipted_claim_is_rejected_and_escalates_only_when_asked(escalates):
+@pytest.mark.parametrize("escalation_id", [None, "esc-7"])
+def test_an_unreceipted_claim_is_rejected_and_escalates_only_when_asked(escalation_id):
     p = policy()
     s = SessionState("s")
-    new, decided = decide_final(s, p, "Done. Your reference is TX-99482.", escalates)
+    new, decided = decide_final(s, p, "Done. Your reference is TX-99482.", escalation_id)
     assert (decided.verdict.allowed, decided.verdict.heuristic) == (False, "unverified_claim")
-    assert (new is s) is escalates and (decided.escalating is not None) is escalates
-    assert (s.escalation is not None) is escalates
+    escalates = escalation_id is not None
+    assert (new is s) is escalates and s.escalation == escalation_id  # frozen as the id it was given
+    assert [type(e) for e in decided.effects] == ([Escalate, Report] if escalates else [Report])
 
 
 def test_a_decider_run_again_on_the_same_state_decides_the_same():

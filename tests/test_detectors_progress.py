@@ -59,7 +59,7 @@ def test_an_agents_failing_commands_never_open_the_tools_breaker(make_engine, cl
     engine = make_engine({"breaker": {"key_by_tenant": False}})
     for i in range(25):
         run(engine, clock, "execute_bash", {"command": f"pytest -k case{i}"}, False, None, error="exit code 1", tenant="a")
-    assert engine.breaker_state("execute_bash").value == "closed"
+    assert engine.operator.breaker_state("execute_bash").value == "closed"
     assert engine.check_tool_call(call("execute_bash", {"command": "ls"}, session="b1", tenant="b")).allowed
 
 
@@ -69,16 +69,16 @@ def test_the_calls_own_failures_neither_reset_an_outage_streak_nor_pass_a_probe(
         run(engine, clock, "warehouse", {"q": i}, False, None, error=OUTAGE, session=f"s{i}")
         run(engine, clock, "warehouse", {"bad": i}, False, None, error=CALL_ERROR, session=f"b{i}")
     run(engine, clock, "warehouse", {"q": 9}, False, None, error=OUTAGE, session="s9")
-    assert engine.breaker_state("warehouse").value == "open"  # five outages in a row, bad calls aside
+    assert engine.operator.breaker_state("warehouse").value == "open"  # five outages in a row, bad calls aside
     clock.advance(30)
     probe = engine.check_tool_call(call("warehouse", {"bad": "p"}, session="p"))
     assert probe.allowed
     engine.record_tool_result(result("warehouse", False, None, call_id=probe.call_id, session="p", error=CALL_ERROR))
-    assert engine.breaker_state("warehouse").value == "half_open"  # a 404 proves nothing: still probing
+    assert engine.operator.breaker_state("warehouse").value == "half_open"  # a 404 proves nothing: still probing
     second = engine.check_tool_call(call("warehouse", {"q": "p2"}, session="p2"))
     assert second.allowed  # the slot the bad call held is free again
     engine.record_tool_result(result("warehouse", True, {"rows": 1}, call_id=second.call_id, session="p2"))
-    assert engine.breaker_state("warehouse").value == "closed"
+    assert engine.operator.breaker_state("warehouse").value == "closed"
 
 
 def test_dependency_failures_still_open_the_breaker(make_engine, clock):

@@ -21,9 +21,9 @@ def test_an_operator_reaches_a_tenants_own_breaker(make_engine):
     engine = make_engine(
         {"breaker": {"key_by_tenant": False}, "overrides": [{"tenant": "acme", "settings": {"breaker": {"key_by_tenant": True}}}]}
     )
-    engine.force_breaker("search", "forced_open", tenant="acme")
-    assert engine.breaker_state("search", tenant="acme") is S.FORCED_OPEN
-    assert engine.breaker_state("search") is S.CLOSED  # other tenants share the plain key
+    engine.operator.force_breaker("search", "forced_open", tenant="acme")
+    assert engine.operator.breaker_state("search", tenant="acme") is S.FORCED_OPEN
+    assert engine.operator.breaker_state("search") is S.CLOSED  # other tenants share the plain key
     v = engine.check_tool_call(call("search", {"q": 1}, tenant="acme", session="a"))
     assert (v.allowed, v.heuristic) == (False, "circuit_open")
     assert engine.check_tool_call(call("search", {"q": 1}, tenant="globex", session="b")).allowed
@@ -92,15 +92,15 @@ def test_failures_of_urls_the_agent_chose_open_that_host_only(make_engine, clock
     assert (refused.allowed, refused.heuristic) == (False, "circuit_open")
     # another host, and the tool for every other host, are not touched
     assert engine.check_tool_call(call("http_get", {"url": "https://api.example/v1"}, tenant="acme", session="u")).allowed
-    assert engine.breaker_state("http_get", tenant="acme") is S.CLOSED
+    assert engine.operator.breaker_state("http_get", tenant="acme") is S.CLOSED
 
 
 def test_an_operators_switch_on_the_tool_covers_every_host(make_engine, clock):
     engine = make_engine()
-    engine.force_breaker("http_get", "forced_open", tenant="acme")
+    engine.operator.force_breaker("http_get", "forced_open", tenant="acme")
     v = engine.check_tool_call(call("http_get", {"url": "https://api.example/v1"}, tenant="acme", session="u"))
     assert (v.allowed, v.heuristic) == (False, "circuit_open")
-    engine.force_breaker("http_get", "closed", tenant="acme")
+    engine.operator.force_breaker("http_get", "closed", tenant="acme")
     assert engine.check_tool_call(call("http_get", {"url": "https://api.example/v1"}, tenant="acme", session="u")).allowed
 
 
@@ -130,7 +130,7 @@ def test_a_refusal_says_whose_breaker_opened(make_engine, clock):
     own = engine.check_tool_call(call("run_sql", {"q": 9}, session="alone"))
     assert (own.allowed, own.heuristic) == (False, "circuit_open")
     assert "failing for this session" in own.reason  # the shared breaker waits for a second session
-    assert engine.breaker_state("run_sql") is S.CLOSED
+    assert engine.operator.breaker_state("run_sql") is S.CLOSED
     fail("second", 0)  # a second session's failure: the shared breaker opens
     shared = engine.check_tool_call(call("run_sql", {"q": 9}, session="third"))
     assert (shared.allowed, shared.heuristic) == (False, "circuit_open")

@@ -16,7 +16,7 @@ import agent_breaker
 from agent_breaker import AgentBreakerError
 
 #: control flow inside one function, never raised out of the package: not an error of ours
-INTERNAL = {"agent_breaker.engine._front._Thawed", "agent_breaker.escalations.sqlite._DiskFull"}
+INTERNAL = {"agent_breaker.escalations.sqlite._DiskFull"}
 #: modules that import an optional dependency
 OPTIONAL = {"nemoguardrails", "redis", "pika", "litellm", "langgraph", "langchain_core", "agents", "opentelemetry"}
 

@@ -29,7 +29,7 @@ def engine_with(make_engine, **fallback):
 def outage(engine, clock, tool: str) -> None:
     for i in range(5):
         run(engine, clock, tool, {"n": i}, False, None, error=OUTAGE, session=f"{tool}-down-{i}")
-    assert engine.breaker_state(tool) is BreakerStateName.OPEN
+    assert engine.operator.breaker_state(tool) is BreakerStateName.OPEN
 
 
 def test_an_open_primary_routes_to_the_alternative_with_mapped_arguments_then_recovers(make_engine, clock):
@@ -49,7 +49,7 @@ def test_an_open_primary_routes_to_the_alternative_with_mapped_arguments_then_re
     probe = engine.check_tool_call(call("enrich", {"company": {"domain": "acme.example"}}, call_id="p", session="p"))
     assert probe.allowed and probe.route is None
     engine.record_tool_result(result("enrich", True, {"lead": 2}, call_id="p", session="p"))
-    assert engine.breaker_state("enrich") is BreakerStateName.CLOSED
+    assert engine.operator.breaker_state("enrich") is BreakerStateName.CLOSED
 
 
 def test_an_alternative_that_is_down_or_cannot_take_the_arguments_is_passed_over(make_engine, clock):
@@ -58,7 +58,7 @@ def test_an_alternative_that_is_down_or_cannot_take_the_arguments_is_passed_over
     # no company.domain to map: the first alternative cannot take the call; the second takes the same arguments
     v = engine.check_tool_call(call("enrich", {"email": "a@acme.example"}))
     assert v.route == {"tier": "alternative", "tool": "enrich_cache", "args": {"email": "a@acme.example"}}
-    engine.force_breaker("enrich_cache", "forced_open")
+    engine.operator.force_breaker("enrich_cache", "forced_open")
     outage(engine, clock, "enrich_v1")
     v = engine.check_tool_call(call("enrich", {"company": {"domain": "acme.example"}}, call_id="c2"))
     assert v.route == {"tier": "static", "answer": "Lead enrichment is down; proceed without it."}

@@ -106,7 +106,7 @@ def test_transport_errors_are_the_dependencys_and_open_its_breaker_for_every_ses
     for i in range(5):
         with pytest.raises(ConnectionError):
             guarded(fetch, engine=engine, session=f"s{i}")(f"https://x/{i}")
-    assert engine.breaker_state("fetch@x") is BreakerStateName.OPEN  # the breaker of the host that failed
+    assert engine.operator.breaker_state("fetch@x") is BreakerStateName.OPEN  # the breaker of the host that failed
     out = guarded(fetch, engine=engine, session="s9")("https://x/9")
     assert out["error"] == "CIRCUIT_OPEN" and out["retry_after_s"] > 0
 
@@ -115,7 +115,7 @@ def test_a_refusal_that_routes_to_a_registered_alternative_runs_it_guarded(make_
     engine = make_engine(
         {"tools": {"enrich": {"fallback": {"alternatives": [{"tool": "enrich_v1", "args": {"domain": "company"}}]}}}}
     )
-    engine.force_breaker("enrich", "forced_open")
+    engine.operator.force_breaker("enrich", "forced_open")
     calls: list[str] = []
 
     def enrich_v1(domain: str) -> dict:
@@ -197,4 +197,4 @@ def test_a_call_cancelled_by_a_timeout_is_recorded_as_the_dependencys_failure(ma
     # identical_failure would only warn it first); the tenant's shared breaker waits for a second
     # session failing before it shuts the tool for everyone
     assert out["error"] == "CIRCUIT_OPEN" and out["tool"] == "fetch_rates"
-    assert engine.breaker_state("fetch_rates") is BreakerStateName.CLOSED
+    assert engine.operator.breaker_state("fetch_rates") is BreakerStateName.CLOSED

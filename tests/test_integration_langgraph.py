@@ -189,7 +189,7 @@ def test_a_refusal_routed_to_another_guarded_tool_runs_it_for_the_same_call(make
     engine = make_engine(
         {"tools": {"enrich": {"fallback": {"alternatives": [{"tool": "enrich_v1", "args": {"domain": "company"}}]}}}}
     )
-    engine.force_breaker("enrich", "forced_open")
+    engine.operator.force_breaker("enrich", "forced_open")
 
     @tool
     def enrich(company: str) -> str:

@@ -106,7 +106,7 @@ def test_breaker_state_per_tool_and_its_transitions(make_engine, clock):
     assert state("search", "closed") == 1
     moves = ("agent_breaker_breaker_transitions_total", (("from_state", "closed"), ("to_state", "open"), ("tool", "fetch")))
     assert found[moves] == 1
-    engine.force_breaker("fetch", "closed")
+    engine.operator.force_breaker("fetch", "closed")
     found = samples(generate_latest(telemetry.registry).decode())
     assert (state("fetch", "open"), state("fetch", "closed")) == (0, 1)
 

@@ -25,6 +25,7 @@ from agent_breaker._canonical import Fingerprinter
 from agent_breaker._text import fold_text, normalize_text
 from agent_breaker.cli import main as cli_main
 from agent_breaker.config import DEFAULT_REFERENCE_PATTERNS, parse_config
+from agent_breaker.engine._facts import result_canonical
 
 UNVERIFIED = "unverified_claim"
 EMPTY = "empty_mutation_result"
@@ -290,7 +291,7 @@ def test_negated_claim_phrase_of_configured_tool_passes(make_engine, clock):
 
 
 def test_claim_when_mutating_tool_was_blocked_and_never_ran_is_rejected(engine, clock, incidents):
-    engine.force_breaker("wire_transfer", BreakerStateName.FORCED_OPEN)
+    engine.operator.force_breaker("wire_transfer", BreakerStateName.FORCED_OPEN)
     clock.advance(1.0)
     blocked = engine.check_tool_call(call("wire_transfer", PAYMENT_ARGS))
     assert blocked.allowed is False
@@ -370,7 +371,7 @@ def minted(engine, clock):
 
 
 def check(engine: Engine, receipt, *, session=SESSION, call_id, tool="wire_transfer", result=None, tenant=None):
-    return engine.verify_receipt(
+    return engine.receipts.verify(
         receipt,
         session=session,
         call_id=call_id,
@@ -439,7 +440,7 @@ def test_verify_receipt_rejects_a_tampered_field(minted, name, forged, claim):
     tampered = dict(receipt)
     if name == "result_hash":
         # the forger points the receipt at another result, and presents that result
-        other = engine.fingerprints.hash64(engine._result_canonical(engine._policy(None, None, None), claim["result"]))
+        other = engine.fingerprints.hash64(result_canonical(engine.policies.get(None, None, None), claim["result"]))
         tampered[name] = f"{other:016x}"
     elif name == "ts":
         tampered[name] = receipt["ts"] + 1.0

@@ -66,8 +66,8 @@ def test_an_unreadable_stored_session_refuses_that_session_only(redis_store, val
 )
 def test_an_unreadable_stored_breaker_refuses_that_tool_only(redis_store, value):
     engine = Engine(store=redis_store, clock=FakeClock(), listeners=[], receipt_keys=ReceiptKeys.ephemeral())
-    engine.force_breaker("payments_api", "forced_open")
-    key = engine.breaker_key("payments_api")
+    engine.operator.force_breaker("payments_api", "forced_open")
+    key = engine.operator.breaker_key("payments_api")
     redis_store.redis.set(redis_store.breaker_key(key), value)
     verdict = engine.check_tool_call({"session": "s1", "tool": "payments_api", "args": {}})
     assert (verdict.allowed, verdict.heuristic) == (False, "corrupt_state"), verdict
@@ -85,9 +85,9 @@ def test_operator_reads_and_moves_do_not_leak_driver_errors_when_redis_is_down()
     # a port nothing listens on: every command fails at once
     store = RedisStore("redis://127.0.0.1:1/0", prefix="abdown", listen=False, timeout_s=0.05, retry_s=0.0)
     engine = Engine(store=store, clock=FakeClock(), listeners=[], receipt_keys=ReceiptKeys.ephemeral())
-    assert engine.breaker_state("t") is S.CLOSED
-    engine.force_breaker("t", "forced_open")
-    assert engine.breaker_state("t") is S.FORCED_OPEN  # held locally while Redis is away
+    assert engine.operator.breaker_state("t") is S.CLOSED
+    engine.operator.force_breaker("t", "forced_open")
+    assert engine.operator.breaker_state("t") is S.FORCED_OPEN  # held locally while Redis is away
     assert engine.store.peek_session("nobody") is None
     assert store.failures > 0
     store.close()

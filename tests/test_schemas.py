@@ -133,16 +133,16 @@ def test_a_half_open_probe_must_meet_the_result_schema_to_close_the_breaker(make
     )
     for i in range(5):
         run(engine, clock, "fetch_lead", {"q": i}, False, None, error=OUTAGE, session=f"o{i}")
-    assert engine.breaker_state("fetch_lead") is BreakerStateName.OPEN
+    assert engine.operator.breaker_state("fetch_lead") is BreakerStateName.OPEN
     clock.advance(10.0)
     probe = engine.check_tool_call(call("fetch_lead", {"q": "p1"}, session="p1"))
     assert probe.allowed
     r = engine.record_tool_result(result("fetch_lead", True, {"garbage": 1}, call_id=probe.call_id, session="p1"))
-    assert r.failed and engine.breaker_state("fetch_lead") is BreakerStateName.HALF_OPEN  # proved nothing
+    assert r.failed and engine.operator.breaker_state("fetch_lead") is BreakerStateName.HALF_OPEN  # proved nothing
     probe = engine.check_tool_call(call("fetch_lead", {"q": "p2"}, session="p2"))
     assert probe.allowed  # the slot it held is free again
     r = engine.record_tool_result(result("fetch_lead", True, {"lead": {"id": "L"}}, call_id=probe.call_id, session="p2"))
-    assert not r.failed and engine.breaker_state("fetch_lead") is BreakerStateName.CLOSED
+    assert not r.failed and engine.operator.breaker_state("fetch_lead") is BreakerStateName.CLOSED
 
 
 @pytest.mark.parametrize(

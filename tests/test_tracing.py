@@ -138,7 +138,7 @@ def test_the_server_exports_spans_over_otlp_to_the_standard_endpoint():
 def test_an_operator_move_is_a_span_with_its_breaker_event(make_engine, spans):
     tracer, exporter = spans
     engine = make_engine(tracer=tracer)
-    engine.force_breaker("fetch", "forced_open")
+    engine.operator.force_breaker("fetch", "forced_open")
     [span] = exporter.get_finished_spans()
     assert span.name == "agent_breaker.breaker_force"
     assert [(e.name, e.attributes["agent_breaker.event"]) for e in span.events] == [("agent_breaker.breaker", "breaker_forced")]

@@ -1,15 +1,15 @@
 """The deciders: one pure function per event, of the session's state and what was read before
 (the event as facts, the policy in force, the time, the shared breaker's permission, the tool
 view). Each changes the state it is given and returns the state to write (None: write nothing)
-and a `Decided`: the verdict, the trips to report, and what must happen outside the session. A
-shared store may run a decider more than once (a compare-and-set conflict), so it touches
-nothing but the state it is given."""
+and a `Decided`: the verdict and the effects (`_outputs`) to apply outside the session. A shared
+store may run a decider more than once (a compare-and-set conflict), so it touches nothing but
+the state it is given; ids come in with what was read."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from typing import Generic, TypeVar
+from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from .. import heuristics as H
 from .._canonical import Fingerprinter
@@ -28,41 +28,33 @@ from .._state import (
     SessionState,
     put_bounded,
 )
-from ..breaker import BreakerStateName, Permission, Transition
+from ..breaker import BreakerStateName, Permission
 from ..breaker import core as breaker_core
 from ..config import AgentBreakerConfig
 from ..detectors import churn, conversation, failures, loops
-from ..escalations.records import new_id as new_escalation_id
 from ..events import ToolResult
 from ..governor import budget
 from ..receipts import ReceiptKeys, empty_mutation_trip, is_empty_result, mint
 from ..verdicts import ALLOW, ResultVerdict, Trip, Verdict, verdict_for
-from ._facts import ResultFacts, echo_masked, effect_hash, effects_key_of, view_key_of
+from ._facts import ResultFacts, echo_masked, effect_hash, effects_key_of, family_key, view_key_of
+from ._outputs import (
+    REMEMBER_MIXED,
+    BreakerMoved,
+    Decided,
+    Escalate,
+    RecordOutcome,
+    ReleaseProbe,
+    Report,
+    Resume,
+    UpdateFamily,
+    UpdateView,
+    ViewChange,
+)
 
 #: the prefix of the ids the engine gives calls made without one (paired by their tool)
 UNNAMED_CALL = "~"
 
 V = TypeVar("V", Verdict, ResultVerdict)
-#: a change of a view's pseudo-session (a tool view, a tenant's effects), given it and the
-#: session as the view names it (a keyed hash); False: nothing changed
-ViewChange = Callable[[SessionState, int], "bool | None"]
-
-
-@dataclass(slots=True)
-class Decided(Generic[V]):
-    """What a decider returns besides the new state: the verdict, the trips to report, and what
-    must happen outside the session once it is written."""
-
-    verdict: V
-    trips: list[tuple[Trip, str]] = field(default_factory=list)
-    breaker: tuple[str, int | None, Outcome] | None = None  # a shared breaker outcome to record: key, probe
-    family: Callable[[SessionState], None] | None = None  # a change of the family's session (its parent's)
-    views: list[tuple[str, ViewChange]] = field(default_factory=list)  # tool view changes
-    mixed: bool = False  # the session is past its opening: it reads no tool view
-    transitions: list[Transition] = field(default_factory=list)  # of the session's own breakers
-    frozen: str | None = None  # refused for this escalation: is it still open?
-    resumed: str | None = None  # a user turn with news lifted the loop halt this escalation froze
-    escalating: tuple[Trip, str] | None = None  # the trip that froze the session, and the id it froze it as
 
 
 # ----------------------------------------------------------------- tool calls
@@ -90,7 +82,7 @@ class CallInput:
     share_breakers: bool
     permission: Permission | None  # the shared breaker's answer
     confirmation: int  # the hash of the user's "yes" (duplicate_mutation asks for one)
-    escalates: bool  # session-terminal trips go to a human
+    escalation_id: str | None  # the id a session-terminal trip freezes the session as (None: no human to go to)
 
 
 def decide_tool_call(s: SessionState, x: CallInput) -> tuple[SessionState | None, Decided[Verdict]]:
@@ -139,7 +131,7 @@ def decide_tool_call(s: SessionState, x: CallInput) -> tuple[SessionState | None
         own = breaker_core.acquire(s.breaker(x.bkey), cfg.breaker, now)
         own_probe = own.probe
         if own.transition is not None and not x.share_breakers:
-            decided.transitions.append(own.transition)  # shared: the tool's breaker did not move
+            decided.effects.append(BreakerMoved(own.transition, own.transition.dst))  # shared: the tool's breaker did not move
         if permission is None or breaker_trip(permission, f.tool) is None:
             granted, whose = own, "this session"
     if block is None and granted is not None:
@@ -151,7 +143,7 @@ def decide_tool_call(s: SessionState, x: CallInput) -> tuple[SessionState | None
             else:
                 warn = warn or trip
     if block is not None:
-        decided.verdict = settle(s, decided, block, warn, f.tool, escalates=x.escalates)
+        decided.verdict = settle(s, decided, block, warn, f.tool, escalation_id=x.escalation_id)
         return s, decided
     call_id = x.call_id
     if call_id is None:
@@ -175,35 +167,38 @@ def decide_tool_call(s: SessionState, x: CallInput) -> tuple[SessionState | None
         # past its opening: its calls leave the chains of the tools it opened with
         if x.churn_on:
             leave = views_of(churn.leave)
-            decided.views.extend((view_key_of(x.tenant, tool_key), leave) for tool_key in dict.fromkeys(opening))
+            decided.effects.extend(UpdateView(view_key_of(x.tenant, tool_key), leave) for tool_key in dict.fromkeys(opening))
         s.loops.opening = None
-    decided.mixed = s.loops.opening is None
+    if s.loops.opening is None:
+        decided.effects.append(REMEMBER_MIXED)
     if f.effect is not None and x.effects_on:
-        decided.views.append((effects_key_of(x.tenant), effect_change(f, now, done=None)))
-    decided.verdict = settle(s, decided, None, warn, f.tool, escalates=x.escalates, call_id=call_id)
+        decided.effects.append(UpdateView(effects_key_of(x.tenant), effect_change(f, now, done=None)))
+    decided.verdict = settle(s, decided, None, warn, f.tool, escalation_id=x.escalation_id, call_id=call_id)
     return s, decided
 
 
-def family_change(f: CallFacts, heard: loops.Heard, out: Outcome, cfg: AgentBreakerConfig) -> Callable[[SessionState], None]:
+def family_change(key: str, f: CallFacts, heard: loops.Heard, out: Outcome, cfg: AgentBreakerConfig) -> UpdateFamily:
     """A sub-agent's result as its family's failing streaks take it (recorded in the parent's
-    session, which every session of the family reads)."""
+    session `key`, which every session of the family reads)."""
     outcome = FAILED if out.dependency or heard.failure is None else heard.failure
+    return UpdateFamily(key, f, cfg, out.failed, out.dependency, outcome, heard)
 
-    def change(parent: SessionState) -> None:
-        failures.record(
-            parent,
-            f,
-            cfg,
-            failed=out.failed,
-            transient=out.dependency,
-            out=outcome,
-            words=heard.failure_words,
-            shape=heard.failure_shape,
-            told=heard.failure_values,
-            counts=heard.failure_counts,
-        )
 
-    return change
+def record_in_family(parent: SessionState, u: UpdateFamily) -> None:
+    """Apply a sub-agent's result to its family's session (the parent's)."""
+    heard = u.heard
+    failures.record(
+        parent,
+        u.facts,
+        u.cfg,
+        failed=u.failed,
+        transient=u.transient,
+        out=u.outcome,
+        words=heard.failure_words,
+        shape=heard.failure_shape,
+        told=heard.failure_values,
+        counts=heard.failure_counts,
+    )
 
 
 def views_of(change: Callable[[ChurnView, int], bool | None]) -> ViewChange:
@@ -292,7 +287,7 @@ class ResultInput:
     share_breakers: bool
     fp: Fingerprinter  # echoes are masked against the call's own facts, known only from the state
     receipt_keys: ReceiptKeys | None
-    escalates: bool
+    escalation_id: str | None
 
 
 #: the placeholder verdict of a result until its fields are known (a frozen dataclass costs ~1 us to build)
@@ -314,15 +309,17 @@ def decide_tool_result(s: SessionState, x: ResultInput) -> tuple[SessionState | 
     breaker_state: str | None = None
     reason = ""
     for trip in x.result_trips:
-        decided.trips.append((trip, "block" if trip.heuristic == H.SCHEMA_VIOLATION and out.failed else "warn"))
+        decided.effects.append(Report(trip, "block" if trip.heuristic == H.SCHEMA_VIOLATION and out.failed else "warn"))
         heuristic, reason = trip.heuristic, trip.reason
     f = pending.facts
     if ev.mutating and not f.mutating:
         f.mutating = True  # the result says so (the facts were taken out of the state: a copy)
     if r.references is not None:
         s.ledger.observe(r.references)
-    if x.share_breakers:
-        decided.breaker = (pending.breaker_key, pending.probe, out)
+    if x.share_breakers and not out.breaker_ignores:
+        decided.effects.append(RecordOutcome(pending.breaker_key, pending.probe, out))
+    elif x.share_breakers and pending.probe is not None:  # the probe proved nothing: its slot is free for another
+        decided.effects.append(ReleaseProbe(pending.breaker_key, pending.probe))
     st = s.breaker(pending.breaker_key)
     # a breaker judges the dependency: the call's own failures count neither way
     if out.breaker_ignores:
@@ -331,7 +328,7 @@ def decide_tool_result(s: SessionState, x: ResultInput) -> tuple[SessionState | 
     else:
         moved = breaker_core.record(st, cfg.breaker, now, failed=out.dependency, slow=out.slow, probe=pending.own_probe)
         if moved is not None and not x.share_breakers:
-            decided.transitions.append(moved)
+            decided.effects.append(BreakerMoved(moved, moved.dst))
     if not x.share_breakers:
         breaker_state = st.state.value
     decided.verdict = ResultVerdict(True, heuristic, reason, failed=out.failed, breaker_state=breaker_state)
@@ -342,9 +339,9 @@ def decide_tool_result(s: SessionState, x: ResultInput) -> tuple[SessionState | 
         def record(view: ChurnView, member: int) -> None:
             churn.record_outcome(view, member, f.values, failure, True, now, cfg)
 
-        decided.views.append((view_key_of(ev.tenant, r.tool_key), views_of(record)))
+        decided.effects.append(UpdateView(view_key_of(ev.tenant, r.tool_key), views_of(record)))
     if f.effect is not None and x.effects_on:
-        decided.views.append((effects_key_of(ev.tenant), effect_change(f, now, done=not out.failed)))
+        decided.effects.append(UpdateView(effects_key_of(ev.tenant), effect_change(f, now, done=not out.failed)))
     # the answer (to compare with the tool's answers to other calls) and the news (whether the
     # tool said it before), an echo of the call's own argument masked in both
     echoed = echo_masked(fp, x.p, r.timed, ev.result, f)
@@ -372,8 +369,9 @@ def decide_tool_result(s: SessionState, x: ResultInput) -> tuple[SessionState | 
         # breaker streaks
         s.turns.clear()
         s.restart_breaker_streaks()
-    if ev.parent_session is not None and ev.parent_session != ev.session:
-        decided.family = family_change(pending.facts, heard, out, cfg)
+    family = family_key(ev)
+    if family is not None:
+        decided.effects.append(family_change(family, pending.facts, heard, out, cfg))
     if out.interrupted:
         s.loops.interrupted = True
     if out.failed or not f.mutating:
@@ -390,7 +388,7 @@ def _receipt(s: SessionState, decided: Decided[ResultVerdict], x: ResultInput, p
     anomaly = None
     if is_empty_result(x.ev.result):
         block, warn = judge(x.p.cfg, [empty_mutation_trip(f.tool)])
-        anomaly = settle(s, decided, block, warn, f.tool, escalates=x.escalates)
+        anomaly = settle(s, decided, block, warn, f.tool, escalation_id=x.escalation_id)
         if block is not None:  # enforce: no receipt for an action that may not have happened
             decided.verdict = replace(decided.verdict, accepted=False, heuristic=anomaly.heuristic, reason=anomaly.reason)
             return
@@ -427,7 +425,7 @@ class TurnInput:
     fingerprint: tuple[int, ...]  # the turn's token hashes
     agent: int  # keyed 32-bit hash of the agent's name
     global_trip: Trip | None
-    escalates: bool
+    escalation_id: str | None
 
 
 def decide_assistant(s: SessionState, x: TurnInput) -> tuple[SessionState, Decided[Verdict]]:
@@ -447,7 +445,7 @@ def decide_assistant(s: SessionState, x: TurnInput) -> tuple[SessionState, Decid
     if block is None:
         block, turn_warn = judge(cfg, list[Trip | None](conversation.check_turn(turn, cfg)), s)
         warn = warn or turn_warn
-    decided.verdict = settle(s, decided, block, warn, None, escalates=x.escalates)
+    decided.verdict = settle(s, decided, block, warn, None, escalation_id=x.escalation_id)
     return s, decided
 
 
@@ -465,21 +463,26 @@ def decide_user(s: SessionState, references: Refs, said: int | None) -> tuple[Se
         if s.halted is not None and s.halted[0] in H.LOOPS:  # budget halts stay
             s.halted = None
             # the user is a human too: what they said resumes the escalation of a loop
-            decided.resumed, s.escalation = s.escalation, None
+            if s.escalation is not None:
+                decided.effects.append(Resume(s.escalation))
+            s.escalation = None
         if said is not None:
             put_bounded(s.loops.said, said, None, MAX_SAID)
     return s, decided
 
 
-def decide_final(s: SessionState, p: Policy, text: str, escalates: bool) -> tuple[SessionState | None, Decided[Verdict]]:
+def decide_final(
+    s: SessionState, p: Policy, text: str, escalation_id: str | None
+) -> tuple[SessionState | None, Decided[Verdict]]:
     """A final answer: every reference it cites must come from a tool result of this session,
     every completed action it claims needs a receipt. A frozen session's answers are still
     checked (an honest one may reach the user); a rejected one escalates nothing more."""
     decided = Decided(ALLOW)
     block, warn = judge(p.cfg, [p.claims.check(text, s.ledger)])
-    decided.verdict = settle(s, decided, block, warn, None, escalates=escalates)
+    decided.verdict = settle(s, decided, block, warn, None, escalation_id=escalation_id)
     # reading an answer changes no state, unless it froze the session for a human
-    return (s if decided.escalating else None), decided
+    froze = any(isinstance(e, Escalate) for e in decided.effects)
+    return (s if froze else None), decided
 
 
 # ----------------------------------------------------------------- shared by the deciders
@@ -490,23 +493,24 @@ def settle(
     warn: Trip | None,
     tool: str | None,
     *,
-    escalates: bool,
+    escalation_id: str | None,
     call_id: str | None = None,
 ) -> Verdict:
     """Turn the checks' outcome into a verdict; a session-terminal block halts the session,
-    and one that goes to a human freezes it in the same update (the record follows it)."""
+    and one that goes to a human freezes it in the same update, as `escalation_id` (the record
+    follows it)."""
     if block is not None:
         if warn is not None and warn.advisory:
-            decided.trips.append((warn, "warn"))  # spent beside the refusal: counted and reported
+            decided.effects.append(Report(warn, "warn"))  # spent beside the refusal: counted and reported
         if block.heuristic in H.SESSION_TERMINAL:
             s.halted = (block.heuristic, block.reason)
-        if block.heuristic in H.ESCALATING and s.escalation is None and escalates:
-            s.escalation = new_escalation_id()
-            decided.escalating = (block, s.escalation)
-        decided.trips.append((block, "block"))
+        if block.heuristic in H.ESCALATING and s.escalation is None and escalation_id is not None:
+            s.escalation = escalation_id
+            decided.effects.append(Escalate(block, escalation_id))
+        decided.effects.append(Report(block, "block"))
         return verdict_for(block, "block", tool)
     if warn is not None:
-        decided.trips.append((warn, "warn"))
+        decided.effects.append(Report(warn, "warn"))
         return verdict_for(warn, "warn", tool, call_id)
     return ALLOW if call_id is None else Verdict(True, call_id=call_id)
 

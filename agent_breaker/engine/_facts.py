@@ -17,11 +17,14 @@ from .._outcomes import Outcome, is_blank, says_nothing, writes
 from .._policy import Policy
 from .._state import MAX_TOPIC, MAX_VALUES, CallFacts, SessionState
 from .._text import normalize_name, normalize_text
+from ..config import AgentBreakerConfig
 from ..events import Assistant, Final, InvalidEventError, ToolCall, ToolResult, User
 from ..governor import budget
+from ..store.base import key_parts
 
 #: labels of keyed hashes: a tool's name, a failure's error, an argument's value (a result may
-#: echo it), a session in a tool view, the model step of a call, what a repeated action did
+#: echo it), a session in a tool view, the model step of a call, what a repeated action did,
+#: what a user said
 TOOL = "tool"
 FAILURE = "failure"
 ECHO = "echo"
@@ -29,6 +32,7 @@ MEMBER = "member"
 TURN = "turn"
 EFFECT = "effect"
 TOPIC = "topic"
+SAID = "user"  # what a user said (sessions already stored hold hashes made with this label)
 #: a word of an argument value as a call's topic holds it: its first letters (a stem, roughly)
 TOPIC_CHARS = 5
 _TOPIC_WORD = re.compile(r"[^\W_]+")
@@ -285,3 +289,41 @@ def view_key_of(tenant: str | None, tool_key: int) -> str:
 def effects_key_of(tenant: str | None) -> str:
     """The key of a tenant's effects (duplicate_mutation across its sessions), named as a view is."""
     return f"\x1eeffects{TENANT_SEPARATOR}{tenant or ''}"
+
+
+def said_hash(fp: Fingerprinter, words: str) -> int:
+    """What a user said, as the session remembers it (a user turn with news, the "yes" that
+    duplicate_mutation asks for)."""
+    return fp.hash64(SAID, words)
+
+
+def session_key_of(fp: Fingerprinter, ev: AnyEvent) -> str:
+    """The key of an event's session: its id within its tenant, so tenants cannot reach each
+    other's sessions whatever ids they choose."""
+    if ev.session is not None:
+        sid = ev.session
+    elif ev.conversation is not None:
+        sid = f"conv:{fp.hash64(ev.conversation):016x}"
+    else:
+        raise InvalidEventError.of([("session", "an event needs a session id, or a conversation to fingerprint")])
+    return _in_tenant(ev.tenant, sid)
+
+
+def family_key(ev: ToolCall | ToolResult) -> str | None:
+    """The key of the session whose failing streaks a sub-agent's call shares (its parent's)."""
+    parent = ev.parent_session
+    if parent is None or parent == ev.session:
+        return None
+    return _in_tenant(ev.tenant, parent)
+
+
+def _in_tenant(tenant: str | None, sid: str) -> str:
+    return sid if tenant is None else f"{tenant}{TENANT_SEPARATOR}{sid}"
+
+
+def breaker_key_of(cfg: AgentBreakerConfig, tenant: str | None, tool: str, *, shared: bool) -> str:
+    """The store key of a tool's breaker (`tool@host` for a dependency's): per tenant when
+    `breaker.key_by_tenant`; a breaker that is not shared is the session's, under the tool's name."""
+    if not shared:
+        return tool
+    return key_parts(tenant or "", tool) if cfg.breaker.key_by_tenant else key_parts(tool)

@@ -13,12 +13,13 @@ from .. import heuristics as H
 from .._canonical import Fingerprinter
 from .._outcomes import Outcome
 from .._policy import Policy
-from .._state import ChurnView, Effects, SessionState
+from .._state import SessionState
 from ..events import ToolResult
 from ..store import StorageError, Store
 from ..verdicts import Trip
-from ._decide import ViewChange, schema_violation
-from ._facts import MEMBER, TENANT_SEPARATOR, effects_key_of, view_key_of
+from ._decide import schema_violation
+from ._facts import MEMBER, TENANT_SEPARATOR
+from ._outputs import ViewChange
 
 log = logging.getLogger("agent_breaker")
 #: sessions this engine knows have made more than one distinct call (no tool view to read)
@@ -28,26 +29,14 @@ MAX_SHAPES = 10_000
 
 
 class ToolViews:
-    """The tool views, kept in the session store under keys no session can have."""
+    """The tool views, kept in the session store under keys no session can have (`_reads` reads
+    them with the rest of a decision's reads)."""
 
     def __init__(self, store: Store, fingerprints: Fingerprinter) -> None:
         self._store = store
         self._fingerprints = fingerprints
         self._mixed: OrderedDict[str, None] = OrderedDict()
         self._lock = threading.Lock()
-
-    def read(self, tenant: str | None, tool_key: int) -> ChurnView | None:
-        return getattr(self._peek(view_key_of(tenant, tool_key)), "churn", None)
-
-    def read_effects(self, tenant: str | None) -> Effects | None:
-        """The tenant's effects in flight and done (duplicate_mutation across its sessions)."""
-        return getattr(self._peek(effects_key_of(tenant)), "effects", None)
-
-    def _peek(self, vkey: str) -> object | None:
-        try:
-            return self._store.peek_session(vkey)
-        except StorageError:
-            return None
 
     def member(self, session_key: str) -> int:
         """A session as a tool view's chains name it: a keyed hash of its key."""

@@ -8,8 +8,8 @@ state: under a lock in memory, in one Lua script or one compare-and-set on Redis
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from typing import Protocol, TypeVar
+from collections.abc import Callable, Sequence
+from typing import NamedTuple, Protocol, TypeVar
 from urllib.parse import unquote, unquote_plus, urlsplit
 
 from .._errors import AgentBreakerError
@@ -80,6 +80,45 @@ class CorruptState(StorageError):
         self.key = key
 
 
+class SpendAdd(NamedTuple):
+    """Spend to add to a shared window (`Store.add_spend`'s arguments but the time)."""
+
+    key: str
+    tokens: float
+    cost_usd: float
+    window_s: float
+
+
+class Reading(NamedTuple):
+    """What `Store.read_many` read: each window's totals, each session (None: unknown, evicted
+    or unreadable) and each breaker (None: never used), in the order asked."""
+
+    spent: list[tuple[float, float]]
+    sessions: list[object | None]
+    breakers: list[BreakerState | None]
+
+
+def read_each(
+    add_spend: Callable[[str, float, float, float, float], tuple[float, float]],
+    peek_session: Callable[[str], object | None],
+    breaker_state: Callable[[str], BreakerState | None],
+    now: float,
+    spends: Sequence[SpendAdd],
+    sessions: Sequence[str],
+    breakers: Sequence[str],
+) -> Reading:
+    """`read_many` done one operation at a time (a store whose calls cost no round trip)."""
+    spent = [add_spend(s.key, s.tokens, s.cost_usd, s.window_s, now) for s in spends]
+    return Reading(spent, [_peeked(peek_session, key) for key in sessions], [breaker_state(key) for key in breakers])
+
+
+def _peeked(peek_session: Callable[[str], object | None], key: str) -> object | None:
+    try:
+        return peek_session(key)
+    except StorageError:  # a session that cannot be read is read as unknown, as a peek's caller takes it
+        return None
+
+
 class Store(Protocol):
     """What a storage backend offers the engine: atomic session updates and breaker decisions."""
 
@@ -96,6 +135,11 @@ class Store(Protocol):
 
     def add_spend(self, key: str, tokens: float, cost_usd: float, window_s: float, now: float) -> tuple[float, float]:
         """Atomically add spend to a fixed window shared by every worker; the window's totals."""
+
+    def read_many(self, now: float, spends: Sequence[SpendAdd], sessions: Sequence[str], breakers: Sequence[str]) -> Reading:
+        """What a decision reads before its session's update, in one call (one round trip on
+        Redis): `add_spend` to each window, `peek_session` each session (one that cannot be
+        read: None), `breaker_state` of each breaker. A failure of the whole raises StorageError."""
 
     def breaker_acquire(self, key: str, cfg: BreakerConfig, now: float) -> Permission: ...
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import random
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from ..breaker import BreakerConfig, BreakerState, BreakerStateName, Permission, Recorded, Transition
 from ..breaker import core as breaker_core
 from ..config import DEFAULT_MAX_SESSION_BYTES, DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_TTL_S
+from .base import Reading, SpendAdd, read_each
 
 R = TypeVar("R")
 
@@ -175,6 +176,9 @@ class MemoryStore:
         with self._lock:
             entry = self._spend.get(key)
             return None if entry is None else (entry[0], entry[1], entry[2])
+
+    def read_many(self, now: float, spends: Sequence[SpendAdd], sessions: Sequence[str], breakers: Sequence[str]) -> Reading:
+        return read_each(self.add_spend, self.peek_session, self.breaker_state, now, spends, sessions, breakers)
 
     def add_spend(self, key: str, tokens: float, cost_usd: float, window_s: float, now: float) -> tuple[float, float]:
         """Add one step's spend to `key`'s fixed window; return the window's totals."""

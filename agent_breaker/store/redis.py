@@ -59,13 +59,14 @@ import secrets
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, TypeVar, cast
 from urllib.parse import unquote
 
 import redis as redis_lib
+from redis.exceptions import NoScriptError
 
 from .._state import MAX_TOOLS, SessionState, put_bounded
 from ..breaker import (
@@ -80,7 +81,16 @@ from ..breaker import (
 )
 from ..config import DEFAULT_MAX_SESSION_BYTES
 from . import codec
-from .base import CorruptState, StorageError, checked_prefix, escape_key_part, without_password
+from .base import (
+    CorruptState,
+    Reading,
+    SpendAdd,
+    StorageError,
+    checked_prefix,
+    escape_key_part,
+    read_each,
+    without_password,
+)
 from .memory import MemoryStore
 from .redis_client import REDIS_ERRORS, ClusterUnreachable, redis_client, register_script, subscriber_client
 
@@ -408,17 +418,74 @@ class RedisStore:
         skey = self.session_key(key)
         return self._redis_or_local(lambda: _decode_session(self._get(skey), key, skey), lambda: self._local_peek(key))
 
+    # ------------------------------------------------------------- a decision's reads
+    def read_many(self, now: float, spends: Sequence[SpendAdd], sessions: Sequence[str], breakers: Sequence[str]) -> Reading:
+        """One pipeline: each window's spend script, each session's and each breaker's GET (on a
+        cluster, one batch per node). A script the server lost is run again on its own (it did
+        not run, so nothing was added twice)."""
+
+        def remote() -> Reading:
+            pipe = self.redis.pipeline(transaction=False)
+            for s in spends:
+                keys_and_args = self._spend_keys_and_args(s.key, s.tokens, s.cost_usd, s.window_s, now)
+                # as a command: redis-py refuses `evalsha` in a cluster's pipeline (it cannot load
+                # a script there); a node without the script answers NOSCRIPT, handled below
+                pipe.execute_command("EVALSHA", self._spend_script.sha, 1, *keys_and_args)
+            skeys = [self.session_key(key) for key in sessions]
+            for skey in skeys:
+                pipe.get(skey)
+            for key in breakers:
+                pipe.get(self.breaker_key(key))
+            replies = pipe.execute(raise_on_error=False)
+            spent = []
+            for s, reply in zip(spends, replies[: len(spends)], strict=True):
+                if isinstance(reply, NoScriptError):
+                    reply = self._run_spend(s, now)
+                spent.append(self._spent_totals(s.key, s.window_s, now, _replied(reply)))
+            got_sessions = replies[len(spends) : len(spends) + len(sessions)]
+            got_breakers = replies[len(spends) + len(sessions) :]
+            return Reading(
+                spent,
+                [
+                    _readable_session(_replied(raw), key, skey)
+                    for key, skey, raw in zip(sessions, skeys, got_sessions, strict=True)
+                ],
+                [self._read_breaker(key, _replied(raw)) for key, raw in zip(breakers, got_breakers, strict=True)],
+            )
+
+        def local() -> Reading:
+            return read_each(
+                self._local_spend,
+                self._local_peek,
+                lambda key: self._local_breaker(key, lambda: self._local.breaker_state(key)),
+                now,
+                spends,
+                sessions,
+                breakers,
+            )
+
+        return self._redis_or_local(remote, local)
+
     # ------------------------------------------------------------- global spend
     def add_spend(self, key: str, tokens: float, cost_usd: float, window_s: float, now: float) -> tuple[float, float]:
         def remote() -> tuple[float, float]:
-            index = int(now // window_s)
-            out = self._spend_script(keys=[self.spend_key(key, index)], args=[tokens, cost_usd, max(1, int(2 * window_s))])
-            totals = float(out[0]), float(out[1])
-            if self._keep:
-                self._saw_spend(key, index, totals)
-            return totals
+            return self._spent_totals(key, window_s, now, self._run_spend(SpendAdd(key, tokens, cost_usd, window_s), now))
 
         return self._redis_or_local(remote, lambda: self._local_spend(key, tokens, cost_usd, window_s, now))
+
+    def _spend_keys_and_args(self, key: str, tokens: float, cost_usd: float, window_s: float, now: float) -> list[Any]:
+        """spend.lua's key (the window's) and arguments (the spend, the key's time to live)."""
+        return [self.spend_key(key, int(now // window_s)), tokens, cost_usd, max(1, int(2 * window_s))]
+
+    def _run_spend(self, s: SpendAdd, now: float) -> Any:
+        window, *args = self._spend_keys_and_args(s.key, s.tokens, s.cost_usd, s.window_s, now)
+        return self._spend_script(keys=[window], args=args)
+
+    def _spent_totals(self, key: str, window_s: float, now: float, out: Any) -> tuple[float, float]:
+        totals = float(out[0]), float(out[1])
+        if self._keep:
+            self._saw_spend(key, int(now // window_s), totals)
+        return totals
 
     def _saw_spend(self, key: str, index: int, totals: tuple[float, float]) -> None:
         with self._lock:
@@ -554,18 +621,21 @@ class RedisStore:
         )
 
     def breaker_state(self, key: str) -> BreakerState | None:
-        def remote() -> BreakerState | None:
-            raw = self.redis.get(self.breaker_key(key))
-            state = None if raw is None else _decode_breaker(key, raw, self.breaker_key(key))
-            if self._keep:
-                with self._lock:
-                    if state is None:
-                        self._breakers_seen.pop(key, None)
-                    else:
-                        _lru_put(self._breakers_seen, key, state, MIRROR_BREAKERS)
-            return None if state is None else BreakerState.from_wire(key, state)
+        return self._redis_or_local(
+            lambda: self._read_breaker(key, self.redis.get(self.breaker_key(key))),
+            lambda: self._local_breaker(key, lambda: self._local.breaker_state(key)),
+        )
 
-        return self._redis_or_local(remote, lambda: self._local_breaker(key, lambda: self._local.breaker_state(key)))
+    def _read_breaker(self, key: str, raw: bytes | None) -> BreakerState | None:
+        """A breaker as read from Redis (and mirrored, for an outage)."""
+        state = None if raw is None else _decode_breaker(key, raw, self.breaker_key(key))
+        if self._keep:
+            with self._lock:
+                if state is None:
+                    self._breakers_seen.pop(key, None)
+                else:
+                    _lru_put(self._breakers_seen, key, state, MIRROR_BREAKERS)
+        return None if state is None else BreakerState.from_wire(key, state)
 
     def breaker_list(self) -> list[tuple[str, BreakerState]]:
         head = self.breaker_key("")[:-1]  # every breaker key is this, the escaped key, and "}"
@@ -790,6 +860,21 @@ def _decode_breaker(key: str, raw: bytes, where: str) -> dict[str, Any]:
     except (ValueError, TypeError, KeyError, IndexError, AttributeError):
         raise CorruptState("breaker", key, where) from None
     return cast("dict[str, Any]", state)
+
+
+def _replied(reply: Any) -> Any:
+    """A pipeline's reply, or the error it holds raised (the failure policy takes it)."""
+    if isinstance(reply, Exception):
+        raise reply
+    return reply
+
+
+def _readable_session(raw: bytes | None, key: str, where: str) -> SessionState | None:
+    """A session a decision only reads: one that cannot be read is read as unknown."""
+    try:
+        return _decode_session(raw, key, where)
+    except CorruptState:
+        return None
 
 
 def _decode_session(raw: bytes | None, key: str = "", where: str = "") -> SessionState | None:

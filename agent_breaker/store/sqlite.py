@@ -17,7 +17,7 @@ import random
 import secrets
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
@@ -28,7 +28,7 @@ from ..breaker import BreakerConfig, BreakerState, BreakerStateName, Permission,
 from ..breaker import core as breaker_core
 from ..config import DEFAULT_SESSION_TTL_S, SQLITE_SCHEME
 from . import codec
-from .base import CorruptState, StorageError
+from .base import CorruptState, Reading, SpendAdd, StorageError, read_each
 
 R = TypeVar("R")
 
@@ -135,6 +135,9 @@ class SQLiteStore:
         return None if row is None else _decoded(row[0], key, self.path)
 
     # global spend
+    def read_many(self, now: float, spends: Sequence[SpendAdd], sessions: Sequence[str], breakers: Sequence[str]) -> Reading:
+        return read_each(self.add_spend, self.peek_session, self.breaker_state, now, spends, sessions, breakers)
+
     def add_spend(self, key: str, tokens: float, cost_usd: float, window_s: float, now: float) -> tuple[float, float]:
         index = now // window_s
         with self._write() as db:

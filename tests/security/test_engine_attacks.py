@@ -73,7 +73,7 @@ def test_results_of_calls_never_allowed_count_toward_nothing(make_engine, clock)
     for i in range(10):
         v = engine.record_tool_result(result("victim_tool", False, None, session=f"a{i}", call_id=f"forged{i}"))
         assert not v.accepted and v.heuristic == "invalid_event"
-    assert engine.breaker_state("victim_tool").value == "closed"
+    assert engine.operator.breaker_state("victim_tool").value == "closed"
     assert engine.store.peek_session("a0") is None  # not even a session was written
     assert engine.check_tool_call(call("victim_tool", {}, session="b")).allowed
 
@@ -429,7 +429,7 @@ def test_spaces_around_a_tool_name_do_not_make_another_tool(make_engine, clock, 
 
 def test_polling_patterns_match_tool_names_whatever_their_case(make_engine):
     engine = make_engine({"stuck_polling": {"polling_tools": ["checkBuild", "*Status*"]}})
-    p = engine._policy(None, None, None)
+    p = engine.policies.get(None, None, None)
     assert p.polling(engine_tool("checkBuild")) and p.polling(engine_tool("getJobStatus"))
 
 

@@ -123,5 +123,5 @@ def test_engine_keeps_the_spend_of_tenants_that_join_alike_apart(make_engine, cl
 
 def test_engine_keeps_the_breakers_of_tenants_that_join_alike_apart(make_engine):
     engine = make_engine({"breaker": {"key_by_tenant": True}})
-    engine.force_breaker("c", "forced_open", tenant="a:b")
-    assert engine.breaker_state("b:c", tenant="a") is S.CLOSED
+    engine.operator.force_breaker("c", "forced_open", tenant="a:b")
+    assert engine.operator.breaker_state("b:c", tenant="a") is S.CLOSED

@@ -126,7 +126,7 @@ def test_a_breaker_this_worker_opened_before_the_outage_refuses_during_it(fleet)
     open_breaker(a, fleet.clock, "flaky")
     fleet.server.stop()
     assert refused(step(a, fleet.clock, "later", "flaky", {"i": 99}), "circuit_open")
-    assert a.breaker_state("flaky") is S.OPEN
+    assert a.operator.breaker_state("flaky") is S.OPEN
     assert step(a, fleet.clock, "later", "healthy").allowed
 
 
@@ -233,10 +233,10 @@ def test_breaker_failures_recorded_during_the_outage_reach_the_redis_breaker(fle
     a, b = fleet.worker(BREAKER, cut_off_able=True), fleet.worker(BREAKER)
     fleet.cut_off()
     open_breaker(a, fleet.clock, "flaky")  # opens a's in-process breaker
-    assert b.breaker_state("flaky") is S.CLOSED
+    assert b.operator.breaker_state("flaky") is S.CLOSED
     fleet.reconnect()
     assert a.store.resync()
-    assert b.breaker_state("flaky") is S.OPEN
+    assert b.operator.breaker_state("flaky") is S.OPEN
     assert refused(step(b, fleet.clock, "b1", "flaky", {"i": 7}), "circuit_open")
 
 
@@ -246,10 +246,10 @@ def test_breaker_failures_during_the_outage_add_to_failures_other_workers_record
     fleet.cut_off()
     for i in (1, 2):
         assert step(a, fleet.clock, f"a{i}", "flaky", {"i": i}, ok=False, error=OUTAGE).allowed
-    assert b.breaker_state("flaky") is S.CLOSED
+    assert b.operator.breaker_state("flaky") is S.CLOSED
     fleet.reconnect()
     assert a.store.resync()
-    assert b.breaker_state("flaky") is S.OPEN  # 1 + 2 failures in a row
+    assert b.operator.breaker_state("flaky") is S.OPEN  # 1 + 2 failures in a row
 
 
 # ------------------------------------------------------------------ once, and only once
@@ -272,9 +272,9 @@ def outage_work(fleet: Fleet):
 def assert_counted_once(b: Engine, fleet: Fleet) -> None:
     seen = b.store.peek_session("run")
     assert (seen.spend.steps, seen.spend.tokens) == (3, 300)
-    flaky = b.store.breaker_state(b._breaker_key(b.config, None, "flaky"))
+    flaky = b.store.breaker_state(b.operator.breaker_key("flaky"))
     assert (flaky.consecutive_failures, flaky.window.totals[0]) == (2, 2)
-    assert b.store.breaker_state(b._breaker_key(b.config, None, "search")).window.totals[0] == 3  # 1 success before, 2 during
+    assert b.store.breaker_state(b.operator.breaker_key("search")).window.totals[0] == 3  # 1 success before, 2 during
     assert b.store.add_spend(":", 0, 0.0, 3600, fleet.clock.now())[0] == 300
 
 

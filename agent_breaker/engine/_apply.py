@@ -80,7 +80,9 @@ class Applier:
         """Do `effects` for `step` (its session's state as written: `s`); the verdict, with what
         they add to it (a result's breaker state, an escalation's route)."""
         cfg = step.p.cfg
-        for e in sorted(effects, key=lambda e: _ORDER[type(e)]):
+        ordered = sorted(effects, key=lambda e: _ORDER[type(e)])
+        views = [(e.vkey, e.change) for e in ordered if isinstance(e, UpdateView)]
+        for e in ordered:
             if isinstance(e, Resume):
                 self._escalations.resumed_by_user(step, e.escalation_id)
             elif isinstance(e, RecordOutcome):
@@ -91,7 +93,9 @@ class Applier:
                 except StorageError as exc:  # the slot frees itself after probe_timeout_s
                     log.warning("agent-breaker: probe slot of %s not released: %s", e.bkey, exc)
             elif isinstance(e, UpdateView):
-                self._views.update(e.vkey, step.now, e.change, step.key)
+                if views:  # all of them at the first: one store call
+                    self._views.update(views, step.now, step.key)
+                    views = []
             elif isinstance(e, UpdateFamily):
                 self._update_family(step, e)
             elif isinstance(e, RememberMixed):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 
 from .. import heuristics as H
 from .._canonical import Fingerprinter
@@ -51,18 +52,21 @@ class ToolViews:
             if len(self._mixed) > MAX_MIXED_SESSIONS:
                 self._mixed.popitem(last=False)
 
-    def update(self, vkey: str, now: float, change: ViewChange, session_key: str) -> None:
-        """Change a view (a tool's, or a tenant's effects) for a session; a storage failure only
-        costs that view."""
+    def update(self, changes: list[tuple[str, ViewChange]], now: float, session_key: str) -> None:
+        """Change views (a tool's, or a tenant's effects) for a session, in one store call; a
+        storage failure only costs the views it failed."""
         member = self.member(session_key)
 
-        def update(state: object | None) -> tuple[SessionState | None, None]:
-            view_state = state if isinstance(state, SessionState) else SessionState(vkey)
-            changed = change(view_state, member)
-            return (None if changed is False else view_state), None
+        def updating(vkey: str, change: ViewChange) -> Callable[[object | None], tuple[SessionState | None, None]]:
+            def update(state: object | None) -> tuple[SessionState | None, None]:
+                view_state = state if isinstance(state, SessionState) else SessionState(vkey)
+                changed = change(view_state, member)
+                return (None if changed is False else view_state), None
+
+            return update
 
         try:
-            self._store.update_session(vkey, now, update)
+            self._store.update_sessions(now, [(vkey, updating(vkey, change)) for vkey, change in changes])
         except StorageError as exc:
             log.warning("agent-breaker: tool view not updated: %s", exc)
 

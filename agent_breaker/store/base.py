@@ -112,6 +112,27 @@ def read_each(
     return Reading(spent, [_peeked(peek_session, key) for key in sessions], [breaker_state(key) for key in breakers])
 
 
+#: one session's update in `update_sessions`: its key, and the change (as `update_session`'s fn)
+SessionUpdate = tuple[str, Callable[[object | None], tuple[object, None]]]
+
+
+def update_each(
+    update_session: Callable[[str, float, Callable[[object | None], tuple[object, None]]], None],
+    now: float,
+    updates: Sequence[SessionUpdate],
+) -> None:
+    """`update_sessions` done one update at a time (a store whose calls cost no round trip):
+    each is tried; the first failure is raised once all were."""
+    failed: StorageError | None = None
+    for key, fn in updates:
+        try:
+            update_session(key, now, fn)
+        except StorageError as exc:
+            failed = failed or exc
+    if failed is not None:
+        raise failed
+
+
 def _peeked(peek_session: Callable[[str], object | None], key: str) -> object | None:
     try:
         return peek_session(key)
@@ -129,6 +150,12 @@ class Store(Protocol):
         """Run fn(state or None) atomically for one session; fn returns (new state, result).
         A new state of None writes nothing (an event refused before it changed anything). fn
         must be pure: a shared store may run it more than once (compare-and-set conflicts)."""
+
+    def update_sessions(self, now: float, updates: Sequence[SessionUpdate]) -> None:
+        """`update_session` of each (key, fn), in one call (on Redis, one round trip reads them
+        all and one writes them, each write a compare-and-set of its own; one that conflicts is
+        decided again alone). Each update stands alone: one that fails undoes no other; the
+        first failure is raised once all were tried."""
 
     def peek_session(self, key: str) -> object | None:
         """The session's state as stored (tests, inspection); None if unknown or evicted."""

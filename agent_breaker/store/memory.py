@@ -11,7 +11,7 @@ from typing import TypeVar
 from ..breaker import BreakerConfig, BreakerState, BreakerStateName, Permission, Recorded, Transition
 from ..breaker import core as breaker_core
 from ..config import DEFAULT_MAX_SESSION_BYTES, DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_TTL_S
-from .base import Reading, SpendAdd, read_each
+from .base import Reading, SessionUpdate, SpendAdd, read_each, update_each
 
 R = TypeVar("R")
 
@@ -179,6 +179,9 @@ class MemoryStore:
 
     def read_many(self, now: float, spends: Sequence[SpendAdd], sessions: Sequence[str], breakers: Sequence[str]) -> Reading:
         return read_each(self.add_spend, self.peek_session, self.breaker_state, now, spends, sessions, breakers)
+
+    def update_sessions(self, now: float, updates: Sequence[SessionUpdate]) -> None:
+        update_each(self.update_session, now, updates)
 
     def add_spend(self, key: str, tokens: float, cost_usd: float, window_s: float, now: float) -> tuple[float, float]:
         """Add one step's spend to `key`'s fixed window; return the window's totals."""

@@ -84,11 +84,13 @@ from . import codec
 from .base import (
     CorruptState,
     Reading,
+    SessionUpdate,
     SpendAdd,
     StorageError,
     checked_prefix,
     escape_key_part,
     read_each,
+    update_each,
     without_password,
 )
 from .memory import MemoryStore
@@ -357,6 +359,55 @@ class RedisStore:
                     raise StorageError(f"session {key!r}: {MAX_CAS_ATTEMPTS} conflicting writers in a row")
                 time.sleep(min(0.02, CAS_BACKOFF_S * 2**conflicts) * self._rng.uniform(0.5, 1.5))
             raw, fresh = None, False
+
+    def update_sessions(self, now: float, updates: Sequence[SessionUpdate]) -> None:
+        def remote() -> None:
+            if len(updates) == 1:
+                self._update_on_redis(updates[0][0], now, updates[0][1])
+                return
+            self._update_many_on_redis(now, updates)
+
+        self._redis_or_local(remote, lambda: update_each(self._local_update, now, updates))
+
+    def _update_many_on_redis(self, now: float, updates: Sequence[SessionUpdate]) -> None:
+        """One pipeline reads every session, one writes each changed one by compare-and-set (on
+        a cluster, one batch per node); a write that conflicts, or that a node without the script
+        did not run, is decided again alone, as `update_session` decides."""
+        skeys = [self.session_key(key) for key, _ in updates]
+        pipe = self.redis.pipeline(transaction=False)
+        for skey in skeys:
+            pipe.get(skey)
+        raws = pipe.execute(raise_on_error=False)
+        again: list[SessionUpdate] = []
+        writes: list[tuple[SessionUpdate, str, bytes, SessionState]] = []
+        pipe = self.redis.pipeline(transaction=False)
+        for (key, fn), skey, reply in zip(updates, skeys, raws, strict=True):
+            try:
+                raw = _replied(reply)
+                state = _decode_session(raw, key, skey)
+            except StorageError:
+                again.append((key, fn))  # alone, it fails as update_session fails
+                continue
+            self._saw_session(key, now, raw if state is not None else None)
+            version = state.version if state is not None else 0
+            new_state, _ = fn(state)
+            if new_state is None:
+                continue
+            assert isinstance(new_state, SessionState)  # the engine's decisions return sessions
+            new_state.version = version + 1
+            data = codec.encode(new_state)
+            args = [version, data, max(1, int(self.ttl_s)), codec.FORMAT]
+            # as a command: redis-py refuses `evalsha` in a cluster's pipeline (see read_many)
+            pipe.execute_command("EVALSHA", self._cas_script.sha, 1, skey, *args)
+            writes.append(((key, fn), skey, data, new_state))
+        replies = pipe.execute(raise_on_error=False) if writes else []
+        for ((key, fn), _skey, data, new_state), reply in zip(writes, replies, strict=True):
+            if isinstance(reply, Exception) or not reply:
+                again.append((key, fn))
+                continue
+            self._saw_session(key, now, data)
+            self._keep_written(key, new_state)
+        update_each(self._update_on_redis, now, again)
 
     def _take_written(self, key: str) -> SessionState | None:
         with self._lock:

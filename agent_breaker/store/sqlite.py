@@ -28,7 +28,7 @@ from ..breaker import BreakerConfig, BreakerState, BreakerStateName, Permission,
 from ..breaker import core as breaker_core
 from ..config import DEFAULT_SESSION_TTL_S, SQLITE_SCHEME
 from . import codec
-from .base import CorruptState, Reading, SpendAdd, StorageError, read_each
+from .base import CorruptState, Reading, SessionUpdate, SpendAdd, StorageError, read_each, update_each
 
 R = TypeVar("R")
 
@@ -137,6 +137,9 @@ class SQLiteStore:
     # global spend
     def read_many(self, now: float, spends: Sequence[SpendAdd], sessions: Sequence[str], breakers: Sequence[str]) -> Reading:
         return read_each(self.add_spend, self.peek_session, self.breaker_state, now, spends, sessions, breakers)
+
+    def update_sessions(self, now: float, updates: Sequence[SessionUpdate]) -> None:
+        update_each(self.update_session, now, updates)
 
     def add_spend(self, key: str, tokens: float, cost_usd: float, window_s: float, now: float) -> tuple[float, float]:
         index = now // window_s

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from test_hooks import CLAUDE_CODE, GEMINI_CLI, post, pre
 
-from agent_breaker.hooks import BLOCK_EXIT, MAX_INPUT_BYTES
+from agent_breaker.hooks import BLOCK_EXIT, MAX_INPUT_BYTES, refusal
 
 httpx = pytest.importorskip("httpx")
 
@@ -93,15 +93,17 @@ def by_command(
         agent, io.BytesIO(raw), out, err, config=None, state=state, server=server, fail_closed=fail == "closed", daemon=daemon
     )
     assert code in (0, BLOCK_EXIT)
-    return decision(code == BLOCK_EXIT, json.loads(out.getvalue()) if code == 0 else {}, err.getvalue().strip())
+    if code == BLOCK_EXIT:
+        return decision(True, {}, err.getvalue().strip())
+    output = json.loads(out.getvalue())
+    reason = refusal(output)  # Gemini CLI reads a refusal from the JSON of an exit 0
+    return decision(reason is not None, output, reason or "")
 
 
 def by_endpoint(client: Any, agent: str, raw: bytes, fail: str) -> tuple[str, Any]:
-    from agent_breaker.hooks.command import _refusal
-
     r = client.post(f"/v1/hooks/{agent}", content=raw, params={"fail": fail}, headers={"content-type": "application/json"})
     assert r.status_code == 200, r.text
-    reason = _refusal(r.json())
+    reason = refusal(r.json())
     return decision(reason is not None, r.json(), reason or "")
 
 

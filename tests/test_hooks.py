@@ -100,6 +100,20 @@ def test_each_agents_tool_hooks_read_as_a_call_and_its_result(agent):
         ("Exit code: 127\nWall time: 0.1 s\nOutput:\nnot found", True),
         ("Exit code: 0\nOutput:\nfine", False),
         ("a file's content that says: Exit code: 3 deep inside" + "x" * 3000, False),
+        # Gemini CLI: its status line after the whole output, however long (its real report)
+        (
+            {
+                "llmContent": "<untrusted_context>\nOutput: " + "line\n" * 2000 + "Exit Code: 2\nProcess Group PGID: 4242\n"
+                "</untrusted_context>",
+                "returnDisplay": "",
+            },
+            True,
+        ),
+        (
+            {"llmContent": "<untrusted_context>\nOutput: " + "ok\n" * 2000 + "Process Group PGID: 4242\n</untrusted_context>"},
+            False,
+        ),
+        ({"llmContent": "Output: Exit Code: 2\n" + "x" * 3000 + "\nfine"}, False),
         ({"filePath": "/a.py", "content": "print(1)"}, False),
         (None, False),
         ([1, 2], False),
@@ -155,11 +169,14 @@ WARN = {**BLOCK, "allowed": True, "severity": "warn"}
 def test_a_refusal_blocks_in_the_agents_own_format_with_the_reason_for_the_model(agent):
     hook = read_hook(agent, pre(agent, "s", 1, "make"))
     out = answer(hook, BLOCK)
-    assert out.denied and out.exit_code == BLOCK_EXIT
-    assert "identical_failure" in out.stderr and "change the command" in out.stderr
+    assert out.denied
     if agent == GEMINI_CLI:
-        assert out.output == {"decision": "deny", "reason": out.stderr}
+        # read from the JSON; exit 0, or Gemini CLI logs the hook as failed
+        assert out.exit_code == 0 and out.stderr == ""
+        assert out.output["decision"] == "deny" and "identical_failure" in out.output["reason"]
     else:
+        assert out.exit_code == BLOCK_EXIT
+        assert "identical_failure" in out.stderr and "change the command" in out.stderr
         specific = out.output["hookSpecificOutput"]
         assert specific == {"hookEventName": "PreToolUse", "permissionDecision": "deny", "permissionDecisionReason": out.stderr}
 
@@ -272,10 +289,14 @@ def command(agent: str, payload: Any, state: str, *, fail: str = "open", server:
 
 
 @pytest.mark.parametrize("agent", AGENTS)
-def test_the_command_denies_identical_failing_commands_by_the_fifth_with_exit_2(agent, tmp_path):
+def test_the_command_denies_identical_failing_commands_by_the_fifth(agent, tmp_path):
+    """Exit 2 with the reason on stderr; Gemini CLI: exit 0 with its JSON refusal."""
     state = f"sqlite:///{tmp_path}/hooks.db"
     for n in range(1, 8):
         code, out, err = command(agent, pre(agent, "s-cmd", n, "npm run build"), state)
+        if agent == GEMINI_CLI and out and json.loads(out).get("decision") == "deny":
+            assert n <= 5 and code == 0 and "identical_failure" in json.loads(out)["reason"]
+            break
         if code == BLOCK_EXIT:
             assert n <= 5 and "identical_failure" in err and out == ""
             break

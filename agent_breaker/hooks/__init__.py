@@ -54,6 +54,10 @@ _USER = {"UserPromptSubmit", "BeforeAgent"}
 _EXIT_KEYS = ("exit_code", "exitCode", "returncode", "return_code")
 # Codex and Gemini CLI print a shell command's status in its output text
 _EXIT_LINE = re.compile(r"(?:^|\n)\s*(?:Exit code|Process exited with code)[: ]\s*(-?\d+)", re.IGNORECASE)
+# Gemini CLI reports it after the whole output, followed only by its other report lines
+_EXIT_TRAILER = re.compile(
+    r"\nExit Code: (-?\d+)\n(?:(?:Signal|Background PIDs|Process Group PGID): [^\n]*\n)*(?:</untrusted_context>\s*)?$"
+)
 
 
 class HookInputError(AgentBreakerError, ValueError):
@@ -83,7 +87,7 @@ class HookAnswer:
 
     @property
     def denied(self) -> bool:
-        return self.exit_code == BLOCK_EXIT
+        return self.exit_code == BLOCK_EXIT or refusal(self.output) is not None
 
 
 def _text(payload: Mapping[str, Any], name: str, *, required: bool = True) -> str | None:
@@ -181,6 +185,16 @@ def undecided(why: str, *, fail_closed: bool, hook: Hook | None = None) -> HookA
     return HookAnswer({}, 0, f"agent-breaker could not check this call ({why}); let through, as --fail open asks")
 
 
+def refusal(output: Mapping[str, Any]) -> str | None:
+    """The reason of a refusal in an agent's JSON answer, or None."""
+    if output.get("decision") in ("deny", "block"):
+        return str(output.get("reason") or "blocked by agent-breaker")
+    specific = output.get("hookSpecificOutput")
+    if isinstance(specific, Mapping) and specific.get("permissionDecision") == "deny":
+        return str(specific.get("permissionDecisionReason") or "blocked by agent-breaker")
+    return None
+
+
 def refused(text: str) -> HookAnswer:
     """A refusal that needs no hook event's name: exit 2 for a command hook (every agent reads
     it as blocked), and in JSON a top-level "block" decision (what Claude Code's HTTP hook reads
@@ -218,8 +232,10 @@ def failure(response: Any) -> str | None:
 
 
 def _exit_status(text: str) -> int:
-    """The status a command's output text reports on its own line near the top (0: none)."""
-    found = _EXIT_LINE.search(text[:2_000])
+    """The status a command's output text reports on its own line: near the top (Claude Code's
+    error, Codex's header), or as the last line of Gemini CLI's report after the whole output
+    (0: none). A line that says so in the middle of a long output is the output's own."""
+    found = _EXIT_LINE.search(text[:2_000]) or _EXIT_TRAILER.search(text[-1_000:])
     return int(found.group(1)) if found else 0
 
 
@@ -250,11 +266,13 @@ def answer(hook: Hook, verdict: Mapping[str, Any] | None) -> HookAnswer:
     if verdict.get("allowed"):
         return _context(hook, message(verdict))  # a warning: the call runs
     text = message(verdict)
+    if hook.agent == GEMINI_CLI:
+        # Gemini CLI reads the JSON whatever the exit code, and logs any exit but 0 as a failed
+        # hook: a refusal it reads as one exits 0
+        return HookAnswer({"decision": "deny", "reason": text})
     if hook.event["type"] == USER_EVENT:
         # a prompt to a halted session: blocked, the user reads why
         return HookAnswer({"decision": "block", "reason": text}, BLOCK_EXIT, text)
-    if hook.agent == GEMINI_CLI:
-        return HookAnswer({"decision": "deny", "reason": text}, BLOCK_EXIT, text)
     output = {"hookSpecificOutput": {"hookEventName": hook.name, "permissionDecision": "deny", "permissionDecisionReason": text}}
     return HookAnswer(output, BLOCK_EXIT, text)
 

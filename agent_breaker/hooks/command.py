@@ -14,10 +14,10 @@ import json
 import os
 import sys
 from collections.abc import Mapping
-from typing import IO, Any
+from typing import IO
 
 from .._errors import AgentBreakerError
-from . import BLOCK_EXIT, MAX_INPUT_BYTES, Hook, HookAnswer, hook_of, undecided
+from . import BLOCK_EXIT, GEMINI_CLI, MAX_INPUT_BYTES, Hook, HookAnswer, hook_of, refusal, undecided
 from . import daemon as hook_daemon
 from . import read as read_input
 
@@ -104,18 +104,10 @@ def _forwarded(agent: str, raw: bytes, server: str, fail_closed: bool) -> HookAn
         raise GuardFailure(f"the server at {server} did not answer: {exc}") from None
     if not isinstance(out, Mapping):
         raise GuardFailure("the server's answer is not a JSON object")
-    reason = _refusal(out)
-    return HookAnswer(dict(out), BLOCK_EXIT, reason) if reason is not None else HookAnswer(dict(out))
-
-
-def _refusal(out: Mapping[str, Any]) -> str | None:
-    """The reason of a denial in an agent's answer, or None."""
-    if out.get("decision") in ("deny", "block"):
-        return str(out.get("reason") or "blocked by agent-breaker")
-    specific = out.get("hookSpecificOutput")
-    if isinstance(specific, Mapping) and specific.get("permissionDecision") == "deny":
-        return str(specific.get("permissionDecisionReason") or "blocked by agent-breaker")
-    return None
+    reason = refusal(out)
+    if reason is None or agent == GEMINI_CLI:  # Gemini CLI reads a refusal from the JSON (see answer)
+        return HookAnswer(dict(out))
+    return HookAnswer(dict(out), BLOCK_EXIT, reason)
 
 
 def main(agent: str, *, config: str | None, state: str | None, server: str | None, fail: str, daemon: bool) -> int:

@@ -1,10 +1,16 @@
-"""What a coding agent's model spent on a tool call, read from the agent's own transcript.
+"""What a coding agent's hook input leaves out, read from the agent's own transcript: what its
+model spent on a tool call (Claude Code), how a shell command exited (Codex).
 
 Claude Code's hook input carries no token counts, but its `transcript_path` names the session's
 JSONL transcript, where each model message is written (one line per content block, each with the
 message's usage) before its tool calls run. The usage of the message that made a call is counted
 once, on the message's first tool call. Codex and Gemini CLI hooks are not read this way (their
 token records are not per call); their sessions count no tokens.
+
+Codex's `PostToolUse` carries a shell command's output and nothing of its exit status. Its
+transcript (the session's rollout) records each command as it completes (an `item_completed`
+event whose `CommandExecution` item, under the call's id, holds its `exit_code`), before the
+hook runs.
 
 Only the `agent-breaker hook` command reads transcripts: it runs as the user, beside the agent. An
 HTTP endpoint does not, since a path in a request would let any client make the server read its
@@ -104,3 +110,17 @@ def claude_code_usage(path: str, call_id: str) -> dict[str, Any] | None:
     if isinstance(model, str) and model:
         usage["model"] = model
     return usage
+
+
+def codex_exit_code(path: str, call_id: str) -> int | None:
+    """The exit code of Codex's shell call `call_id` as its rollout recorded it (None: not found)."""
+    data = _tail(path)
+    if data is None:
+        return None
+    for line in reversed(_lines_with(data, json.dumps(call_id).encode())):
+        payload = line.get("payload")
+        item = payload.get("item") if isinstance(payload, dict) and payload.get("type") == "item_completed" else None
+        if isinstance(item, dict) and item.get("type") == "CommandExecution" and item.get("id") == call_id:
+            code = item.get("exit_code")
+            return code if isinstance(code, int) and not isinstance(code, bool) else None
+    return None

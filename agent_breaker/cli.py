@@ -307,6 +307,19 @@ def _hooks_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _hooks_trust(args: argparse.Namespace) -> int:
+    from .hooks import codex_trust, settings
+
+    home = os.environ.get("CODEX_HOME") or os.path.join(os.path.expanduser("~"), ".codex")
+    hooks_file = os.path.abspath(os.path.expanduser(args.hooks_file or os.path.join(home, "hooks.json")))
+    print(codex_trust(settings(args.agent, server=args.server, fail=args.fail, command=_installed_command()), hooks_file))
+    print(
+        f"agent-breaker: append these lines to {os.path.join(home, 'config.toml')}: Codex runs no hook it has not trusted",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def _hooks(args: argparse.Namespace) -> int:
     from .hooks import settings
 
@@ -478,6 +491,16 @@ def _main(argv: list[str]) -> int:
     pc.add_argument("--server", metavar="URL", help="a running `agent-breaker serve` (Claude Code: an HTTP hook to it)")
     pc.add_argument("--fail", choices=("open", "closed"), default="open", help="when the guard cannot decide (default open)")
     pc.set_defaults(func=_hooks)
+    tr = hsub.add_parser(
+        "trust", help="print the Codex config.toml lines that trust the hooks print-config prints (Codex runs no other)"
+    )
+    tr.add_argument("agent", choices=("codex",))
+    tr.add_argument("--server", metavar="URL", help="as given to print-config")
+    tr.add_argument("--fail", choices=("open", "closed"), default="open", help="as given to print-config")
+    tr.add_argument(
+        "--hooks-file", metavar="PATH", help="where the hooks are (default: $CODEX_HOME/hooks.json, ~/.codex/hooks.json)"
+    )
+    tr.set_defaults(func=_hooks_trust)
     st = hsub.add_parser("status", help="list the running hook daemons (their sockets and logs); remove stale ones' files")
     st.set_defaults(func=_hooks_status)
     args = parser.parse_args(argv)

@@ -675,3 +675,53 @@ def test_version_is_the_installed_distributions(capsys):
     assert exited.value.code == 0
     assert capsys.readouterr().out.startswith(f"agent-breaker-rails {version('agent-breaker-rails')} (")
     assert agent_breaker.__version__ == version("agent-breaker-rails")
+
+
+def test_codex_results_take_their_exit_status_from_the_sessions_transcript(tmp_path):
+    """Codex's PostToolUse holds a shell command's output only; its rollout records the exit code
+    (the real lines' shape, from Codex 0.171), which the command reads, on every transport."""
+    rollout = tmp_path / "rollout.jsonl"
+    completed = {
+        "timestamp": "2026-12-03T14:21:58.588Z",
+        "type": "event_msg",
+        "payload": {
+            "type": "item_completed",
+            "item": {"type": "CommandExecution", "id": "call_7", "status": "failed", "exit_code": 2, "aggregated_output": "x"},
+        },
+    }
+    output = {"type": "response_item", "payload": {"type": "function_call_output", "call_id": "call_7", "output": "..."}}
+    rollout.write_text(json.dumps(completed) + "\n" + json.dumps(output) + "\n")
+    event = {
+        **common(CODEX, "s-codex", "PostToolUse"),
+        "transcript_path": str(rollout),
+        "tool_name": "Bash",
+        "tool_input": {"command": "ls /nope"},
+        "tool_use_id": "call_7",
+        "tool_response": "ls: cannot access '/nope': No such file or directory\n",
+    }
+    from agent_breaker.hooks.command import _with_exit_status
+
+    hook = read_hook(CODEX, json.loads(_with_exit_status(CODEX, json.dumps(event).encode())))
+    assert hook.event is not None and hook.event["ok"] is False and hook.event["error"] == "exit code 2"
+    # a call the transcript does not name (yet) is read from what the hook holds
+    unnamed = _with_exit_status(CODEX, json.dumps({**event, "tool_use_id": "call_8"}).encode())
+    assert read_hook(CODEX, json.loads(unnamed)).event["ok"] is True  # type: ignore[index]
+    # other agents' inputs and other events are passed on as they came
+    raw = json.dumps(pre(CODEX, "s-codex", 1, "ls")).encode()
+    assert (
+        _with_exit_status(CODEX, raw) is raw
+        and _with_exit_status(CLAUDE_CODE, json.dumps(event).encode()) == json.dumps(event).encode()
+    )
+
+
+def test_hooks_trust_prints_the_codex_config_lines_for_each_printed_hook(tmp_path, capsys, monkeypatch):
+    import tomllib
+
+    from agent_breaker.cli import main
+
+    monkeypatch.setenv("CODEX_HOME", str(tmp_path))
+    assert main(["hooks", "trust", "codex", "--fail", "closed"]) == 0
+    state = tomllib.loads(capsys.readouterr().out)["hooks"]["state"]
+    hooks_file = str(tmp_path / "hooks.json")
+    assert sorted(state) == sorted(f"{hooks_file}:{e}:0:0" for e in ("pre_tool_use", "post_tool_use", "user_prompt_submit"))
+    assert all(v["trusted_hash"].startswith("sha256:") and len(v["trusted_hash"]) == 71 for v in state.values())

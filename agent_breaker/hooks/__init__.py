@@ -22,6 +22,7 @@ none: the engine pairs a result with the oldest unanswered call of its tool).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shlex
@@ -317,3 +318,37 @@ def settings(agent: str, *, server: str | None = None, fail: str = "open", comma
     hooks: dict[str, Any] = {name: [{"matcher": every_tool, "hooks": [handler]}] for name in tool_events}
     hooks.update({name: [{"hooks": [handler]}] for name in turn_events})
     return {"hooks": hooks}
+
+
+#: Codex's timeout of a command hook that names none, in seconds (part of what it hashes)
+CODEX_DEFAULT_TIMEOUT_S = 600
+
+
+def codex_trust(hooks: Mapping[str, Any], hooks_file: str) -> str:
+    """The `config.toml` lines that trust each hook of `hooks` (as `settings` gives them) once
+    they are in `hooks_file` (an absolute path): Codex runs a hook only when the config holds
+    the hash of what the hook is (`[hooks.state."<file>:<event>:<group>:<handler>"]
+    trusted_hash`), and skips any other without a word. The hash is Codex's: SHA-256 of the
+    hook's identity as compact JSON with sorted keys."""
+    lines = []
+    for event, groups in hooks["hooks"].items():
+        label = re.sub(r"(?<!^)(?=[A-Z])", "_", event).lower()  # PreToolUse -> pre_tool_use
+        for g, group in enumerate(groups):
+            for h, handler in enumerate(group["hooks"]):
+                identity: dict[str, Any] = {
+                    "event_name": label,
+                    "hooks": [
+                        {
+                            "type": handler["type"],
+                            "command": handler["command"],
+                            "timeout": handler.get("timeout", CODEX_DEFAULT_TIMEOUT_S),
+                            "async": False,
+                        }
+                    ],
+                }
+                if "matcher" in group and event != "UserPromptSubmit":  # Codex ignores a prompt's matcher
+                    identity["matcher"] = group["matcher"]
+                digest = hashlib.sha256(json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+                key = json.dumps(f"{hooks_file}:{label}:{g}:{h}")  # a TOML basic string
+                lines += [f"[hooks.state.{key}]", f'trusted_hash = "sha256:{digest}"', ""]
+    return "\n".join(lines)

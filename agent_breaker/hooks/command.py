@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import IO
 
 from .._errors import AgentBreakerError
-from . import BLOCK_EXIT, GEMINI_CLI, MAX_INPUT_BYTES, Hook, HookAnswer, hook_of, refusal, undecided
+from . import BLOCK_EXIT, CODEX, GEMINI_CLI, MAX_INPUT_BYTES, Hook, HookAnswer, hook_of, refusal, undecided
 from . import daemon as hook_daemon
 from . import read as read_input
 
@@ -44,7 +44,7 @@ def run(
     daemon: bool = True,
 ) -> int:
     """Answer one hook call; the exit code."""
-    raw = stdin.read(MAX_INPUT_BYTES + 1)
+    raw = _with_exit_status(agent, stdin.read(MAX_INPUT_BYTES + 1))
     try:
         if server:  # the server reads the input, as its endpoint reads an HTTP hook's
             out = _forwarded(agent, raw, server, fail_closed)
@@ -62,6 +62,33 @@ def run(
     if out.exit_code != BLOCK_EXIT:
         stdout.write(json.dumps(out.output) + "\n")
     return out.exit_code
+
+
+def _with_exit_status(agent: str, raw: bytes) -> bytes:
+    """Codex's PostToolUse of a shell command, with the exit status the session's transcript
+    recorded (its hook input holds the output only) as `{"output", "exit_code"}`, which every
+    reader of hook inputs takes; any other input as it came."""
+    if agent != CODEX or len(raw) > MAX_INPUT_BYTES or b"PostToolUse" not in raw:
+        return raw
+    try:
+        payload = json.loads(raw)
+    except (ValueError, RecursionError):
+        return raw  # the reader answers it as it answers any input it cannot read
+    if not (
+        isinstance(payload, dict)
+        and payload.get("hook_event_name") == "PostToolUse"
+        and isinstance(payload.get("tool_response"), str)
+        and isinstance(payload.get("transcript_path"), str)
+        and isinstance(payload.get("tool_use_id"), str)
+    ):
+        return raw
+    from .._transcripts import codex_exit_code
+
+    code = codex_exit_code(payload["transcript_path"], payload["tool_use_id"])
+    if code is None:
+        return raw
+    payload["tool_response"] = {"output": payload["tool_response"], "exit_code": code}
+    return json.dumps(payload).encode()
 
 
 def _decided(hook: Hook, config_path: str | None, state: str | None, daemon: bool) -> HookAnswer:

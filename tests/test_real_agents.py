@@ -1,0 +1,119 @@
+"""The real Claude Code, Gemini CLI and Codex binaries (from npm, pinned in tests/_agents.py),
+headless against a scripted model that asks for the same shell command every turn, guarded by
+the hooks exactly as `hooks print-config` prints them and the coding-agents guide sets them up.
+
+Each command appends a line to `ran.log` first, so what ran is counted on disk, whatever the
+agent reports; what the model read after each call (a warning, a refusal) is read from the
+requests it got."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from _agents import CLAUDE_CODE, GEMINI_CLI, Home, install, run, scratch_user
+from _model import Scenario, ScriptedModel, serving
+
+pytestmark = pytest.mark.slow
+
+#: the agent each module runs (one module per agent, so the suite's workers run them side by side:
+#: test_real_agents_gemini.py and test_real_agents_codex.py take these tests for theirs)
+AGENTS = [CLAUDE_CODE]
+RAN = "echo x >> ran.log; "
+WARNED = "This is a warning"
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "agent" in metafunc.fixturenames:
+        metafunc.parametrize("agent", metafunc.module.AGENTS)
+
+
+@pytest.fixture(scope="module")
+def bins() -> Path:
+    return install()
+
+
+@pytest.fixture
+def user(tmp_path: Path) -> Iterator[Home]:
+    with scratch_user(tmp_path) as u:
+        yield u
+
+
+def ran(user: Home) -> int:
+    log = user.project / "ran.log"
+    return len(log.read_text().splitlines()) if log.exists() else 0
+
+
+def guarded_run(agent: str, bins: Path, user: Home, scenario: Scenario, *setup: str) -> ScriptedModel:
+    model = ScriptedModel(scenario)
+    with serving(model) as url:
+        run(agent, bins, user, url, turns=scenario.turns, setup=setup)
+    return model
+
+
+def guard_said(model: ScriptedModel, calls: int) -> dict[int, str]:
+    """call number -> "warned" or "denied": what the guard's words that reached the model after
+    that call say."""
+    said = {}
+    for call in range(1, calls + 1):
+        news = model.news(call) or ""
+        if "agent-breaker (" in news:
+            said[call] = "warned" if WARNED in news else "denied"
+    return said
+
+
+FAILING = {
+    "a failing command": f"{RAN}ls /nonexistent-dir",
+    "a failing command whose output carries a changing number": (
+        f'{RAN}echo "SyntaxError: unexpected token at offset $RANDOM" >&2; exit 1'
+    ),
+    "a read of a missing file": f"{RAN}cat config/settings.local.yml",
+}
+
+
+@pytest.mark.parametrize("case", list(FAILING))
+def test_a_repeated_failing_command_is_warned_then_denied(bins, user, agent, case):
+    model = guarded_run(agent, bins, user, Scenario(lambda n: FAILING[case], 12))
+    said = guard_said(model, 12)
+    denied = [call for call, what in said.items() if what == "denied"]
+    assert denied, f"never denied: {said}; {ran(user)} calls ran"
+    first = denied[0]
+    assert first <= 5, said
+    assert ran(user) == first - 1  # the denied call never ran
+    if agent == GEMINI_CLI and not any(what == "warned" for what in said.values()):
+        # Gemini CLI reads additional context after a tool only, not before it: a warning given
+        # before the call does not reach its model yet (issue 37, open)
+        pytest.xfail("the warning does not reach Gemini CLI's model")
+    # the warning came first, and the model read it
+    assert [call for call, what in said.items() if what == "warned" and call < first], said
+
+
+CONTROLS = {
+    # edit, then a test that passes: alternating tools, each answer new
+    "edit-test cycles": lambda n: f"{RAN}printf 'print({n})\\n' > app.py" if n % 2 == 0 else f"{RAN}python3 app.py",
+    # one command, run again and again, whose answer changes every time
+    "a command whose output changes": lambda n: f"{RAN}wc -l < ran.log",
+}
+
+
+@pytest.mark.parametrize("case", list(CONTROLS))
+def test_controls_of_30_turns_are_never_warned_or_denied(bins, user, agent, case):
+    model = guarded_run(agent, bins, user, Scenario(CONTROLS[case], 30))
+    assert guard_said(model, 30) == {}
+    assert ran(user) == 30
+
+
+def dead_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed when this returns: nothing listens there
+
+
+def test_fail_closed_with_the_server_down_blocks_every_call(bins, user, agent):
+    model = guarded_run(
+        agent, bins, user, Scenario(lambda n: f"{RAN}true", 3), "--server", f"http://127.0.0.1:{dead_port()}", "--fail", "closed"
+    )
+    assert model.commands_asked() >= 1
+    assert ran(user) == 0

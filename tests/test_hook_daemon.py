@@ -195,14 +195,19 @@ def test_a_daemon_that_cannot_answer_goes_to_the_fail_policy(runtime_dir, tmp_pa
     assert out == ("{}\n" if fail == "open" else "")
 
 
-def test_the_daemon_exits_when_idle_and_takes_its_socket_away(runtime_dir, tmp_path, monkeypatch):
-    monkeypatch.setenv(_hook_daemon.IDLE_ENV, "0.5")
+def started_daemon(tmp_path: Path) -> tuple[Path, int]:
+    """A daemon on a state of the test's own, serving: its socket and PID."""
     state = f"sqlite:///{tmp_path}/h.db"
     path = _hook_daemon.socket_path(None, state)
     assert path is not None
     _hook_daemon.start(path, None, state)
     wait_serving(path)
-    pid = int(path.with_suffix(".lock").read_text())
+    return path, int(path.with_suffix(".lock").read_text())
+
+
+def test_the_daemon_exits_when_idle_and_takes_its_socket_away(runtime_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv(_hook_daemon.IDLE_ENV, "0.5")
+    path, pid = started_daemon(tmp_path)
     deadline = time.monotonic() + START_TIMEOUT_S
     while path.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -220,12 +225,7 @@ def test_the_daemon_exits_when_idle_and_takes_its_socket_away(runtime_dir, tmp_p
 def test_hooks_status_lists_a_running_daemon(runtime_dir, tmp_path, capsys):
     from agent_breaker.cli import main
 
-    state = f"sqlite:///{tmp_path}/h.db"
-    path = _hook_daemon.socket_path(None, state)
-    assert path is not None
-    _hook_daemon.start(path, None, state)
-    wait_serving(path)
-    pid = int(path.with_suffix(".lock").read_text())
+    path, pid = started_daemon(tmp_path)
     assert _hook_daemon.running(runtime_dir) == ([_hook_daemon.Daemon(path, pid, path.with_suffix(".log"))], 0)
     assert main(["hooks", "status"]) == 0
     out = capsys.readouterr().out

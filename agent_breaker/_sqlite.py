@@ -4,7 +4,22 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
+
+
+def wal_mode(conn: sqlite3.Connection, timeout_s: float) -> str:
+    """Switch the file to WAL; the journal mode in force. The switch takes the file's exclusive
+    lock and SQLite does not wait for it (no busy handler), so processes opening a new file
+    together would fail at once: it is tried again, for up to `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return str(conn.execute("PRAGMA journal_mode=WAL").fetchone()[0])
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.005)  # another process holds the lock for a moment: wait it out
 
 
 @contextlib.contextmanager

@@ -379,8 +379,8 @@ def test_a_guard_that_cannot_decide_follows_the_fail_policy(tmp_path, fail, code
     assert got == code and "did not answer" in err
 
 
-def _hook_process(args: tuple[str, int, int]) -> int:
-    """One hook command as its own process (what an agent runs per call); its exit code."""
+def _hook_process(args: tuple[str, int, int]) -> tuple[int, str]:
+    """One hook command as its own process (what an agent runs per call); its exit code and stderr."""
     import json
     import subprocess
     import sys
@@ -393,7 +393,7 @@ def _hook_process(args: tuple[str, int, int]) -> int:
         capture_output=True,
         timeout=120,
     )
-    return proc.returncode
+    return proc.returncode, proc.stderr.decode(errors="replace")
 
 
 @pytest.mark.slow
@@ -405,8 +405,8 @@ def test_concurrent_hook_processes_on_one_file_count_every_call(tmp_path):
     state = f"sqlite:///{tmp_path}/hooks.db"
     jobs = [(state, w, n) for w in range(4) for n in range(3)]
     with ThreadPoolExecutor(8) as pool:
-        codes = list(pool.map(_hook_process, jobs))
-    assert codes == [0] * len(jobs)
+        ran = list(pool.map(_hook_process, jobs))
+    assert [code for code, _ in ran] == [0] * len(jobs), [err for code, err in ran if code]
     store = SQLiteStore(state)
     [key] = [k for (k,) in store._db().execute("SELECT key FROM sessions WHERE key LIKE '%s-shared%'")]
     assert store.peek_session(key).spend.steps == len(jobs)

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from .._sqlite import write_transaction
+from .._sqlite import wal_mode, write_transaction
 from ..config import EscalationsConfig, default_db_path
 from .outbox import OutboxKind, OutboxRow, escalation_message, incident_message, resolution_message, to_json
 from .records import (
@@ -144,7 +144,7 @@ class SqliteEscalations:
         _create_private(self.path)
         conn = self._conn()
         try:
-            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            mode = wal_mode(conn, BUSY_TIMEOUT_S)
             if mode != "wal":
                 # readers beside a writer, and the durability above, assume WAL (a network file system refuses it)
                 raise EscalationStorageError(f"escalations db {self.path}: SQLite refused WAL mode (journal mode {mode})")

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import unquote, urlparse
 
-from .._sqlite import write_transaction
+from .._sqlite import wal_mode, write_transaction
 from ..breaker import BreakerConfig, BreakerState, BreakerStateName, Permission, Recorded, Transition
 from ..breaker import core as breaker_core
 from ..config import DEFAULT_SESSION_TTL_S, SQLITE_SCHEME
@@ -79,7 +79,7 @@ class SQLiteStore:
             # autocommit mode: each operation opens its own transaction, BEGIN IMMEDIATE
             db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=True)
             db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            db.execute("PRAGMA journal_mode = WAL")
+            wal_mode(db, BUSY_TIMEOUT_MS / 1000)
             db.execute("PRAGMA synchronous = NORMAL")
             self._local.db = db
         return db

@@ -96,19 +96,24 @@ def enabled(cfg: AgentBreakerConfig, checks: tuple[tuple[str, Check], ...]) -> t
     return tuple((name, cfg.mode_of(name), check) for name, check in checks if cfg.mode_of(name) != "off")
 
 
-def graded(cfg: AgentBreakerConfig, s: SessionState | None, trip: Trip) -> Trip | None:
+def graded(cfg: AgentBreakerConfig, s: SessionState | None, trip: Trip, *, call: bool = False) -> Trip | None:
     """The trip as an advisory (the call runs, the agent is warned) while its heuristic has
     warnings left in this pattern of the session (`warn_first`; the count starts over with
     progress), that warning spent; None once they are: the trip counts in full. A warning is
-    spent whatever else the decision finds (a refusal by another check stopped the agent too)."""
+    spent whatever else the decision finds (a refusal by another check stopped the agent too).
+    A tool `call` judged after a warning the agent cannot have read yet (no call made since it
+    has answered: the parallel calls of the turn it was warned in) is warned again, nothing
+    spent: only a result after the warning that shows no progress is evidence to cut."""
     n = cfg.warn_first.get(trip.heuristic, 0)
     if not n or s is None or trip.certain:
         return None
     key = trip.heuristic if trip.pattern is None else f"{trip.heuristic}:{trip.pattern}"
-    spent = s.loops.warned.get(key, 0)
+    spent, at = s.loops.warned.get(key, (0, -1))
+    if spent and call and s.loops.answered < at:
+        return replace(trip, advisory=True)
     if spent >= n:
         return None
-    s.loops.warned[key] = spent + 1
+    s.loops.warned[key] = (spent + 1, s.loops.history_base + len(s.loops.history) if call else -1)
     return replace(trip, advisory=True)
 
 
@@ -119,7 +124,7 @@ def _warning(warn: Trip | None, trip: Trip) -> Trip:
 
 
 def _decide(
-    cfg: AgentBreakerConfig, s: SessionState | None, found: Iterable[tuple[Mode, Trip | None]]
+    cfg: AgentBreakerConfig, s: SessionState | None, found: Iterable[tuple[Mode, Trip | None]], call: bool
 ) -> tuple[Trip | None, Trip | None]:
     """(the first blocking trip, the warning to show) of trips found in order, each with its
     heuristic's mode; graded against session `s`. Stops at the first block."""
@@ -127,7 +132,7 @@ def _decide(
     for mode, trip in found:
         if trip is None or mode == "off":
             continue
-        advisory = graded(cfg, s, trip)
+        advisory = graded(cfg, s, trip, call=call)
         if advisory is None and mode == "enforce":
             return trip, warn
         warn = _warning(warn, advisory or trip)
@@ -136,13 +141,15 @@ def _decide(
 
 def run_checks(checks: tuple[EnabledCheck, ...], ctx: CheckContext) -> tuple[Trip | None, Trip | None]:
     """Run (name, mode, check) in order, lazily: (first blocking trip, the warning to show)."""
-    return _decide(ctx.cfg, ctx.s, ((mode, check(ctx)) for _name, mode, check in checks))
+    return _decide(ctx.cfg, ctx.s, ((mode, check(ctx)) for _name, mode, check in checks), ctx.f is not None)
 
 
-def judge(cfg: AgentBreakerConfig, trips: list[Trip | None], s: SessionState | None = None) -> tuple[Trip | None, Trip | None]:
+def judge(
+    cfg: AgentBreakerConfig, trips: list[Trip | None], s: SessionState | None = None, *, call: bool = False
+) -> tuple[Trip | None, Trip | None]:
     """The same for trips found outside the check tables, by their heuristics' modes (graded
-    against session `s`, when given)."""
-    return _decide(cfg, s, ((cfg.mode_of(t.heuristic), t) if t is not None else ("off", None) for t in trips))
+    against session `s`, when given, for a tool `call` or not)."""
+    return _decide(cfg, s, ((cfg.mode_of(t.heuristic), t) if t is not None else ("off", None) for t in trips), call)
 
 
 @dataclass(frozen=True, slots=True)

@@ -264,8 +264,12 @@ class Loops:
     said: dict[int, None] = field(default_factory=dict)  # hashes of the user turns so far
     wait: dict[str, float] = field(default_factory=dict)  # early_retry: tool -> no call before (Retry-After)
     # graduated heuristics: warnings given (warn_first), per heuristic since the last progress,
-    # or per heuristic and pattern (`heuristic:pattern`) since that pattern's last progress
-    warned: dict[str, int] = field(default_factory=dict)
+    # or per heuristic and pattern (`heuristic:pattern`) since that pattern's last progress, each
+    # with the history index of the call last warned (-1: not a call)
+    warned: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # the highest history index whose call's result came back: a warning counts as read once a
+    # call made at or after it has answered
+    answered: int = -1
     # the user stopped a call, and has not spoken since: their next turn is new information
     interrupted: bool = False
 
@@ -314,7 +318,8 @@ class Loops:
             "done": [[k, *d] for k, d in self.done.items()],
             "said": list(self.said),
             "wait": self.wait,
-            "warned": self.warned,
+            "warned": {k: list(v) for k, v in self.warned.items()},
+            "answered": self.answered,
             "interrupted": self.interrupted,
         }
 
@@ -341,7 +346,9 @@ class Loops:
             done={k: _done(t, rest) for k, t, *rest in d.get("done", [])},
             said=dict.fromkeys(d.get("said", [])),
             wait=dict(d.get("wait", {})),
-            warned=dict(d.get("warned", {})),
+            # a warning stored as a bare count, before warnings waited for evidence, is read
+            warned={k: (v, -1) if isinstance(v, int) else (v[0], v[1]) for k, v in d.get("warned", {}).items()},
+            answered=d.get("answered", -1),
             interrupted=bool(d.get("interrupted", False)),
         )
 

@@ -107,6 +107,11 @@ class ToolCall(_Event, _Spend):
     # the session that started this one (a sub-agent's parent): a failing call's streak is the
     # family's (identical_failure), whichever of its sessions retries it
     parent_session: _Name | None = None
+    # the sender reports a result for every call it lets run (the gateway, the flows, the
+    # drop-ins): past MAX_PENDING calls in flight a new one is refused rather than one in flight
+    # forgotten. A coding agent's hooks promise none (a call the user declined, an interrupted
+    # one, a settings file without PostToolUse): there the oldest call in flight is forgotten.
+    result_promised: bool = True
 
 
 class ToolResult(_Event):

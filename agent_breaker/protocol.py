@@ -66,6 +66,7 @@ KINDS: tuple[EventKind, ...] = (
             "mutating": "mutating",
             "turn": "turn",
             "parent_session_id": "parent_session",
+            "result_promised": "result_promised",
         },
         ("tool_name", "tool_args"),
         ("session_id", "call_id", "allowed", "heuristic", "severity", "reason", "observation", "route", "advisory"),

@@ -182,7 +182,8 @@ def sessions(draw) -> SessionState:
             ),
             said=dict.fromkeys(draw(st.lists(u64, max_size=3, unique=True))),
             wait=draw(st.dictionaries(ids, times, max_size=2)),
-            warned=draw(st.dictionaries(ids, st.integers(1, 10), max_size=3)),
+            warned=draw(st.dictionaries(ids, st.tuples(st.integers(1, 10), st.integers(-1, 10**6)), max_size=3)),
+            answered=draw(st.integers(-1, 10**6)),
         ),
         failures=Failures(
             draw(
@@ -303,9 +304,12 @@ def test_a_session_stored_before_warnings_error_streaks_and_model_steps_reads_wi
     loops = Loops(
         pending={"c1": Pending(facts, "c1", "b", None, False, False, 0, 12.5)},
         done={9: (100.0, 7, 8)},
-        warned={"identical_failure": 1},
+        warned={"identical_failure": (1, 4)},
     )
     wire = loops.to_wire()
+    assert Loops.from_wire(wire).warned == {"identical_failure": (1, 4)}
+    # a warning stored as a bare count (before warnings waited for evidence): read as from no call
+    assert Loops.from_wire({**wire, "warned": {"identical_failure": 1}}).warned == {"identical_failure": (1, -1)}
     wire["fail"] = [1, 2, False]  # a failure streak of its time: read as none (the streak starts over)
     wire["done"] = [d[:2] for d in wire["done"]]
     wire["pending"] = {cid: [p[0][:11], *p[1:7]] for cid, p in wire["pending"].items()}

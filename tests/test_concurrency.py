@@ -247,18 +247,19 @@ def test_one_session_hammered_by_identical_failing_calls_stays_consistent(make_e
     assert streak.run == allowed  # every recorded result failed, all the same call
     assert s.loops.keys[next(iter(s.failures.calls))].runs == allowed
     # nothing trips before 3 identical failures are recorded, and each needs an admitted call;
-    # the first trip only warns (its call runs), whatever the interleaving: the next one cuts
+    # a trip only warns (its call runs) until a call made since the first warning has answered,
+    # whatever the interleaving: racing calls are the parallel calls of one turn
     warned = [v for v in verdicts if v.allowed and v.heuristic is not None]
-    assert len(warned) <= 1 and all(v.heuristic == "identical_failure" and v.advisory for v in warned)
+    assert all(v.heuristic == "identical_failure" and v.advisory for v in warned)
     assert allowed >= 3 + len(warned)
     assert len(blocked) == 20 - allowed
     assert all(v.heuristic == "identical_failure" and not v.advisory for v in blocked)
     if blocked:
-        assert len(warned) == 1
+        assert warned
         assert s.halted is not None and s.halted[0] == "identical_failure"
         # each call tells its listeners after its own write: racing calls may tell in either order
         told = sorted((i.heuristic, i.severity) for i in incidents)
-        assert told == [("identical_failure", "block"), ("identical_failure", "warn")]
+        assert told == [("identical_failure", "block")] + [("identical_failure", "warn")] * len(warned)
     else:
         assert s.halted is None
         assert [(i.heuristic, i.severity) for i in incidents] == [("identical_failure", "warn")] * len(warned)

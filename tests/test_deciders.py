@@ -45,6 +45,7 @@ def call_input(p: Policy, tool: str = "search", args: dict[str, Any] | None = No
     f = call_facts(FP, ev, p)
     return CallInput(
         call_id=ev.call_id,
+        result_promised=ev.result_promised,
         f=f,
         p=p,
         now=NOW,

@@ -22,6 +22,39 @@ def test_identical_failure_warns_the_fourth_identical_failing_call_and_cuts_the_
     assert v.observation["tool"] == "search_db"
 
 
+def test_calls_issued_before_the_warned_call_answered_are_warned_again_not_cut(engine, clock):
+    """Parallel calls of the turn the warning came in: the agent could not read it yet. The cut
+    waits for a result, of a call made since the warning, that shows no progress."""
+    args = {"query": "SELECT COUNT(*) FROM orders"}
+    for _ in range(3):
+        assert run(engine, clock, "search_db", args, False, None).allowed
+    earlier = engine.check_tool_call(call("read_file", {"path": "schema.sql"}))  # in flight
+    warned = engine.check_tool_call(call("search_db", args))
+    assert (warned.allowed, warned.heuristic, warned.advisory) == (True, "identical_failure", True)
+    same_turn = [engine.check_tool_call(call("search_db", args)) for _ in range(3)]
+    assert all(v.allowed and v.advisory and v.heuristic == "identical_failure" for v in same_turn)
+    # the answer of a call made before the warning is no evidence
+    engine.record_tool_result(result("read_file", False, None, call_id=earlier.call_id, error="no such file"))
+    again = engine.check_tool_call(call("search_db", args))
+    assert (again.allowed, again.advisory) == (True, True)
+    # the warned call's own failure is: the next call is cut
+    engine.record_tool_result(result("search_db", False, None, call_id=warned.call_id))
+    cut = engine.check_tool_call(call("search_db", args))
+    assert (cut.allowed, cut.heuristic, cut.advisory) == (False, "identical_failure", False)
+
+
+def test_a_result_of_a_call_made_after_the_warning_is_evidence_whichever_answers_first(engine, clock):
+    args = {"query": "SELECT COUNT(*) FROM orders"}
+    for _ in range(3):
+        assert run(engine, clock, "search_db", args, False, None).allowed
+    assert engine.check_tool_call(call("search_db", args)).advisory
+    later = engine.check_tool_call(call("search_db", args))  # issued with the warned call
+    assert later.allowed and later.advisory
+    engine.record_tool_result(result("search_db", False, None, call_id=later.call_id))
+    cut = engine.check_tool_call(call("search_db", args))
+    assert not cut.allowed and cut.heuristic == "identical_failure"
+
+
 def test_two_failures_then_a_success_is_a_transient_retry_not_a_loop(engine, clock):
     args = {"url": "https://api.example.com/items/14"}
     assert run(engine, clock, "fetch_url", args, False, None).allowed
@@ -408,3 +441,28 @@ def test_sub_agents_that_succeed_or_differ_leave_the_family_alone(engine, clock)
         engine.record_tool_result(result("run_build", i % 2 == 0, {"ok": True} if i % 2 == 0 else None, call_id=v.call_id, **who))
     v = engine.check_tool_call(call("run_build", {"target": "mod1"}, session="lead"))
     assert v.allowed and v.heuristic is None
+
+
+def test_a_sender_that_promises_results_is_refused_past_64_calls_in_flight_until_they_age_out(engine, clock):
+    """The gateway's protection: 64 decoys never push a call in flight (a failing one) out."""
+    first = engine.check_tool_call(call("fetch", {"n": 0}, call_id="c0"))
+    for i in range(1, 64):
+        assert engine.check_tool_call(call("fetch", {"n": i}, call_id=f"c{i}")).allowed
+    over = engine.check_tool_call(call("fetch", {"n": 64}, call_id="c64"))
+    assert (over.allowed, over.heuristic) == (False, "invalid_event") and "64 calls" in over.reason
+    assert engine.record_tool_result(result("fetch", False, None, call_id="c0", error="boom")).reason == ""
+    assert first.allowed and engine.check_tool_call(call("fetch", {"n": 64}, call_id="c64")).allowed
+    clock.advance(121.0)  # duplicate_mutation.in_flight_s: the calls in flight are taken as lost
+    assert engine.check_tool_call(call("fetch", {"n": 65}, call_id="c65")).allowed
+
+
+def test_a_sender_that_promises_no_results_forgets_its_oldest_call_in_flight(engine, clock):
+    """A coding agent's hooks: calls without results (declined, interrupted, no PostToolUse)
+    never hold up the next; the forgotten call is no evidence, its late result none either."""
+    for i in range(200):
+        v = engine.check_tool_call(call("Bash", {"command": f"ls {i}"}, call_id=f"c{i}", result_promised=False))
+        assert (v.allowed, v.heuristic) == (True, None), i
+    late = engine.record_tool_result(result("Bash", False, None, call_id="c0", error="boom"))
+    assert not late.accepted and late.heuristic == "invalid_event"
+    assert engine.record_tool_result(result("Bash", True, "ok", call_id="c199")).accepted
+    assert len(engine.store.peek_session("s1").loops.pending) == 63

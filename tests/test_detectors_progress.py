@@ -355,7 +355,9 @@ def test_a_slow_job_whose_progress_is_nested_and_renamed_is_never_cut(engine, cl
 def halt_on_a_failing_query(engine, clock):
     for _ in range(3):
         run(engine, clock, "run_sql", {"q": 1}, False, None)
-    assert engine.check_tool_call(call("run_sql", {"q": 1})).heuristic == "identical_failure"
+    assert run(engine, clock, "run_sql", {"q": 1}, False, None).advisory  # warned, and it failed again
+    cut = engine.check_tool_call(call("run_sql", {"q": 1}))
+    assert (cut.allowed, cut.heuristic) == (False, "identical_failure")
 
 
 def test_a_bare_nudge_lifts_no_loop_halt(engine, clock):

@@ -502,6 +502,8 @@ REAL_SESSIONS = Path(__file__).parent / "traces" / "real-claude-code.jsonl.gz"
 CODING_CONFIG = Path(__file__).parents[1] / "config" / "coding_agent" / "config.yml"
 #: the session with the most failing checks in a row: a linter failing 9 times, fixed in between
 RECORDED = "claude-code:conneroisu/templar:logs__chat@caafff274dc1"
+#: the session with the most calls (312)
+LONGEST = "claude-code:kesslerio/attio-mcp-server:logs__chat@a8e99a7c0e2c"
 
 
 def real_sessions() -> list[dict[str, Any]]:
@@ -620,6 +622,47 @@ def test_a_recorded_session_through_the_command_is_cut_where_replay_cuts_it(tmp_
 
     refused = through(answer_of, CLAUDE_CODE, "rec-cmd")
     assert refused[0] == trip_event and len(refused) == blocked
+
+
+def replay_through(client: Any, agent: str, events: list[dict[str, Any]], dropped: Any) -> tuple[int, list[Any]]:
+    """Recorded events through `agent`'s endpoint, without the results `dropped(n)` names (n:
+    the result's 1-based index): (results sent, the denials of calls)."""
+    run = uuid.uuid4().hex[:8]
+    results, refused = 0, []
+    for event in events:
+        if event["type"] not in ("tool_call", "tool_result", "user"):
+            continue
+        if event["type"] == "tool_result":
+            results += 1
+            if dropped(results):
+                continue
+        r = hook(client, agent, as_hook(agent, f"{run}-{event['session']}", event))
+        assert r.status_code == 200, r.text
+        if event["type"] == "tool_call" and denied(r.json()):
+            refused.append((event["session"], r.json()))
+    return results, refused
+
+
+# Codex pairs a result with its call by id as Claude Code does; Gemini CLI sends no call id
+@pytest.mark.slow
+@pytest.mark.parametrize("agent", [CLAUDE_CODE, GEMINI_CLI])
+def test_recorded_sessions_with_every_fifth_result_missing_are_never_refused(agent, client):
+    """Real agents send no result for some calls they announced (declined by the user or by
+    another hook, interrupted, no PostToolUse in the settings): the 41 recorded sessions, each
+    fifth result dropped, through the endpoint. None of their calls is denied, for calls in
+    flight or anything else (the sessions are good work: replay cuts none of them)."""
+    results, refused = replay_through(client, agent, real_sessions(), lambda n: n % 5 == 0)
+    assert results > 3000 and refused == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("agent", AGENTS)
+def test_a_recorded_session_with_no_result_at_all_is_never_refused(agent, client):
+    """Hook settings with only the pre-call hook: the longest recorded session (312 calls) sends
+    no result; its calls in flight never hold up the next."""
+    events = [e for e in real_sessions() if e["session"] == LONGEST]
+    results, refused = replay_through(client, agent, events, lambda n: True)
+    assert results > 300 and refused == []
 
 
 # ----------------------------------------------------------------------------- a broken install

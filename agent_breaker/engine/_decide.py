@@ -63,6 +63,7 @@ class CallInput:
     """What the tool-call decider reads besides the session."""
 
     call_id: str | None
+    result_promised: bool  # see ToolCall.result_promised
     f: CallFacts
     p: Policy
     now: float
@@ -118,10 +119,10 @@ def decide_tool_call(s: SessionState, x: CallInput) -> tuple[SessionState | None
             # the agent is told to ask the user: the next "yes" is an answer again
             s.loops.said.pop(x.confirmation, None)
     if block is None and x.view is not None and s.loops.opening is not None:
-        block, churn_warn = judge(cfg, [churn.check(x.view, f.values, f.tool, cfg, now)], s)
+        block, churn_warn = judge(cfg, [churn.check(x.view, f.values, f.tool, cfg, now)], s, call=True)
         warn = warn or churn_warn
     if block is None and x.effects is not None and f.effect is not None:
-        block, effect_warn = judge(cfg, [done_elsewhere(x.effects, f, x.member, cfg, now)], s)
+        block, effect_warn = judge(cfg, [done_elsewhere(x.effects, f, x.member, cfg, now)], s, call=True)
         warn = warn or effect_warn
     granted, own_probe, whose = permission, None, "every session"
     if block is None and x.breaker_on and (permission is None or (permission.allowed and permission.probe is None)):
@@ -150,11 +151,15 @@ def decide_tool_call(s: SessionState, x: CallInput) -> tuple[SessionState | None
         s.loops.auto_ids += 1
         call_id = f"{UNNAMED_CALL}{s.loops.auto_ids}"
     if len(s.loops.pending) >= MAX_PENDING and not forget_lost(s, now - cfg.duplicate_mutation.in_flight_s):
-        # never evict a call in flight: 64 decoys would push a failing call out, and its
-        # failure would never count
-        reason = f"{MAX_PENDING} calls of this session are in flight; report their results first"
-        decided.verdict = Verdict(False, H.INVALID_EVENT, "block", "call", reason)
-        return s, decided
+        if x.result_promised:
+            # a sender that reports every result: never evict a call in flight, 64 decoys would
+            # push a failing call out, and its failure would never count
+            reason = f"{MAX_PENDING} calls of this session are in flight; report their results first"
+            decided.verdict = Verdict(False, H.INVALID_EVENT, "block", "call", reason)
+            return s, decided
+        # a sender that may never report it (a coding agent's hooks): the oldest is forgotten,
+        # neither evidence nor a reason to refuse this one
+        del s.loops.pending[next(iter(s.loops.pending))]
     probe = permission.probe if permission is not None else None
     s.loops.interrupted = False  # the agent went on by itself: no user took the turn
     s.loops.pending[call_id] = Pending(
@@ -305,6 +310,7 @@ def decide_tool_result(s: SessionState, x: ResultInput) -> tuple[SessionState | 
         reason = f"no call of {ev.tool} {which} was allowed in this session and awaits its result"
         return None, Decided(ResultVerdict(False, H.INVALID_EVENT, reason))
     decided = Decided(_ACCEPTED)
+    s.loops.answered = max(s.loops.answered, pending.history_index)
     heuristic: str | None = None
     breaker_state: str | None = None
     reason = ""

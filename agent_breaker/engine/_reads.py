@@ -109,6 +109,7 @@ class Reads:
         read = dict(zip(sessions, got.sessions, strict=True))
         return CallInput(
             call_id=ev.call_id,
+            result_promised=ev.result_promised,
             f=f,
             p=p,
             now=now,

@@ -131,7 +131,9 @@ def read_hook(agent: str, payload: Any) -> Hook:
         if not isinstance(args, Mapping):
             raise HookInputError("tool_input: an object is required")
         transcript = payload.get("transcript_path")
-        event = {**base, "type": TOOL_CALL_EVENT, "tool_args": dict(args)}
+        # an agent sends no result for a call the user declined or interrupted, or without a
+        # PostToolUse hook: its calls in flight never hold up the next
+        event = {**base, "type": TOOL_CALL_EVENT, "tool_args": dict(args), "result_promised": False}
         return Hook(agent, name, event, transcript if isinstance(transcript, str) and transcript else None)
     if name in _FAILED:
         # the user stopped it: the engine's own words for that, whatever the agent's error says

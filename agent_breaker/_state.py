@@ -160,6 +160,7 @@ class Pending:
     history_index: int
     ts: float = 0.0  # when it was let through (a call in flight for long is taken as lost)
     own_probe: int | None = None  # the probe id of the session's own breaker, when half-open
+    warning: dict[str, Any] | None = None  # the observation of the warning it was let through with
 
 
 @dataclass(slots=True)
@@ -286,6 +287,7 @@ class Loops:
                     p.history_index,
                     p.ts,
                     p.own_probe,
+                    p.warning,
                 ]
                 for cid, p in self.pending.items()
             },
@@ -327,7 +329,7 @@ class Loops:
     def from_wire(cls, d: dict[str, Any]) -> Loops:
         history, history_base = d["history"]
         return cls(
-            pending={cid: Pending(_unfacts(p[0]), *p[1:9]) for cid, p in d["pending"].items()},
+            pending={cid: Pending(_unfacts(p[0]), *p[1:10]) for cid, p in d["pending"].items()},
             auto_ids=d["auto_ids"],
             # a streak stored before `since` existed began no later than its last run
             keys={k[0]: KeyStat(k[1], k[2], k[3], k[4], list(k[5]), k[6], k[7], *(k[8:] or [k[3]])) for k in d["keys"]},

@@ -91,7 +91,7 @@ KINDS: tuple[EventKind, ...] = (
             "error_kind": "error_kind",
         },
         ("tool_name", "ok"),
-        ("session_id", "call_id", "accepted", "heuristic", "reason", "receipt"),
+        ("session_id", "call_id", "accepted", "heuristic", "reason", "receipt", "warning"),
         "result",
     ),
     EventKind(

@@ -96,6 +96,9 @@ class ResultVerdict:
     failed: bool = False
     breaker_state: str | None = None
     receipt: dict[str, Any] | None = None
+    # the observation of the warning the call was let through with: repeated beside its answer
+    # for an agent that reads context only after a call (Gemini CLI)
+    warning: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -105,6 +108,7 @@ class ResultVerdict:
             "failed": self.failed,
             "breaker_state": self.breaker_state,
             "receipt": self.receipt,
+            "warning": self.warning,
         }
 
 

@@ -191,7 +191,20 @@ def test_a_warning_lets_the_call_run_and_reaches_the_model_as_context(agent):
         "agent-breaker (identical_failure): Bash failed 4 times in a row with the same arguments. "
         "Stop retrying; change the command."
     )
-    assert out.output == {"hookSpecificOutput": {"hookEventName": PRE[agent], "additionalContext": expected}}
+    if agent == GEMINI_CLI:  # read with the call's answer: Gemini CLI reads no context before a call
+        assert out.output == {}
+        after = read_hook(agent, post(agent, "s", 1, "make", "error", 2))
+        out = answer(
+            after,
+            {
+                "accepted": True,
+                "heuristic": None,
+                "warning": WARN["observation"] | {"warning": "IDENTICAL_FAILURE", "message": WARN["reason"]},
+            },
+        )
+    assert out.output == {
+        "hookSpecificOutput": {"hookEventName": (PRE if agent != GEMINI_CLI else POST)[agent], "additionalContext": expected}
+    }
     assert answer(hook, {"allowed": True, "heuristic": None}).output == {}
 
 
@@ -317,6 +330,43 @@ def test_the_command_denies_identical_failing_commands_by_the_fifth(agent, tmp_p
     ]
     assert incidents.stat().st_mode & 0o077 == 0
     assert main(["report", str(incidents)]) == 0
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+def test_what_the_model_reads_names_the_tool_as_the_agent_does_and_each_warning_where_it_is_read(agent, tmp_path):
+    """The warned call's answer carries its warning for Gemini CLI (it reads context after a call
+    only); the others read it before the call, once. A result of no call in flight is silent;
+    the halt tells a coding agent to hand back to its user."""
+    state = f"sqlite:///{tmp_path}/hooks.db"
+    told = []
+    for n in range(1, 6):
+        code, out, err = command(agent, pre(agent, "s-msg", n, "npm run build"), state)
+        before = json.loads(out) if out else {}
+        if code == BLOCK_EXIT or before.get("decision") == "deny":
+            refusal = err or before["reason"]
+            break
+        code, out, _ = command(agent, post(agent, "s-msg", n, "npm run build", "error TS2304", 1), state)
+        after = json.loads(out) if out else {}
+        told.append(
+            (
+                before.get("hookSpecificOutput", {}).get("additionalContext"),
+                after.get("hookSpecificOutput", {}).get("additionalContext"),
+            )
+        )
+    else:
+        pytest.fail("never denied")
+    warned = [(b, a) for b, a in told if b or a]
+    [(before_text, after_text)] = warned
+    text = after_text if agent == GEMINI_CLI else before_text
+    assert (before_text is None, after_text is None) == ((agent == GEMINI_CLI), (agent != GEMINI_CLI))
+    assert text.startswith(f"agent-breaker (identical_failure): {SHELL[agent]} failed 3 times") and "this call is allowed" in text
+    assert f"{SHELL[agent]} failed 4 times" in refusal and SHELL[agent].lower() not in refusal.replace(SHELL[agent], "")
+    # the denied call never ran: a result of it (a stray or replayed one) tells the model nothing
+    code, out, err = command(agent, post(agent, "s-msg", n, "npm run build", "error TS2304", 1), state)
+    assert (code, json.loads(out or "{}"), err) == (0, {}, "")
+    code, out, err = command(agent, pre(agent, "s-msg", n + 1, "ls"), state)
+    halted = err or json.loads(out)["reason"]
+    assert "session halted earlier" in halted and "tell the user what failed" in halted and "final answer" not in halted
 
 
 @pytest.mark.parametrize("agent", AGENTS)

@@ -179,6 +179,8 @@ def decide_tool_call(s: SessionState, x: CallInput) -> tuple[SessionState | None
     if f.effect is not None and x.effects_on:
         decided.effects.append(UpdateView(effects_key_of(x.tenant), effect_change(f, now, done=None)))
     decided.verdict = settle(s, decided, None, warn, f.tool, escalation_id=x.escalation_id, call_id=call_id)
+    if decided.verdict.heuristic is not None:
+        s.loops.pending[call_id].warning = decided.verdict.observation
     return s, decided
 
 
@@ -337,7 +339,9 @@ def decide_tool_result(s: SessionState, x: ResultInput) -> tuple[SessionState | 
             decided.effects.append(BreakerMoved(moved, moved.dst))
     if not x.share_breakers:
         breaker_state = st.state.value
-    decided.verdict = ResultVerdict(True, heuristic, reason, failed=out.failed, breaker_state=breaker_state)
+    decided.verdict = ResultVerdict(
+        True, heuristic, reason, failed=out.failed, breaker_state=breaker_state, warning=pending.warning
+    )
     if s.loops.opening is not None and x.churn_on and out.failed and not out.dependency and r.failure is not None:
         # a failure of the call's own in the session's opening (an outage is the breaker's)
         failure = r.failure
@@ -537,9 +541,10 @@ def halted_verdict(s: SessionState, cfg: AgentBreakerConfig, tool: str | None) -
     heuristic, reason = s.halted
     if cfg.mode_of(heuristic) != "enforce":
         return None
-    return verdict_for(
-        Trip(heuristic, "session", f"session halted earlier: {reason}", "Write your final answer now."), "block", tool
-    )
+    # a coding agent's user is at the keyboard: the agent stops this approach and hands back,
+    # whatever it was doing (a user turn with news lifts a loop's halt)
+    instruction = "Stop this approach: tell the user what failed and what you tried, and wait for their answer."
+    return verdict_for(Trip(heuristic, "session", f"session halted earlier: {reason}", instruction), "block", tool)
 
 
 def breaker_trip(permission: Permission, tool: str, whose: str = "every session") -> Trip | None:

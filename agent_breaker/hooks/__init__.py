@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._errors import AgentBreakerError
-from .._text import USER_INTERRUPTION
+from .._text import USER_INTERRUPTION, normalize_name
+from ..heuristics import INVALID_EVENT
 from ..protocol import BY_NAME, TOOL_CALL_EVENT, TOOL_RESULT_EVENT
 
 USER_EVENT = BY_NAME["user"].colang
@@ -249,26 +250,36 @@ def _short(value: Any, limit: int = 500) -> str:
     return text[:limit]
 
 
-def message(verdict: Mapping[str, Any]) -> str:
-    """What the model reads: the heuristic, the reason, and what to do instead."""
+def message(verdict: Mapping[str, Any], tool: str | None = None) -> str:
+    """What the model reads: the heuristic, the reason, and what to do instead; the tool named
+    as the agent spells it (`tool`: the engine compares names case-folded)."""
     instruction = (verdict.get("observation") or {}).get("actionable_instruction")
     head = f"agent-breaker ({verdict.get('heuristic')}): {verdict.get('reason') or ''}".rstrip()
-    if not instruction:
-        return head
-    return f"{head} {instruction}" if head.endswith((".", "!", "?", ":")) else f"{head}. {instruction}"
+    text = (
+        head if not instruction else f"{head} {instruction}" if head.endswith((".", "!", "?", ":")) else f"{head}. {instruction}"
+    )
+    folded = normalize_name(tool) if tool else None
+    if not folded or folded == tool:
+        return text
+    return re.sub(rf"(?<![\w.-]){re.escape(folded)}(?![\w-])", lambda _: tool or "", text)
 
 
 def answer(hook: Hook, verdict: Mapping[str, Any] | None) -> HookAnswer:
     """The agent's answer to `hook`, given the verdict event the guard decided (None: nothing
     was decided)."""
-    if verdict is None or hook.event is None or not verdict.get("heuristic"):
+    if verdict is None or hook.event is None:
         return HookAnswer()
+    tool = hook.event.get("tool_name")
     if hook.event["type"] == TOOL_RESULT_EVENT:
-        # a result is recorded, never refused; what looks wrong reaches the model as context
-        return _context(hook, message(verdict))
+        return _after(hook, verdict, tool)
+    if not verdict.get("heuristic"):
+        return HookAnswer()
+    text = message(verdict, tool)
     if verdict.get("allowed"):
-        return _context(hook, message(verdict))  # a warning: the call runs
-    text = message(verdict)
+        # a warning: the call runs. Gemini CLI reads no context before a call: it comes with
+        # the call's answer (`_after`)
+        return HookAnswer() if hook.agent == GEMINI_CLI else _context(hook, text)
+
     if hook.agent == GEMINI_CLI:
         # Gemini CLI reads the JSON whatever the exit code, and logs any exit but 0 as a failed
         # hook: a refusal it reads as one exits 0
@@ -278,6 +289,25 @@ def answer(hook: Hook, verdict: Mapping[str, Any] | None) -> HookAnswer:
         return HookAnswer({"decision": "block", "reason": text}, BLOCK_EXIT, text)
     output = {"hookSpecificOutput": {"hookEventName": hook.name, "permissionDecision": "deny", "permissionDecisionReason": text}}
     return HookAnswer(output, BLOCK_EXIT, text)
+
+
+def _after(hook: Hook, verdict: Mapping[str, Any], tool: str | None) -> HookAnswer:
+    """A result is recorded, never refused: what looks wrong reaches the model as context. A
+    result the guard awaited no call for (one it forgot, or a call another hook declined) is no
+    news to the model. Gemini CLI reads context after a call only: the warning the call was let
+    through with comes with its answer."""
+    said = []
+    warning = verdict.get("warning")
+    if hook.agent == GEMINI_CLI and warning:
+        said.append(
+            message(
+                {"heuristic": str(warning.get("warning", "")).lower(), "reason": warning.get("message"), "observation": warning},
+                tool,
+            )
+        )
+    if verdict.get("heuristic") and verdict["heuristic"] != INVALID_EVENT:
+        said.append(message(verdict, tool))
+    return _context(hook, "\n".join(said)) if said else HookAnswer()
 
 
 def _context(hook: Hook, text: str) -> HookAnswer:

@@ -10,9 +10,13 @@ if not verdict.allowed:
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
+from ._about import DISTRIBUTION
+
+TYPE_CHECKING = False  # typing costs milliseconds every hook call would feel (see `_hook_client`)
 if TYPE_CHECKING:
+    from typing import Any
+
     from ._errors import AgentBreakerError
     from ._guarded import guarded
     from ._outcomes import is_semantic_failure
@@ -24,8 +28,6 @@ if TYPE_CHECKING:
     from .receipts import ReceiptKeys
     from .store import MemoryStore, StorageError, Store, store_from_uri
     from .verdicts import BreakerIncident, Incident, ResultVerdict, Verdict
-
-from ._about import DISTRIBUTION
 
 # each public name's module, imported on first use (PEP 562): `agent-breaker hook`, which runs once
 # per tool call, pays only for what it uses

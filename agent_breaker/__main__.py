@@ -9,13 +9,14 @@ or 2 under `--fail closed` (the call is blocked).
 
 from __future__ import annotations
 
-import json
 import os
-import shlex
 import sys
-from typing import TextIO
 
 from ._about import DISTRIBUTION
+
+TYPE_CHECKING = False  # typing costs milliseconds a hook call feels (see `_hook_client`)
+if TYPE_CHECKING:
+    from typing import TextIO
 
 #: a hook's exit code for "blocked, the reason is on stderr": `hooks.BLOCK_EXIT`, not imported
 #: from there because this module must run when the rest of the package cannot
@@ -25,6 +26,13 @@ BLOCK_EXIT = 2
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     try:
+        if args[:1] == ["hook"]:
+            # runs before every tool call of a coding agent: the daemon answers, nothing imported
+            from ._hook_client import main as hook_main
+
+            code = hook_main(args, _hook_in_full)
+            if code is not None:
+                return code
         from .cli import main as cli_main
     except ImportError as exc:
         return broken_install(exc, args, sys.stderr)
@@ -41,6 +49,24 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+def _hook_in_full(options: dict[str, str], raw: bytes) -> int:
+    """The full hook command on an input the daemon client read (`_hook_client.main`)."""
+    import io
+
+    from .hooks.command import run
+
+    return run(
+        options["agent"],
+        io.BytesIO(raw),
+        sys.stdout,
+        sys.stderr,
+        config=options.get("--config"),
+        state=options.get("--state"),
+        server=None,
+        fail_closed=options.get("--fail") == "closed",
+    )
+
+
 def broken_install(exc: ImportError, argv: list[str], stderr: TextIO) -> int:
     """Say, in one line, what is missing and how to mend it; the exit code."""
     closed = argv[:1] == ["hook"] and _fails_closed(argv)
@@ -51,6 +77,9 @@ def broken_install(exc: ImportError, argv: list[str], stderr: TextIO) -> int:
 
 def reinstall_command() -> str:
     """The pip command that reinstalls what this environment was installed from."""
+    import json
+    import shlex
+
     source = DISTRIBUTION
     try:
         from importlib.metadata import PackageNotFoundError, distribution

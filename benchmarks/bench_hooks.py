@@ -4,9 +4,9 @@ endpoints of `agent-breaker serve` under load.
     python -m benchmarks.bench_hooks [--calls 40] [--sessions 50] [--rates 100,250] [--duration-s 10] [--out FILE]
 
 1. The command: --calls Claude Code tool calls (PreToolUse, then its PostToolUse), each a process
-   of its own as the agent runs it (`python -m agent_breaker.cli hook claude-code`, its state in a
-   SQLite file of the run's own), one after the other: p50 / p99 / max of the wall time, from
-   spawning the process to its exit, for the check and for the result; once with the per-user
+   of its own as the agent runs it (the command `hooks print-config claude-code` prints, through
+   `sh -c`; its state in a SQLite file of the run's own), one after the other: p50 / p99 / max of
+   the wall time, from spawning the shell to its exit, for the check and for the result; once with the per-user
    daemon (a fresh one: the first call, which starts it, is reported apart) and once with
    --no-daemon (every call imports and builds the engine).
 2. The endpoint: a server on the coding_agent config (state in memory, one worker, a free
@@ -81,14 +81,26 @@ def post(session: str, n: int) -> dict[str, Any]:
     }
 
 
+def printed_command(fail: str = "closed") -> str:
+    """The PreToolUse command `agent-breaker hooks print-config claude-code` prints: this
+    install's `agent-breaker` script by absolute path, as the agent runs it."""
+    out = subprocess.run(
+        [sys.executable, "-m", "agent_breaker", "hooks", "print-config", "claude-code", "--fail", fail],
+        capture_output=True,
+        check=True,
+        text=True,
+    )
+    return str(json.loads(out.stdout)["hooks"]["PreToolUse"][0]["hooks"][0]["command"])
+
+
 def run_command(calls: int, daemon: bool) -> dict[str, Any]:
-    """--calls tool calls through the command, one process each; with the daemon, the first
-    call (which finds none, decides alone and starts it) is reported apart as the cold one."""
+    """--calls tool calls through the command `print-config` prints, each a process of its own
+    started through `sh -c` as the agents start a hook command; with the daemon, the first call
+    (which finds none, decides alone and starts it) is reported apart as the cold one."""
     state = f"sqlite:///{tempfile.mkdtemp(prefix='bench-hooks-')}/hooks.db"
     runtime = tempfile.mkdtemp(prefix="ab-")  # a daemon of the run's own, stopped at its end
-    env = {**os.environ, "NEMO_GUARDRAILS_NO_USAGE_STATS": "1", "XDG_RUNTIME_DIR": runtime}
-    argv = [sys.executable, "-m", "agent_breaker.cli", "hook", "claude-code", "--state", state, "--fail", "closed"]
-    argv += [] if daemon else ["--no-daemon"]
+    env = {**os.environ, "NEMO_GUARDRAILS_NO_USAGE_STATS": "1", "XDG_RUNTIME_DIR": runtime, "AGENT_BREAKER_HOOK_STATE": state}
+    command = printed_command() + ("" if daemon else " --no-daemon")
     walls: dict[str, list[float]] = {"check": [], "result": []}
     codes: Counter = Counter()
     cold = None
@@ -96,7 +108,9 @@ def run_command(calls: int, daemon: bool) -> dict[str, Any]:
         for n in range(calls + daemon):
             for kind, payload in (("check", pre("bench", n)), ("result", post("bench", n))):
                 t = time.perf_counter()
-                proc = subprocess.run(argv, input=json.dumps(payload).encode(), capture_output=True, env=env, timeout=60)
+                proc = subprocess.run(
+                    ["sh", "-c", command], input=json.dumps(payload).encode(), capture_output=True, env=env, timeout=60
+                )
                 wall = time.perf_counter() - t
                 codes[f"{kind} exit {proc.returncode}"] += 1
                 if daemon and n == 0:
@@ -111,6 +125,7 @@ def run_command(calls: int, daemon: bool) -> dict[str, Any]:
                 os.kill(int(lock.read_text()), signal.SIGTERM)
     return {
         "mode": "daemon" if daemon else "in process (--no-daemon)",
+        "command": command,
         "calls": calls,
         "cold_first_call_ms": round(1000 * cold, 1) if cold is not None else None,
         **{

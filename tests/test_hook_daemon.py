@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from agent_breaker import _hook_client as _client
 from agent_breaker.hooks import BLOCK_EXIT, CLAUDE_CODE
 from agent_breaker.hooks import command as _hook_command
 from agent_breaker.hooks import daemon as _hook_daemon
@@ -137,7 +138,7 @@ def test_no_daemon_in_a_folder_others_can_write_to_or_when_switched_off(runtime_
 def test_each_config_store_and_environment_has_a_daemon_of_its_own(runtime_dir, tmp_path, monkeypatch):
     config = tmp_path / "c.yml"
     config.write_text("agent_breaker: {}\n")
-    here = _hook_daemon.absolute(str(config), "sqlite:///x.db")
+    here = _client.absolute(str(config), "sqlite:///x.db")
     first = _hook_daemon.socket_path(*here)
     assert first is not None  # a daemon can serve here: the comparisons below mean something
     assert first == _hook_daemon.socket_path(*here)
@@ -150,7 +151,7 @@ def test_each_config_store_and_environment_has_a_daemon_of_its_own(runtime_dir, 
         m.chdir(tmp_path)
         # a relative path names another file from another folder: another daemon; the same
         # files from any folder: the same one
-        assert first != _hook_daemon.socket_path(*_hook_daemon.absolute(str(config), "sqlite:///x.db"))
+        assert first != _hook_daemon.socket_path(*_client.absolute(str(config), "sqlite:///x.db"))
         assert first == _hook_daemon.socket_path(*here)
     config.write_text("agent_breaker: {identical_failure: {max_failures: 3}}\n")  # edited: a new daemon
     assert first != _hook_daemon.socket_path(*here)
@@ -252,3 +253,42 @@ def test_a_daemon_that_cannot_start_is_not_started_again_by_every_call(runtime_d
         code = _hook_command.run(CLAUDE_CODE, raw, out, err, config=str(config), state=state, server=None, fail_closed=True)
         assert code == BLOCK_EXIT and "no_such_key" in err.getvalue()  # the config's error, by the fail policy
     assert len(started) == 1
+
+
+#: what the hook command may load to hand a call to its daemon: what an interpreter starts with,
+#: and these (the rest costs milliseconds before every tool call)
+LIGHT = {"agent_breaker", "agent_breaker.__main__", "agent_breaker._about", "agent_breaker._errors", "agent_breaker._hook_client"}
+HEAVY = ("dataclasses", "typing", "pathlib", "json", "re", "argparse", "inspect", "enum", "socket", "hashlib")
+
+
+def test_the_command_as_the_agent_runs_it_asks_the_daemon_loading_nothing_heavy(runtime_dir, tmp_path):
+    """`python -m agent_breaker hook ...` in a process of its own, as an agent runs it: with a
+    daemon, the same answers as deciding alone, and no module beyond the light ones loaded."""
+    import subprocess
+    import sys
+
+    state = f"sqlite:///{tmp_path}/d.db"
+    path = _hook_daemon.socket_path(None, state)
+    assert path is not None
+    _hook_daemon.start(path, None, state)
+    wait_serving(path)
+    probe = (
+        "import sys\nfrom agent_breaker.__main__ import main\ncode = main(sys.argv[1:])\n"
+        "sys.stderr.write('MODULES ' + ' '.join(sorted(sys.modules)) + '\\n')\nsys.exit(code)\n"
+    )
+    argv = [sys.executable, "-c", probe, "hook", "claude-code", "--state", state, "--fail=closed"]
+    env = {**os.environ, "NEMO_GUARDRAILS_NO_USAGE_STATS": "1"}
+    # what the interpreter loads before any of ours (an editable install's finder loads re and pathlib)
+    bare = subprocess.run([sys.executable, "-c", "import sys; print(' '.join(sys.modules))"], capture_output=True, env=env)
+    started = set(bare.stdout.decode().split())
+    events = runaway_and_polling(f"s-{os.getpid()}")[:12]
+    answers = []
+    for event in events:
+        done = subprocess.run(argv, input=json.dumps(event).encode(), capture_output=True, env=env, timeout=60)
+        err, _, modules = done.stderr.decode().rpartition("MODULES ")
+        loaded = set(modules.split()) - started
+        ours = {m for m in loaded if m.startswith("agent_breaker")}
+        assert ours == LIGHT and not loaded & set(HEAVY), (ours - LIGHT, loaded & set(HEAVY))
+        answers.append((done.returncode, done.stdout.decode(), err))
+    alone = [call(e, f"sqlite:///{tmp_path}/a.db", daemon=False) for e in events]
+    assert answers == alone and any(code == BLOCK_EXIT for code, _, _ in answers)

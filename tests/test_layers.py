@@ -210,6 +210,7 @@ FLOORS = (
         (
             "agent_breaker",  # the package's face imports what it exports
             "agent_breaker.__main__",
+            "agent_breaker._hook_client",
             "agent_breaker.cli",
             "agent_breaker.server",
             "agent_breaker.hooks.guard",

@@ -91,6 +91,11 @@ class HookAnswer:
     def denied(self) -> bool:
         return self.exit_code == BLOCK_EXIT or refusal(self.output) is not None
 
+    def printed(self) -> tuple[int, str, str]:
+        """What the command prints of it: (exit code, stderr, stdout). A refusal prints no
+        JSON: the agent reads its reason on stderr."""
+        return self.exit_code, self.stderr, "" if self.exit_code == BLOCK_EXIT else json.dumps(self.output) + "\n"
+
 
 def _text(payload: Mapping[str, Any], name: str, *, required: bool = True) -> str | None:
     value = payload.get(name)

@@ -14,16 +14,17 @@ import json
 import os
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import IO
 
+from .. import _hook_client as client
 from .._errors import AgentBreakerError
-from . import BLOCK_EXIT, CODEX, GEMINI_CLI, MAX_INPUT_BYTES, Hook, HookAnswer, hook_of, refusal, undecided
+from .._hook_client import DEFAULT_STATE, STATE_ENV
+from . import BLOCK_EXIT, CODEX, GEMINI_CLI, MAX_INPUT_BYTES, HookAnswer, hook_of, refusal, undecided
 from . import daemon as hook_daemon
 from . import read as read_input
 
-#: where the command keeps its state unless told otherwise ($AGENT_BREAKER_HOOK_STATE)
-STATE_ENV = "AGENT_BREAKER_HOOK_STATE"
-DEFAULT_STATE = "sqlite:///~/.local/state/agent-breaker/hooks.db"
+__all__ = ["DEFAULT_STATE", "STATE_ENV", "main", "run"]
 SERVER_TIMEOUT_S = 5.0
 
 
@@ -49,19 +50,18 @@ def run(
         if server:  # the server reads the input, as its endpoint reads an HTTP hook's
             out = _forwarded(agent, raw, server, fail_closed)
         else:
-            read = read_input(agent, raw, fail_closed=fail_closed)
-            out = read if isinstance(read, HookAnswer) else _decided(read, config, state, daemon)
+            out = _decided(agent, raw, config, state, daemon, fail_closed)
     except ImportError:  # a broken install decides nothing; `agent_breaker.__main__` says so
         raise
     except GuardFailure as exc:
         out = undecided(str(exc), fail_closed=fail_closed, hook=hook_of(agent, raw))
     except Exception as exc:  # a guard that crashes must not decide by accident: the policy does
         out = undecided(f"{type(exc).__name__}: {exc}", fail_closed=fail_closed, hook=hook_of(agent, raw))
-    if out.stderr:
-        stderr.write(out.stderr + "\n")
-    if out.exit_code != BLOCK_EXIT:
-        stdout.write(json.dumps(out.output) + "\n")
-    return out.exit_code
+    exit_code, err, text = out.printed()
+    if err:
+        stderr.write(err + "\n")
+    stdout.write(text)
+    return exit_code
 
 
 def _with_exit_status(agent: str, raw: bytes) -> bytes:
@@ -91,21 +91,25 @@ def _with_exit_status(agent: str, raw: bytes) -> bytes:
     return json.dumps(payload).encode()
 
 
-def _decided(hook: Hook, config_path: str | None, state: str | None, daemon: bool) -> HookAnswer:
-    config_path, state = hook_daemon.absolute(config_path, state or os.environ.get(STATE_ENV) or DEFAULT_STATE)
-    path = hook_daemon.socket_path(config_path, state) if daemon else None
+def _decided(agent: str, raw: bytes, config_path: str | None, state: str | None, daemon: bool, fail_closed: bool) -> HookAnswer:
+    config_path, state = client.absolute(config_path, state or os.environ.get(STATE_ENV) or DEFAULT_STATE)
+    path = client.socket_path(config_path, state) if daemon else None
     if path is not None:
         try:
-            return hook_daemon.ask(path, hook)
-        except hook_daemon.DaemonUnavailable:
-            hook_daemon.start(path, config_path, state)
-        except hook_daemon.DaemonFailed as exc:
+            exit_code, err, text = client.ask(path, agent, raw, fail_closed)
+            return HookAnswer(json.loads(text) if text else {}, exit_code, err)
+        except client.DaemonUnavailable:
+            hook_daemon.start(Path(path), config_path, state)
+        except client.DaemonFailed as exc:
             raise GuardFailure(str(exc)) from None
+    read = read_input(agent, raw, fail_closed=fail_closed)
+    if isinstance(read, HookAnswer):
+        return read
     from .guard import HookGuard  # the engine, loaded only where the call is decided here
 
     guard = HookGuard(config_path, state)
     try:
-        return guard.decide(hook)
+        return guard.decide(read)
     finally:
         guard.close()
 

@@ -15,137 +15,39 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
-import json
 import os
 import socket
-import stat
 import struct
 import sys
 from pathlib import Path
 from typing import Any
 
-from .._errors import AgentBreakerError
-from . import BLOCK_EXIT, MAX_INPUT_BYTES, Hook, HookAnswer
+from .. import _hook_client as client
+from .._hook_client import DAEMON_ENV
+from . import MAX_INPUT_BYTES, HookAnswer
+from . import read as read_input
 
-#: set to "off" to decide every call in its own process
-DAEMON_ENV = "AGENT_BREAKER_HOOK_DAEMON"
+__all__ = ["DAEMON_ENV", "Daemon", "main", "running", "runtime_dir", "serve", "socket_path", "start"]
+
 IDLE_ENV = "AGENT_BREAKER_HOOK_DAEMON_IDLE_S"
 DEFAULT_IDLE_S = 900.0
-#: a call queued behind others still answers well within the agents' hook time-outs (60 s and up)
-ANSWER_TIMEOUT_S = 10.0
 #: a client that connects and then stalls cannot hold the daemon from the others for longer
 READ_TIMEOUT_S = 2.0
-#: the longest path a Unix socket address takes on Linux and macOS, with room to spare
-MAX_SOCKET_PATH = 100
-#: a request: one hook as the command read it (its input at most MAX_INPUT_BYTES, and a few fields)
-MAX_REQUEST_BYTES = MAX_INPUT_BYTES + 2**16
+#: a request: one hook input (at most MAX_INPUT_BYTES, one byte more says "over") and its header
+MAX_REQUEST_BYTES = MAX_INPUT_BYTES + 2**10
 #: a daemon that cannot start (a config that does not load) is not started again by every call
 START_INTERVAL_S = 10.0
 
 
-class DaemonUnavailable(AgentBreakerError):
-    """No daemon answers at this socket (none started, or one that died): decide in process."""
-
-
-class DaemonFailed(AgentBreakerError, RuntimeError):
-    """The daemon took the call but could not decide it: the fail policy answers."""
-
-
 def runtime_dir() -> Path:
-    """Where the sockets live: the user's runtime folder (a tmpfs only they can open) if the
-    system gives one, else a folder beside the hooks' default state."""
-    base = os.environ.get("XDG_RUNTIME_DIR")
-    if base and Path(base).is_absolute():
-        return Path(base) / "agent-breaker"
-    return Path.home() / ".local" / "state" / "agent-breaker" / "run"
-
-
-def private_dir(path: Path) -> bool:
-    """Create `path` owner-only if missing; whether it is a folder this user alone can write to.
-    Anyone else able to write there could plant a socket that answers "allow" to every call."""
-    try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        st = path.lstat()
-    except OSError:
-        return False
-    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-
-
-#: the install's code, stamped into a daemon's key (an upgrade is a new daemon); made absolute at
-#: import, since a module imported from the working folder may name its file relative to it
-_CODE = (os.path.abspath(__file__), os.path.abspath(Path(__file__).with_name("__init__.py")))
-
-
-def absolute(config: str | None, state: str) -> tuple[str | None, str]:
-    """The config file and the SQLite state as absolute paths: what a daemon serves, wherever
-    the call that started it ran (a relative `sqlite:///hooks.db` is the caller's folder's)."""
-    if config is not None:
-        config = os.path.abspath(os.path.expanduser(config))
-    prefix = "sqlite:///"
-    if state.startswith(prefix):
-        state = prefix + os.path.abspath(os.path.expanduser(state[len(prefix) :]))
-    return config, state
+    """Where the sockets live (`_hook_client.runtime_dir`)."""
+    return Path(client.runtime_dir())
 
 
 def socket_path(config: str | None, state: str) -> Path | None:
-    """The socket of the daemon for this config and state (absolute paths: see `absolute`),
-    install and environment; None where no daemon can serve (no Unix sockets, a folder others
-    can write to, a path too long). One user's calls from any folder share it."""
-    if not hasattr(socket, "AF_UNIX") or os.environ.get(DAEMON_ENV, "").lower() in ("off", "0", "false", "no"):
-        return None
-    key = hashlib.sha256()
-    for part in (*_stamp(config), *_stamp(_CODE[0]), *_stamp(_CODE[1]), state):
-        key.update(part.encode() + b"\0")
-    for name in sorted(n for n in os.environ if n.startswith("AGENT_BREAKER_")):
-        key.update(f"{name}={os.environ[name]}\0".encode())
-    folder = runtime_dir()
-    path = folder / f"hookd-{key.hexdigest()[:16]}.sock"
-    if len(str(path)) > MAX_SOCKET_PATH or not private_dir(folder):
-        return None
-    return path
-
-
-def _stamp(path: str | None) -> tuple[str, ...]:
-    """A file's identity and version: an edited config or an upgraded package is a new daemon."""
-    if path is None:
-        return ("shipped",)
-    try:
-        st = os.stat(path)
-    except OSError:
-        return (path,)
-    return (os.path.realpath(path), str(st.st_mtime_ns), str(st.st_size))
-
-
-def ask(path: Path, hook: Hook) -> HookAnswer:
-    """The daemon's answer to one hook, as the command read it (the daemon reads no input again)."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(ANSWER_TIMEOUT_S)
-        try:
-            sock.connect(str(path))
-        except OSError as exc:  # no socket, or one nobody listens on any more
-            raise DaemonUnavailable(str(exc)) from None
-        try:
-            # a lone surrogate the input escaped goes as it came: the engine refuses it, as in process
-            sock.sendall(json.dumps(dataclasses.asdict(hook), ensure_ascii=False).encode("utf-8", "surrogatepass"))
-            sock.shutdown(socket.SHUT_WR)
-            reply = _read_all(sock, 64 * 2**20)
-        except OSError as exc:
-            raise DaemonFailed(f"the hook daemon did not answer: {exc}") from None
-    try:
-        out = json.loads(reply)
-    except ValueError:
-        raise DaemonFailed("the hook daemon's answer is not JSON") from None
-    if isinstance(out, dict) and "error" in out:
-        raise DaemonFailed(f"the hook daemon could not decide: {out['error']}")
-    if not (
-        isinstance(out, dict)
-        and isinstance(out.get("output"), dict)
-        and out.get("exit_code") in (0, BLOCK_EXIT)
-        and isinstance(out.get("stderr"), str)
-    ):
-        raise DaemonFailed("the hook daemon's answer is not one")
-    return HookAnswer(out["output"], out["exit_code"], out["stderr"])
+    """The daemon's socket for this config and state (`_hook_client.socket_path`)."""
+    path = client.socket_path(config, state)
+    return None if path is None else Path(path)
 
 
 def start(path: Path, config: str | None, state: str) -> None:
@@ -169,16 +71,6 @@ def start(path: Path, config: str | None, state: str) -> None:
         pass  # this call is decided in process anyway; the next one tries again
     finally:
         os.close(fd)
-
-
-def _read_all(sock: socket.socket, limit: int) -> bytes:
-    chunks, size = [], 0
-    while chunk := sock.recv(65536):
-        size += len(chunk)
-        if size > limit:
-            raise OSError(f"more than {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _same_user(conn: socket.socket) -> bool:
@@ -268,13 +160,15 @@ def _answer(conn: socket.socket, guard: Any, limit: int) -> None:
     try:
         if not _same_user(conn):
             return
-        data = json.loads(_read_all(conn, limit).decode("utf-8", "surrogatepass"))
+        agent, fail_closed, raw = client.parse_request(client.read_all(conn, limit))
         try:
-            out = guard.decide(Hook(**data))
-            reply = {"output": out.output, "exit_code": out.exit_code, "stderr": out.stderr}
+            # read as the command reads it (the same limits and answers); the engine decides the rest
+            read = read_input(agent, raw, fail_closed=fail_closed)
+            out = read if isinstance(read, HookAnswer) else guard.decide(read)
+            reply = client.answer_bytes(*out.printed())
         except Exception as exc:
-            reply = {"error": f"{type(exc).__name__}: {exc}"}
-        conn.sendall(json.dumps(reply).encode())
+            reply = client.failure_bytes(f"{type(exc).__name__}: {exc}")
+        conn.sendall(reply)
     except (OSError, ValueError):
         pass  # a client that went away or sent garbage: nothing to answer
 

@@ -77,6 +77,7 @@ FAILING = {
 def test_a_repeated_failing_command_is_warned_then_denied(bins, user, agent, case):
     model = guarded_run(agent, bins, user, Scenario(lambda n: FAILING[case], 12))
     said = guard_said(model, 12)
+    print(f"{agent}, {case}: {said}")  # where it was warned and denied (pytest -rP shows it)
     denied = [call for call, what in said.items() if what == "denied"]
     assert denied, f"never denied: {said}; {ran(user)} calls ran"
     first = denied[0]

@@ -693,9 +693,10 @@ def replay_through(client: Any, agent: str, events: list[dict[str, Any]], droppe
     return results, refused
 
 
-# Codex pairs a result with its call by id as Claude Code does; Gemini CLI sends no call id
+# through Claude Code's endpoint (Codex pairs a result with its call by id alike; Gemini CLI,
+# which sends no call id, is replayed with no result at all below): 7,700 requests take ~25 s
 @pytest.mark.slow
-@pytest.mark.parametrize("agent", [CLAUDE_CODE, GEMINI_CLI])
+@pytest.mark.parametrize("agent", [CLAUDE_CODE])
 def test_recorded_sessions_with_every_fifth_result_missing_are_never_refused(agent, client):
     """Real agents send no result for some calls they announced (declined by the user or by
     another hook, interrupted, no PostToolUse in the settings): the 41 recorded sessions, each

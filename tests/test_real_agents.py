@@ -23,6 +23,8 @@ pytestmark = pytest.mark.slow
 AGENTS = [CLAUDE_CODE]
 RAN = "echo x >> ran.log; "
 WARNED = "This is a warning"
+#: turns of a failing scenario: room for a denial by the 5th call and the calls after it
+TURNS = 8
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -75,8 +77,8 @@ FAILING = {
 
 @pytest.mark.parametrize("case", list(FAILING))
 def test_a_repeated_failing_command_is_warned_then_denied(bins, user, agent, case):
-    model = guarded_run(agent, bins, user, Scenario(lambda n: FAILING[case], 12))
-    said = guard_said(model, 12)
+    model = guarded_run(agent, bins, user, Scenario(lambda n: FAILING[case], TURNS))
+    said = guard_said(model, TURNS)
     print(f"{agent}, {case}: {said}")  # where it was warned and denied (pytest -rP shows it)
     denied = [call for call, what in said.items() if what == "denied"]
     assert denied, f"never denied: {said}; {ran(user)} calls ran"

@@ -19,6 +19,7 @@ import stat
 import sys
 
 from ._errors import AgentBreakerError  # a leaf: the exception root alone
+from ._hook_contract import AGENTS, BLOCK_EXIT, CODEX, MAX_INPUT_BYTES
 
 TYPE_CHECKING = False  # typing costs milliseconds every call would feel
 if TYPE_CHECKING:
@@ -46,8 +47,6 @@ MAX_ANSWER_BYTES = 2**20
 #: where the command keeps its state unless told otherwise ($AGENT_BREAKER_HOOK_STATE)
 STATE_ENV = "AGENT_BREAKER_HOOK_STATE"
 DEFAULT_STATE = "sqlite:///~/.local/state/agent-breaker/hooks.db"
-#: the exit code that blocks a call in every agent (`hooks.BLOCK_EXIT`)
-BLOCK_EXIT = 2
 
 _HOOKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hooks")
 #: the install's code, stamped into a daemon's key (an upgrade is a new daemon); made absolute at
@@ -197,15 +196,12 @@ def read_all(sock: socket.socket, limit: int) -> bytes:
 
 #: the options the client takes itself (each with a value); any other goes to the full command
 _OPTIONS = ("--config", "--state", "--fail")
-_AGENTS = ("claude-code", "codex", "gemini-cli")
-#: the largest hook input the guard reads (`hooks.MAX_INPUT_BYTES`): one byte more says "over"
-MAX_INPUT_BYTES = 2**20
 
 
 def options(args: list[str]) -> dict[str, str] | None:
     """`hook <agent> [--config C] [--state S] [--fail open|closed]` as {"agent", "--config", ...};
     None for anything else (help, --server, --no-daemon, an unknown agent or option)."""
-    if len(args) < 2 or args[0] != "hook" or args[1] not in _AGENTS:
+    if len(args) < 2 or args[0] != "hook" or args[1] not in AGENTS:
         return None
     found = {"agent": args[1]}
     rest = args[2:]
@@ -237,7 +233,7 @@ def main(args: list[str], decide: Callable[[dict[str, str], bytes], int]) -> int
     if path is None:
         return None
     raw = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
-    if agent == "codex" and b"PostToolUse" in raw:
+    if agent == CODEX and b"PostToolUse" in raw:
         return decide(found, raw)  # its exit status is in the session's transcript (hooks.command)
     try:
         exit_code, stderr, stdout = ask(path, agent, raw, fail_closed)

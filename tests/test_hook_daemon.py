@@ -257,7 +257,14 @@ def test_a_daemon_that_cannot_start_is_not_started_again_by_every_call(runtime_d
 
 #: what the hook command may load to hand a call to its daemon: what an interpreter starts with,
 #: and these (the rest costs milliseconds before every tool call)
-LIGHT = {"agent_breaker", "agent_breaker.__main__", "agent_breaker._about", "agent_breaker._errors", "agent_breaker._hook_client"}
+LIGHT = {
+    "agent_breaker",
+    "agent_breaker.__main__",
+    "agent_breaker._about",
+    "agent_breaker._errors",
+    "agent_breaker._hook_client",
+    "agent_breaker._hook_contract",
+}
 HEAVY = ("dataclasses", "typing", "pathlib", "json", "re", "argparse", "inspect", "enum", "socket", "hashlib")
 
 

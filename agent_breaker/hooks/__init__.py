@@ -31,20 +31,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._errors import AgentBreakerError
+from .._hook_contract import AGENTS as AGENTS
+from .._hook_contract import BLOCK_EXIT as BLOCK_EXIT
+from .._hook_contract import CLAUDE_CODE as CLAUDE_CODE
+from .._hook_contract import CODEX as CODEX
+from .._hook_contract import GEMINI_CLI as GEMINI_CLI
+from .._hook_contract import MAX_INPUT_BYTES as MAX_INPUT_BYTES
 from .._text import USER_INTERRUPTION, normalize_name
 from ..heuristics import INVALID_EVENT
 from ..protocol import BY_NAME, TOOL_CALL_EVENT, TOOL_RESULT_EVENT
 
 USER_EVENT = BY_NAME["user"].colang
 
-CLAUDE_CODE, CODEX, GEMINI_CLI = "claude-code", "codex", "gemini-cli"
-AGENTS = (CLAUDE_CODE, CODEX, GEMINI_CLI)
-#: exit code that blocks the call in every agent (stderr is the reason the model reads)
-BLOCK_EXIT = 2
-#: the largest hook input the guard reads, on every transport (the command's stdin, the
-#: endpoint's body, whatever the server's own request limit): above what a model writes in one
-#: call (a few hundred KB at most) or an agent hands its model from one tool
-MAX_INPUT_BYTES = 2**20
 OVERSIZED_INPUT = f"the hook input is over {MAX_INPUT_BYTES} bytes"
 
 # hook event names -> what the guard decides

@@ -16,7 +16,7 @@ from typing import Any
 
 from ._canonical import normalize_key
 from ._churn import is_timing_key
-from ._text import caseless_matcher, says_interrupted
+from ._text import caseless_matcher
 from .config import AgentBreakerConfig
 from .events import ErrorKind, ToolResult
 
@@ -114,16 +114,8 @@ def classify(
         dependency,
         in_progress(ev.result, in_progress_values),
         retry_after(ev) if dependency else None,
-        is_interruption(ev),
+        ev.interrupted and not ev.ok,
     )
-
-
-def is_interruption(ev: ToolResult) -> bool:
-    """Whether a failed result is the user stopping the call: its whole error (or text result)
-    says so, and nothing else."""
-    if ev.ok:
-        return False
-    return says_interrupted(ev.error if ev.error else ev.result)
 
 
 MAX_RETRY_AFTER_S = 3600.0

@@ -235,18 +235,3 @@ def caseless_matcher(alternation: str) -> Callable[[str], bool]:
     any_case = re.compile(alternation, re.IGNORECASE)
     lower = re.compile(alternation)
     return lambda text: (lower.search(text.lower()) if text.isascii() else any_case.search(text)) is not None
-
-
-#: the error the hooks give a call the agent says its user interrupted (Claude Code's `is_interrupt`)
-USER_INTERRUPTION = "interrupted by the user"
-# the whole error, not a phrase in it: a tool cannot pass its own failure off as the user's by
-# saying so somewhere in its output (Claude Code records "[Request interrupted by user for tool use]")
-_INTERRUPTION = re.compile(
-    r"\W*(?:request\s+)?(?:interrupted|cancell?ed|aborted)\s+by\s+(?:the\s+)?user(?:\s+for\s+tool\s+use)?\W*",
-    re.IGNORECASE,
-)
-
-
-def says_interrupted(text: object) -> bool:
-    """Whether a failed call's whole error is the user stopping it."""
-    return isinstance(text, str) and len(text) <= 200 and _INTERRUPTION.fullmatch(text) is not None

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Iterable
 from typing import Any
 
 #: the transcript's end that is read: the call was just written there
@@ -124,3 +125,46 @@ def codex_exit_code(path: str, call_id: str) -> int | None:
             code = item.get("exit_code")
             return code if isinstance(code, int) and not isinstance(code, bool) else None
     return None
+
+
+def claude_code_users_turn(path: str, session_id: str, in_flight: Iterable[str]) -> bool:
+    """Whether Claude Code's transcript of session `session_id` shows it waiting for its user:
+    the agent's last message asked for no tool (its turn ended) or the user stopped it, and each
+    call `in_flight` at the guard has its result recorded. A prompt posted from the agent's own
+    shell comes while one of its calls runs, or while its model works on a result: neither is
+    the user's turn. False when the transcript is not the session's or cannot be read."""
+    if os.path.basename(path) != f"{session_id}.jsonl":
+        return False
+    data = _tail(path)
+    if not data:
+        return False
+    for call_id in in_flight:
+        answered = [line for line in _lines_with(data, json.dumps(call_id).encode()) if call_id in _tool_results(line)]
+        if not answered:
+            return False
+    for raw in reversed(data.split(b"\n")):
+        try:
+            line = json.loads(raw)
+        except ValueError:
+            continue  # the tail's first line, cut; a line half written
+        if not isinstance(line, dict) or line.get("isSidechain") is True or line.get("isMeta") is True:
+            continue
+        if line.get("type") == "assistant":
+            return not _tool_uses(_message(line))
+        if line.get("type") == "user":
+            # a tool's result: the model is at work on it; else the user's own words (a prompt,
+            # or Claude Code's record of their Esc: "[Request interrupted by user]")
+            return not _tool_results(line)
+    return False
+
+
+def _tool_results(line: dict[str, Any]) -> list[str]:
+    """The call ids of the tool results a user line of Claude Code's transcript carries."""
+    message = line.get("message") if line.get("type") == "user" else None
+    content = message.get("content") if isinstance(message, dict) else None
+    blocks = content if isinstance(content, list) else []
+    return [
+        b["tool_use_id"]
+        for b in blocks
+        if isinstance(b, dict) and b.get("type") == "tool_result" and isinstance(b.get("tool_use_id"), str)
+    ]

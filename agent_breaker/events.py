@@ -129,6 +129,9 @@ class ToolResult(_Event):
     # whose failure: the dependency's (transport, timeout, 5xx, 429) or the call's own; when
     # absent the engine reads it from the error and the payload
     error_kind: ErrorKind | None = None
+    # the harness's own word that its user stopped the call (Claude Code's `is_interrupt`): never
+    # read from an error's text, which the tool (and so the agent) writes
+    interrupted: bool = False
 
 
 class Assistant(_Event, _Spend):

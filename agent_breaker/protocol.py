@@ -89,6 +89,7 @@ KINDS: tuple[EventKind, ...] = (
             "mutating": "mutating",
             "parent_session_id": "parent_session",
             "error_kind": "error_kind",
+            "interrupted": "interrupted",
         },
         ("tool_name", "ok"),
         ("session_id", "call_id", "accepted", "heuristic", "reason", "receipt", "warning"),

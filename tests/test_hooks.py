@@ -401,6 +401,27 @@ def test_the_command_keeps_a_healthy_edit_test_fix_session_going(tmp_path):
             assert command(CODEX, done, state)[0] == 0
 
 
+def claude_transcript(path: Any, calls: int, *, last: dict[str, Any] | None = None) -> str:
+    """A Claude Code transcript (as the binary writes it) of `calls` Bash calls, each answered
+    by a tool result, then `last` (default: the record of the user's Esc)."""
+    import json
+
+    lines = [{"type": "user", "message": {"role": "user", "content": "fix the build"}}]
+    for n in range(1, calls + 1):
+        use = {"type": "tool_use", "id": f"toolu_{n:04d}", "name": "Bash", "input": {"command": "npm test"}}
+        lines.append({"type": "assistant", "message": {"role": "assistant", "content": [use], "stop_reason": "tool_use"}})
+        result = {"type": "tool_result", "tool_use_id": f"toolu_{n:04d}", "content": "Exit code 130", "is_error": True}
+        lines.append({"type": "user", "message": {"role": "user", "content": [result]}})
+    lines.append({"type": "system", "subtype": "stop_hook_summary"})
+    stopped = {
+        "type": "user",
+        "message": {"role": "user", "content": [{"type": "text", "text": "[Request interrupted by user]"}]},
+    }
+    lines.append(last or stopped)
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return str(path)
+
+
 def test_calls_the_user_stopped_are_not_a_loop_of_the_agent(tmp_path):
     """Claude Code's PostToolUseFailure with is_interrupt: the user pressed Esc, then said "continue"."""
     state = f"sqlite:///{tmp_path}/hooks.db"
@@ -413,7 +434,8 @@ def test_calls_the_user_stopped_are_not_a_loop_of_the_agent(tmp_path):
             "is_interrupt": True,
         }
         assert command(CLAUDE_CODE, stopped, state)[0] == 0
-        prompt = {**common(CLAUDE_CODE, "s-esc", "UserPromptSubmit"), "prompt": "continue"}
+        transcript = claude_transcript(tmp_path / "s-esc.jsonl", n)
+        prompt = {**common(CLAUDE_CODE, "s-esc", "UserPromptSubmit"), "prompt": "continue", "transcript_path": transcript}
         assert command(CLAUDE_CODE, prompt, state)[0] == 0
 
 

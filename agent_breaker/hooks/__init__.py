@@ -26,7 +26,7 @@ import hashlib
 import json
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,7 +37,7 @@ from .._hook_contract import CLAUDE_CODE as CLAUDE_CODE
 from .._hook_contract import CODEX as CODEX
 from .._hook_contract import GEMINI_CLI as GEMINI_CLI
 from .._hook_contract import MAX_INPUT_BYTES as MAX_INPUT_BYTES
-from .._text import USER_INTERRUPTION, normalize_name
+from .._text import normalize_name
 from ..heuristics import INVALID_EVENT
 from ..protocol import BY_NAME, TOOL_CALL_EVENT, TOOL_RESULT_EVENT
 
@@ -72,7 +72,8 @@ class Hook:
     agent: str
     name: str
     event: dict[str, Any] | None
-    # the agent's transcript of the session (where a call's token usage may be read)
+    # the agent's transcript of the session (where a call's token usage may be read, and a
+    # prompt checked against what the agent itself recorded)
     transcript: str | None = None
 
 
@@ -121,9 +122,11 @@ def read_hook(agent: str, payload: Any) -> Hook:
         # a session of its own (its loops are not the parent's), whose failing calls' streaks
         # are the family's
         base.update(session_id=f"{session}/{subagent}", parent_session_id=session)
+    named = payload.get("transcript_path")
+    transcript = named if isinstance(named, str) and named else None
     if name in _USER:
         prompt = payload.get("prompt")
-        return Hook(agent, name, {**base, "type": USER_EVENT, "text": prompt if isinstance(prompt, str) else ""})
+        return Hook(agent, name, {**base, "type": USER_EVENT, "text": prompt if isinstance(prompt, str) else ""}, transcript)
     base["tool_name"] = _text(payload, "tool_name")
     call_id = _text(payload, "tool_use_id", required=False)
     if call_id is not None:
@@ -134,20 +137,34 @@ def read_hook(agent: str, payload: Any) -> Hook:
             args = {}
         if not isinstance(args, Mapping):
             raise HookInputError("tool_input: an object is required")
-        transcript = payload.get("transcript_path")
         # an agent sends no result for a call the user declined or interrupted, or without a
         # PostToolUse hook: its calls in flight never hold up the next
         event = {**base, "type": TOOL_CALL_EVENT, "tool_args": dict(args), "result_promised": False}
-        return Hook(agent, name, event, transcript if isinstance(transcript, str) and transcript else None)
+        return Hook(agent, name, event, transcript)
     if name in _FAILED:
-        # the user stopped it: the engine's own words for that, whatever the agent's error says
-        interrupted = payload.get("is_interrupt") is True
-        reported = USER_INTERRUPTION if interrupted else _short(payload.get("error")) or "the tool failed"
-        return Hook(agent, name, {**base, "type": TOOL_RESULT_EVENT, "ok": False, "error": reported})
+        # whether the user stopped it is the harness's flag, never the error's text (the tool's)
+        stopped = payload.get("is_interrupt") is True
+        said = _short(payload.get("error")) or "the tool failed"
+        return Hook(agent, name, {**base, "type": TOOL_RESULT_EVENT, "ok": False, "error": said, "interrupted": stopped})
     response = payload.get("tool_response")
     error = failure(response)
     result = {**base, "type": TOOL_RESULT_EVENT, "ok": error is None, "result": response}
     return Hook(agent, name, {**result, "error": error} if error is not None else result)
+
+
+def users_turn(
+    hook: Hook, in_flight: Mapping[str, str], transcript_says: Callable[[str, str, Iterable[str]], bool] | None
+) -> bool:
+    """Whether a prompt hook is the user's turn, which restarts loop streaks and lifts a loop's
+    halt; a prompt that is not is let through and restarts nothing. The agent's shell can run
+    this hook itself (`echo '{"hook_event_name": "UserPromptSubmit", ...}' | agent-breaker hook`),
+    but only while one of its calls runs: a call of the session `in_flight` at the guard says
+    the turn is the agent's. Where the harness's own transcript can be read (`transcript_says`,
+    Claude Code's on the command path), it must show the session waiting for its user too."""
+    assert hook.event is not None and hook.event["type"] == USER_EVENT
+    if transcript_says is not None and hook.agent == CLAUDE_CODE:
+        return hook.transcript is not None and transcript_says(hook.transcript, hook.event["session_id"], in_flight)
+    return not in_flight
 
 
 def read(agent: str, raw: bytes, *, fail_closed: bool) -> Hook | HookAnswer:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import CLAUDE_CODE, Hook, HookAnswer, answer
+from . import CLAUDE_CODE, USER_EVENT, Hook, HookAnswer, answer, users_turn
 
 
 def incidents_path(state_file: Path) -> Path:
@@ -49,11 +49,15 @@ class HookGuard:
     def decide(self, hook: Hook) -> HookAnswer:
         """The answer to a hook that asks for a decision, decided as the hook endpoint decides
         it (the dispatch's verdict event: an event the engine cannot read is refused)."""
-        from .._transcripts import claude_code_usage
+        from .._transcripts import claude_code_usage, claude_code_users_turn
         from ..dispatch import verdict_event
 
         assert hook.event is not None
         event = hook.event
+        if event["type"] == USER_EVENT:
+            in_flight = self._engine.awaiting_results(event["session_id"])
+            if not users_turn(hook, in_flight, claude_code_users_turn):
+                return HookAnswer()
         if self._counts_tokens and hook.transcript and hook.agent == CLAUDE_CODE and event.get("call_id"):
             event = {**event, **(claude_code_usage(hook.transcript, event["call_id"]) or {})}
         return answer(hook, verdict_event(self._engine, event))

@@ -23,7 +23,7 @@ from .. import heuristics as H
 from .. import hooks, metrics
 from .._aio import without_blocking
 from ..dispatch import Caller, verdict_event
-from ..events import MAX_ID_CHARS, is_id
+from ..events import MAX_ID_CHARS, InvalidEventError, is_id
 from ..protocol import BY_COLANG, TOOL_CALL_EVENT, TOOL_RESULT_EVENT
 from ._colang import _COLANG_FIELDS, ServedConfigs
 from ._errors import error_body
@@ -180,8 +180,24 @@ class Gateway:
                 log.warning("agent-breaker: hook %s: %s", agent, read.stderr)
             return Answer(200, read.output)
         assert read.event is not None  # `hooks.read` answers a hook that asks nothing
+        if read.event["type"] == hooks.USER_EVENT and not await self.users_turn(config_id, read, caller):
+            return Answer(200, {})
         verdict = await self.decide(config_id, read.event["session_id"], read.event, caller)
         return verdict if isinstance(verdict, Answer) else Answer(200, hooks.answer(read, verdict).output)
+
+    async def users_turn(self, config_id: str, hook: hooks.Hook, caller: Caller) -> bool:
+        """Whether a prompt hook is the user's turn (`hooks.users_turn`), judged on the session's
+        calls in flight: a server reads no file a request names, so no transcript."""
+        assert hook.event is not None
+        engine = self.configs.engines.get(config_id)
+        if engine is None:
+            return True  # an unknown config: `decide` answers it
+        session = hook.event["session_id"]
+        try:
+            in_flight = await without_blocking(engine, lambda: engine.awaiting_results(session, tenant=caller.tenant))
+        except InvalidEventError:
+            return True  # an id the engine cannot read: `decide` refuses it
+        return hooks.users_turn(hook, in_flight, None)
 
     async def decide(self, config_id: str, session_id: str, event: dict[str, Any], caller: Caller) -> Answer | dict[str, Any]:
         """One protocol event through the config's engine: the verdict event, or the error answer."""

@@ -862,7 +862,7 @@ class RedisStore:
         while not self._stop.is_set():
             try:
                 client = subscriber_client(self.url, timeout_s=1.0, attempt=attempt)
-                pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
+                pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call,unused-ignore]  # redis-py leaves it unannotated
                 pubsub.subscribe(CHANNEL)
                 while not self._stop.is_set():
                     msg = pubsub.get_message(timeout=0.5)

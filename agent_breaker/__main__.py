@@ -53,6 +53,7 @@ def _hook_in_full(options: dict[str, str], raw: bytes) -> int:
     """The full hook command on an input the daemon client read (`_hook_client.main`)."""
     import io
 
+    from ._hook_client import SKIP_DAEMON
     from .hooks.command import run
 
     return run(
@@ -64,6 +65,7 @@ def _hook_in_full(options: dict[str, str], raw: bytes) -> int:
         state=options.get("--state"),
         server=None,
         fail_closed=options.get("--fail") == "closed",
+        daemon=SKIP_DAEMON not in options,
     )
 
 

@@ -157,33 +157,29 @@ def test_each_config_store_and_environment_has_a_daemon_of_its_own(runtime_dir, 
     assert first != _hook_daemon.socket_path(*here)
 
 
-def broken_daemon(path: Path, reply: bytes) -> threading.Thread:
-    """A process at the daemon's socket that answers `reply` to one call."""
+def broken_daemon(path: Path, reply: bytes, *, sign: bool = True) -> threading.Thread:
+    """A process at the daemon's socket that answers `reply` to one call, signed with the user's
+    daemon key for the call's nonce (`sign`), or not: an impostor, which cannot read the key."""
     server = socket.socket(socket.AF_UNIX)
     server.bind(str(path))
     server.listen(1)
+    secret = _client.key(str(path.parent))
+    assert secret is not None
 
     def serve() -> None:
         with server:
             conn, _ = server.accept()
             with conn:
-                conn.recv(1 << 20)
-                conn.sendall(reply)
+                request = _client.read_all(conn, 1 << 22, time.monotonic() + 10)
+                nonce = _client.parse_request(request)[2]
+                conn.sendall(_client.signed(secret, nonce, reply) if sign else reply)
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     return thread
 
 
-@pytest.mark.parametrize(
-    "reply",
-    [
-        b"not json",
-        b'{"error": "StorageError: disk I/O error"}',
-        b'{"output": {}, "exit_code": 0}',
-        b'{"output": [], "exit_code": 7, "stderr": ""}',
-    ],
-)
+@pytest.mark.parametrize("reply", [b"not an answer", b"E\nStorageError: disk I/O error", b"7\n0\n{}", b"0\n99\n"])
 @pytest.mark.parametrize(("fail", "code"), [("open", 0), ("closed", BLOCK_EXIT)])
 def test_a_daemon_that_cannot_answer_goes_to_the_fail_policy(runtime_dir, tmp_path, reply, fail, code):
     state = f"sqlite:///{tmp_path}/h.db"
@@ -194,6 +190,30 @@ def test_a_daemon_that_cannot_answer_goes_to_the_fail_policy(runtime_dir, tmp_pa
     thread.join(5)
     assert got == code and "could not check this call" in err and "daemon" in err
     assert out == ("{}\n" if fail == "open" else "")
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        b"0\n0\n{}",  # "allow", unsigned
+        b"0" * 64 + b"\n0\n0\n{}",  # with a signature made up
+        b"",  # nothing at all
+    ],
+)
+def test_an_impostor_at_the_daemons_socket_decides_nothing(runtime_dir, tmp_path, reply):
+    """The agent can name the socket and put a listener of its own there, but cannot sign: its
+    "allow" is not taken, and the halted session's call is decided (refused) without it."""
+    state = f"sqlite:///{tmp_path}/h.db"
+    events = runaway_and_polling("s-imp")[:12]
+    answers = [call(e, state, daemon=False) for e in events]
+    assert answers[-2][0] == BLOCK_EXIT  # the loop is cut: the session refuses this call
+    path = _hook_daemon.socket_path(None, state)
+    assert path is not None
+    thread = broken_daemon(path, reply, sign=False)
+    got, out, err = call(events[-2], state, fail="open")
+    thread.join(5)
+    assert got == BLOCK_EXIT and "agent-breaker (" in err, err
+    assert "not signed" in err or "did not answer" in err, err
 
 
 def started_daemon(tmp_path: Path) -> tuple[Path, int]:
@@ -220,7 +240,7 @@ def test_the_daemon_exits_when_idle_and_takes_its_socket_away(runtime_dir, tmp_p
     assert path.with_suffix(".lock").read_text() == ""  # no dead PID left to kill by mistake
     # `hooks status`: nothing runs; the exited daemon's files are removed
     assert _hook_daemon.running(runtime_dir) == ([], 1)
-    assert list(runtime_dir.iterdir()) == []
+    assert [p.name for p in runtime_dir.iterdir()] == [_client.KEY_FILE]  # the user's key stays
 
 
 def test_hooks_status_lists_a_running_daemon(runtime_dir, tmp_path, capsys):

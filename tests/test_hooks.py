@@ -278,8 +278,11 @@ def test_a_hook_endpoint_takes_post_and_the_agents_json_only(server, client):
     assert r.status_code == 200 and r.json() == {}
     r = hook(client, CODEX, {"hook_event_name": "PreToolUse"}, fail="closed")
     assert r.status_code == 200 and r.json()["decision"] == "block" and "session_id" in r.json()["reason"]
+    # a config the server does not serve: the agent would run the call on a 404, unguarded
     r = hook(client, CODEX, pre(CODEX, "s", 1, "ls"), config_id="no_such_config")
-    assert r.status_code == 404
+    assert r.status_code == 200 and r.json()["decision"] == "block" and "404" in r.json()["reason"]
+    done = {**pre(CODEX, "s", 1, "ls"), "hook_event_name": "PostToolUse", "tool_response": "x"}
+    assert hook(client, CODEX, done, config_id="no_such_config").json() == {}  # a result decides nothing
     assert httpx.post(server.base + "/v1/hooks/codex", json={}, timeout=30).status_code == 401
 
 

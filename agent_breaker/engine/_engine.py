@@ -295,6 +295,16 @@ class Engine:
             return {}
         return {cid: p.facts.tool for cid, p in state.loops.pending.items()}
 
+    def record_of(self, session: str, *, tenant: str | None = None) -> tuple[int, tuple[str, str] | None] | None:
+        """(steps taken, halt: (heuristic, reason) or None) of the session as the store holds it
+        now; None when it holds nothing of it. For a witness of the store (the hook daemon),
+        which tells a record that went back from one that moved on."""
+        step = self._begin({"session": session, "tenant": tenant}, User)
+        state = self.store.peek_session(step.key)
+        if not isinstance(state, SessionState):
+            return None
+        return state.spend.steps, state.halted
+
     def step_cost_usd(self, ev: ToolCall | Assistant) -> float:
         """The model spend of one step: its cost_usd, or its tokens at the configured price."""
         cfg = self.policies.get(ev.tenant, ev.feature, ev.agent).cfg

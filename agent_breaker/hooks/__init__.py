@@ -43,7 +43,8 @@ from ..protocol import BY_NAME, TOOL_CALL_EVENT, TOOL_RESULT_EVENT
 
 USER_EVENT = BY_NAME["user"].colang
 
-OVERSIZED_INPUT = f"the hook input is over {MAX_INPUT_BYTES} bytes"
+# a hook event's name where it is a key of the input (inside a string its quotes are escaped)
+_EVENT_NAME = re.compile(rb'"hook_event_name"\s*:\s*"([A-Za-z]+)"')
 
 # hook event names -> what the guard decides
 _BEFORE = {"PreToolUse", "BeforeTool"}
@@ -62,6 +63,11 @@ _EXIT_TRAILER = re.compile(
 
 class HookInputError(AgentBreakerError, ValueError):
     """A hook input the guard cannot read; the message says which field."""
+
+
+class GuardFailure(AgentBreakerError, RuntimeError):
+    """The guard could not decide (a state it cannot write, a server that does not answer);
+    the fail policy answers instead."""
 
 
 @dataclass(frozen=True)
@@ -170,6 +176,8 @@ def users_turn(
 def read(agent: str, raw: bytes, *, fail_closed: bool) -> Hook | HookAnswer:
     """A hook input as every transport reads it: the `Hook` to decide, or the answer when there
     is nothing to decide (see the module's docstring)."""
+    if len(raw) > MAX_INPUT_BYTES:
+        return oversized(raw)
     try:
         hook = read_hook(agent, _parsed(raw))
     except RecursionError:
@@ -188,9 +196,20 @@ def hook_of(agent: str, raw: bytes) -> Hook | None:
     return found if isinstance(found, Hook) else None
 
 
+def oversized(head: bytes) -> HookAnswer:
+    """The answer to an input over MAX_INPUT_BYTES, decided on what can be read of it (`head`,
+    its start; b"" when none was read): a call is refused, whatever the fail policy, since its
+    arguments cannot be checked (nor a session's halt told from a decoy); a result or a prompt
+    is let through unread (the tool ran; a prompt decides nothing). Which it is, is read from
+    the event names in `head`: any call's name, or none found, is a call."""
+    names = {m.group(1).decode() for m in _EVENT_NAME.finditer(head)}
+    why = f"the hook input is over {MAX_INPUT_BYTES} bytes, more than the guard reads"
+    if not names or names & _BEFORE:
+        return refused(f"agent-breaker: {why}; blocked")
+    return HookAnswer({}, 0, f"agent-breaker: {why}; not checked")
+
+
 def _parsed(raw: bytes) -> Any:
-    if len(raw) > MAX_INPUT_BYTES:
-        raise HookInputError(OVERSIZED_INPUT)
     try:
         return json.loads(raw)
     except ValueError:
@@ -207,6 +226,14 @@ def undecided(why: str, *, fail_closed: bool, hook: Hook | None = None) -> HookA
     if fail_closed and (hook is None or hook.event is None or hook.event["type"] == TOOL_CALL_EVENT):
         return refused(f"agent-breaker could not check this call ({why}); blocked, as --fail closed asks")
     return HookAnswer({}, 0, f"agent-breaker could not check this call ({why}); let through, as --fail open asks")
+
+
+def not_taken(hook: Hook, why: str) -> HookAnswer:
+    """The answer to a hook whose event the guard will not take (`why`): a call is refused, so
+    that what cannot be checked does not run; a result or a prompt decides nothing."""
+    if hook.event is not None and hook.event["type"] == TOOL_CALL_EVENT:
+        return refused(f"agent-breaker ({INVALID_EVENT}): the guard cannot take this call ({why}); blocked")
+    return HookAnswer({}, 0, f"agent-breaker could not take this event ({why})")
 
 
 def refusal(output: Mapping[str, Any]) -> str | None:

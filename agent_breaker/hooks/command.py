@@ -14,22 +14,18 @@ import json
 import os
 import sys
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import IO
 
 from .. import _hook_client as client
-from .._errors import AgentBreakerError
 from .._hook_client import DEFAULT_STATE, STATE_ENV
-from . import BLOCK_EXIT, CODEX, GEMINI_CLI, MAX_INPUT_BYTES, HookAnswer, hook_of, refusal, undecided
+from . import BLOCK_EXIT, CODEX, GEMINI_CLI, MAX_INPUT_BYTES, GuardFailure, HookAnswer, hook_of, oversized, refusal, undecided
 from . import daemon as hook_daemon
 from . import read as read_input
 
 __all__ = ["DEFAULT_STATE", "STATE_ENV", "main", "run"]
 SERVER_TIMEOUT_S = 5.0
-
-
-class GuardFailure(AgentBreakerError, RuntimeError):
-    """The guard could not decide; the fail policy answers instead."""
 
 
 def run(
@@ -47,7 +43,9 @@ def run(
     """Answer one hook call; the exit code."""
     raw = _with_exit_status(agent, stdin.read(MAX_INPUT_BYTES + 1))
     try:
-        if server:  # the server reads the input, as its endpoint reads an HTTP hook's
+        if len(raw) > MAX_INPUT_BYTES:  # decided here on what was read, as every transport does
+            out = oversized(raw)
+        elif server:  # the server reads the input, as its endpoint reads an HTTP hook's
             out = _forwarded(agent, raw, server, fail_closed)
         else:
             out = _decided(agent, raw, config, state, daemon, fail_closed)
@@ -94,10 +92,13 @@ def _with_exit_status(agent: str, raw: bytes) -> bytes:
 def _decided(agent: str, raw: bytes, config_path: str | None, state: str | None, daemon: bool, fail_closed: bool) -> HookAnswer:
     config_path, state = client.absolute(config_path, state or os.environ.get(STATE_ENV) or DEFAULT_STATE)
     path = client.socket_path(config_path, state) if daemon else None
+    note = ""
     if path is not None:
         try:
             exit_code, err, text = client.ask(path, agent, raw, fail_closed)
             return HookAnswer(json.loads(text) if text else {}, exit_code, err)
+        except client.DaemonSlow as exc:  # a daemon runs: decided here, none started
+            note = f"agent-breaker: {exc}; decided without it"
         except client.DaemonUnavailable:
             hook_daemon.start(Path(path), config_path, state)
         except client.DaemonFailed as exc:
@@ -109,9 +110,10 @@ def _decided(agent: str, raw: bytes, config_path: str | None, state: str | None,
 
     guard = HookGuard(config_path, state)
     try:
-        return guard.decide(read)
+        out = guard.decide(read)
     finally:
         guard.close()
+    return replace(out, stderr="\n".join(filter(None, (note, out.stderr)))) if note else out
 
 
 def _forwarded(agent: str, raw: bytes, server: str, fail_closed: bool) -> HookAnswer:

@@ -31,8 +31,10 @@ __all__ = ["DAEMON_ENV", "Daemon", "main", "running", "runtime_dir", "serve", "s
 
 IDLE_ENV = "AGENT_BREAKER_HOOK_DAEMON_IDLE_S"
 DEFAULT_IDLE_S = 900.0
-#: a client that connects and then stalls cannot hold the daemon from the others for longer
+#: a client that connects and then stalls is dropped by then; it holds one reader meanwhile
 READ_TIMEOUT_S = 2.0
+#: calls read at once: past them a connection is closed unread (its caller decides alone)
+MAX_READERS = 64
 #: a request: one hook input (at most MAX_INPUT_BYTES, one byte more says "over") and its header
 MAX_REQUEST_BYTES = MAX_INPUT_BYTES + 2**10
 #: a daemon that cannot start (a config that does not load) is not started again by every call
@@ -84,6 +86,8 @@ def _same_user(conn: socket.socket) -> bool:
 def serve(path: Path, config: str | None, state: str, idle_s: float) -> int:
     """Answer hook calls at `path` until `idle_s` pass without one."""
     import fcntl  # Unix only, as the daemon is
+    import signal
+    import threading
 
     from .guard import HookGuard
 
@@ -92,9 +96,17 @@ def serve(path: Path, config: str | None, state: str, idle_s: float) -> int:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         return 0  # another daemon serves this socket, or is starting to
+    secret = client.key(str(path.parent))
+    if secret is None:
+        print(f"agent-breaker: no daemon key in {path.parent} this user alone can read", file=sys.stderr)
+        return 1
+    # a full disk fails a write (the guard's fail policy answers), rather than killing the daemon
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     os.ftruncate(lock, 0)
     os.write(lock, f"{os.getpid()}\n".encode())  # who to stop: `kill $(cat hookd-*.lock)`
     guard = HookGuard(config, state)
+    deciding = threading.Lock()  # one engine, one SQLite connection: one decision at a time
+    readers = threading.BoundedSemaphore(MAX_READERS)
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
         path.unlink(missing_ok=True)  # a dead daemon's socket: we hold the lock, it is ours now
         old_mask = os.umask(0o077)
@@ -110,12 +122,23 @@ def serve(path: Path, config: str | None, state: str, idle_s: float) -> int:
                     conn, _ = server.accept()
                 except TimeoutError:
                     return 0
-                with conn:
-                    _answer(conn, guard, MAX_REQUEST_BYTES)
+                if not readers.acquire(blocking=False):
+                    conn.close()  # every reader busy: the caller decides in its own process
+                    continue
+                threading.Thread(target=_serve_one, args=(conn, guard, deciding, readers, secret), daemon=True).start()
         finally:
             path.unlink(missing_ok=True)
             os.ftruncate(lock, 0)  # no dead PID left behind to be killed by mistake
-            guard.close()
+            with deciding:
+                guard.close()
+
+
+def _serve_one(conn: socket.socket, guard: Any, deciding: Any, readers: Any, secret: bytes) -> None:
+    try:
+        with conn:
+            _answer(conn, guard, deciding, secret)
+    finally:
+        readers.release()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,20 +178,30 @@ def running(folder: Path | None = None) -> tuple[list[Daemon], int]:
     return alive, stale
 
 
-def _answer(conn: socket.socket, guard: Any, limit: int) -> None:
-    conn.settimeout(READ_TIMEOUT_S)
+def _answer(conn: socket.socket, guard: Any, deciding: Any, secret: bytes) -> None:
+    """One call: its request read by a deadline (a client that stalls holds one reader, never
+    the others), decided, and the answer signed for its nonce."""
+    import time
+
     try:
         if not _same_user(conn):
             return
-        agent, fail_closed, raw = client.parse_request(client.read_all(conn, limit))
+        agent, fail_closed, nonce, raw = client.parse_request(
+            client.read_all(conn, MAX_REQUEST_BYTES, time.monotonic() + READ_TIMEOUT_S)
+        )
         try:
             # read as the command reads it (the same limits and answers); the engine decides the rest
             read = read_input(agent, raw, fail_closed=fail_closed)
-            out = read if isinstance(read, HookAnswer) else guard.decide(read)
+            if isinstance(read, HookAnswer):
+                out = read
+            else:
+                with deciding:
+                    out = guard.decide(read)
             reply = client.answer_bytes(*out.printed())
         except Exception as exc:
             reply = client.failure_bytes(f"{type(exc).__name__}: {exc}")
-        conn.sendall(reply)
+        conn.settimeout(READ_TIMEOUT_S)
+        conn.sendall(client.signed(secret, nonce, reply))
     except (OSError, ValueError):
         pass  # a client that went away or sent garbage: nothing to answer
 

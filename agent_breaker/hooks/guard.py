@@ -4,9 +4,12 @@ call is decided in this process: a hook answered by the daemon loads no engine."
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
-from . import CLAUDE_CODE, USER_EVENT, Hook, HookAnswer, answer, users_turn
+from ..protocol import TOOL_CALL_EVENT
+from . import CLAUDE_CODE, USER_EVENT, GuardFailure, Hook, HookAnswer, answer, refused, users_turn
+from .witness import UNREAD, Record, Unread, Witness
 
 
 def incidents_path(state_file: Path) -> Path:
@@ -40,6 +43,8 @@ class HookGuard:
             self._engine = Engine(
                 config, store=self._store, listeners=[], escalations=False, receipt_keys=ReceiptKeys.ephemeral()
             )
+            # what this guard saw of each session, which a state file put back cannot undo
+            self._witness = Witness(config.sessions.ttl_s, time.monotonic)
             # a transcript is read only where tokens count
             self._counts_tokens = any(config.mode_of(h) != "off" for h in (H.TOKEN_BUDGET, H.TOOL_TOKEN_BUDGET, H.TOKEN_VELOCITY))
         except BaseException:
@@ -48,19 +53,44 @@ class HookGuard:
 
     def decide(self, hook: Hook) -> HookAnswer:
         """The answer to a hook that asks for a decision, decided as the hook endpoint decides
-        it (the dispatch's verdict event: an event the engine cannot read is refused)."""
+        it (the dispatch's verdict event: an event the engine cannot read is refused). A state
+        the guard cannot write raises GuardFailure (the fail policy answers), unless the session
+        is known to be halted: its calls stay refused."""
+        from .. import heuristics as H
         from .._transcripts import claude_code_usage, claude_code_users_turn
         from ..dispatch import verdict_event
 
         assert hook.event is not None
-        event = hook.event
+        event, session = hook.event, hook.event["session_id"]
+        call = event["type"] == TOOL_CALL_EVENT
         if event["type"] == USER_EVENT:
-            in_flight = self._engine.awaiting_results(event["session_id"])
+            in_flight = self._engine.awaiting_results(session)
             if not users_turn(hook, in_flight, claude_code_users_turn):
                 return HookAnswer()
+        elif call and (erased := self._witness.erased(session, self._record(session))) is not None:
+            return refused(erased)
         if self._counts_tokens and hook.transcript and hook.agent == CLAUDE_CODE and event.get("call_id"):
             event = {**event, **(claude_code_usage(hook.transcript, event["call_id"]) or {})}
-        return answer(hook, verdict_event(self._engine, event))
+        verdict = verdict_event(self._engine, event)
+        if verdict.get("heuristic") == H.STORAGE_UNAVAILABLE:
+            halt = self._witness.halt(session)
+            if halt is None and isinstance(stored := self._record(session), tuple):
+                halt = stored[1]  # read, though not written (a full disk)
+            if call and halt is not None:
+                why = "The guard's state cannot be written now; the session stays halted."
+                return refused(f"agent-breaker ({halt[0]}): {halt[1]} {why}")
+            raise GuardFailure(str(verdict.get("reason")))
+        self._witness.saw(session, self._record(session), users_turn=event["type"] == USER_EVENT)
+        return answer(hook, verdict)
+
+    def _record(self, session: str) -> Record | Unread:
+        from ..events import InvalidEventError
+        from ..store import StorageError
+
+        try:
+            return self._engine.record_of(session)
+        except (StorageError, InvalidEventError):  # the decision says why
+            return UNREAD
 
     def close(self) -> None:
         self._store.close()

@@ -183,7 +183,13 @@ class Gateway:
         if read.event["type"] == hooks.USER_EVENT and not await self.users_turn(config_id, read, caller):
             return Answer(200, {})
         verdict = await self.decide(config_id, read.event["session_id"], read.event, caller)
-        return verdict if isinstance(verdict, Answer) else Answer(200, hooks.answer(read, verdict).output)
+        if isinstance(verdict, Answer):
+            # an agent runs a call whose HTTP hook answered an error: an event the guard will
+            # not take (an id too long, a label outside the token's scope) is refused instead
+            error = verdict.content.get("error")
+            message = error.get("message", "") if isinstance(error, Mapping) else ""
+            return Answer(200, hooks.not_taken(read, f"{verdict.status}: {message}").output)
+        return Answer(200, hooks.answer(read, verdict).output)
 
     async def users_turn(self, config_id: str, hook: hooks.Hook, caller: Caller) -> bool:
         """Whether a prompt hook is the user's turn (`hooks.users_turn`), judged on the session's

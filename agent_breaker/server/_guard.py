@@ -25,7 +25,7 @@ from .._context_events import MAX_CONTEXT_EVENTS, context_events
 from .._text import has_invalid_chars
 from ..dispatch import CALLER
 from ..escalations import BAD_ID, ESCALATIONS_PATH
-from ..hooks import MAX_INPUT_BYTES, OVERSIZED_INPUT, hook_of, undecided
+from ..hooks import MAX_INPUT_BYTES, hook_of, oversized, undecided
 from ._auth import ALL_TENANTS, METRICS_TOKEN_ENV, Tokens, TokenScope
 from ._errors import ServeError
 from ._gateway import Answer, Gateway, problem
@@ -291,8 +291,8 @@ class RequestGuard:
                 # the hook input is read as the hook command reads it (hooks.read): its limit,
                 # and its answer to what cannot be read
                 read = await self._checked_body(scope, receive, headers, path, tenant, granted, hook_input=True)
-                if isinstance(read, Refused) and read.status == 413:
-                    await _send_answer(send, Answer(200, undecided(OVERSIZED_INPUT, fail_closed=fail_closed).output))
+                if isinstance(read, Refused) and read.status == 413:  # refused unread: taken for a call
+                    await _send_answer(send, Answer(200, oversized(b"").output))
                     return
             else:
                 read = await self._checked_body(scope, receive, headers, path, tenant, granted)

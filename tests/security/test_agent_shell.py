@@ -10,11 +10,13 @@ call. The controls are the user's own prompts, which must still lift a halt."""
 from __future__ import annotations
 
 import json
+import socket
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+from test_hook_daemon import call, runtime_dir, started_daemon  # noqa: F401  (runtime_dir: a fixture)
 from test_hooks import (  # noqa: F401  (client and server: the fixtures of a served config)
     AGENTS,
     USER_TURN,
@@ -30,6 +32,7 @@ from test_hooks import (  # noqa: F401  (client and server: the fixtures of a se
 )
 
 from agent_breaker.hooks import BLOCK_EXIT, CLAUDE_CODE, CODEX, GEMINI_CLI
+from agent_breaker.hooks import daemon as _hook_daemon
 
 FAILING = "npm run build"
 
@@ -188,3 +191,90 @@ def test_a_prompt_to_the_endpoint_with_no_call_in_flight_lifts_a_halt(agent, cli
     assert first is not None and first <= 5
     assert not decide(prompt(agent, session, "I restarted the registry, try again"))
     assert not decide(pre(agent, session, 100, FAILING))
+
+
+# ----------------------------------------------------------------------------- the daemon and the state
+# The agent can touch every file of its user: the state file, the daemon's socket, the config.
+# The daemon holds what it saw of each session in its own memory, and signs its answers.
+
+
+def looped_until_halted(state: str, session: str) -> int:
+    """Calls of one failing command through the daemon until one is refused: its number."""
+    for n in range(1, 9):
+        code, _, err = call(pre(CLAUDE_CODE, session, n, FAILING), state, fail="open")
+        if code == BLOCK_EXIT:
+            return n
+        call(post(CLAUDE_CODE, session, n, FAILING, "npm ERR! build failed", 1), state, fail="open")
+    raise AssertionError("never refused")
+
+
+def test_a_halted_session_whose_rows_are_deleted_stays_refused(runtime_dir, tmp_path):  # noqa: F811
+    import sqlite3
+
+    path, _ = started_daemon(tmp_path)
+    state, session = f"sqlite:///{tmp_path}/h.db", "s-erase"
+    halted_at = looped_until_halted(state, session)
+    with sqlite3.connect(tmp_path / "h.db") as db:  # what the agent's shell can do
+        db.execute("DELETE FROM sessions")
+    assert call(pre(CLAUDE_CODE, session, 50, FAILING), state, daemon=False, fail="closed")[0] == 0  # the attack works alone
+    with sqlite3.connect(tmp_path / "h.db") as db:
+        db.execute("DELETE FROM sessions")
+    code, _, err = call(pre(CLAUDE_CODE, session, halted_at, FAILING), state, fail="open")
+    assert code == BLOCK_EXIT and "corrupt_state" in err and "went back" in err, err
+    # the user's own turn lifts it, as it lifts a loop's halt
+    transcript = claude_transcript(tmp_path / f"{session}.jsonl", 0, last=assistant_turn_ended())
+    assert call(prompt(CLAUDE_CODE, session, "I fixed the registry, build again", transcript), state)[0] == 0
+    assert call(pre(CLAUDE_CODE, session, 60, FAILING), state, fail="open")[0] == 0
+
+
+def test_a_full_disk_keeps_a_halted_session_refused_and_others_go_to_the_fail_policy(runtime_dir, tmp_path):  # noqa: F811
+    import resource
+
+    path, pid = started_daemon(tmp_path)
+    state = f"sqlite:///{tmp_path}/h.db"
+    halted_at = looped_until_halted(state, "s-full")
+    call(pre(CLAUDE_CODE, "s-other", 1, "ls"), state)  # a session the daemon knows, not halted
+    resource.prlimit(pid, resource.RLIMIT_FSIZE, (0, 0))  # the daemon can write no byte more
+    code, _, err = call(pre(CLAUDE_CODE, "s-full", halted_at, FAILING), state, fail="open")
+    assert code == BLOCK_EXIT and "stays halted" in err, err
+    for fail, expected in (("open", 0), ("closed", BLOCK_EXIT)):
+        code, _, err = call(pre(CLAUDE_CODE, "s-other", 2, "ls -la"), state, fail=fail)
+        assert code == expected and "could not check this call" in err, err
+
+
+def test_silent_connections_on_the_daemons_socket_do_not_let_a_halted_call_through(runtime_dir, tmp_path):  # noqa: F811
+    path, _ = started_daemon(tmp_path)
+    state = f"sqlite:///{tmp_path}/h.db"
+    halted_at = looped_until_halted(state, "s-stall")
+    silent = []
+    try:
+        for _ in range(_hook_daemon.MAX_READERS + 8):  # every reader held, and some waiting
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(str(path))
+            silent.append(s)
+        for fail in ("open", "closed"):
+            code, _, err = call(pre(CLAUDE_CODE, "s-stall", halted_at, FAILING), state, fail=fail)
+            assert code == BLOCK_EXIT and "agent-breaker (" in err, err
+    finally:
+        for s in silent:
+            s.close()
+    # the readers come back: the daemon answers again
+    assert call(pre(CLAUDE_CODE, "s-fresh", 1, "ls"), state)[0] == 0
+
+
+def test_a_config_edited_in_place_is_a_daemon_of_its_own(runtime_dir, tmp_path):  # noqa: F811
+    """Same size, same time: the content names the daemon."""
+    import os
+
+    folder = tmp_path / "cfg"
+    folder.mkdir()
+    config = folder / "config.yml"
+    config.write_text("agent_breaker: {identical_failure: {max_failures: 3}}\n")
+    stat = config.stat()
+    state = f"sqlite:///{tmp_path}/h.db"
+    before = _hook_daemon.socket_path(str(folder), state)
+    config.write_text("agent_breaker: {identical_failure: {max_failures: 9}}\n")
+    os.utime(config, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    os.utime(folder, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert config.stat().st_size == stat.st_size and config.stat().st_mtime_ns == stat.st_mtime_ns
+    assert _hook_daemon.socket_path(str(folder), state) != before

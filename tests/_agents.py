@@ -89,7 +89,7 @@ class Home:
 
     def agent_breaker(self, *argv: str) -> str:
         """What `agent-breaker ARGV` prints, run as the user runs it."""
-        printed = subprocess.run([_agent_breaker(), *argv], capture_output=True, text=True, env=self.env, timeout=60)
+        printed = subprocess.run([agent_breaker_path(), *argv], capture_output=True, text=True, env=self.env, timeout=60)
         assert printed.returncode == 0, printed.stderr
         return printed.stdout
 
@@ -100,7 +100,7 @@ class Home:
                 os.kill(int(lock.read_text().split()[0]), signal.SIGTERM)
 
 
-def _agent_breaker() -> str:
+def agent_breaker_path() -> str:
     """This install's `agent-breaker` (beside the interpreter running the tests)."""
     found = Path(sys.executable).with_name("agent-breaker")
     assert found.exists(), f"no agent-breaker beside {sys.executable}"

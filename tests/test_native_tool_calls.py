@@ -121,6 +121,16 @@ def test_awaiting_results_lists_the_calls_that_wait_for_their_result(make_engine
     assert engine.awaiting_results("nobody") == {}
 
 
+def test_calls_in_flight_leave_out_those_taken_as_lost(engine, clock):
+    engine.check_tool_call({"session": "s1", "tool": "search", "args": {"q": "a"}, "call_id": "declined"})
+    clock.advance(119.0)
+    engine.check_tool_call({"session": "s1", "tool": "fetch", "args": {"u": "b"}, "call_id": "running"})
+    assert engine.in_flight("s1") == {"declined": "search", "running": "fetch"}
+    clock.advance(2.0)  # past duplicate_mutation.in_flight_s (120 s) for the first
+    assert engine.in_flight("s1") == {"running": "fetch"}
+    assert engine.awaiting_results("s1") == {"declined": "search", "running": "fetch"}
+
+
 def test_named_tool_messages_without_ids_are_paired_with_the_calls_that_await_them_not_again():
     """NeMo hands the rails every tool message of the conversation: of those without a
     tool_call_id, only the last as many as the session awaits calls of that tool are new."""

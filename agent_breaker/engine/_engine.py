@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal, TypeVar, cast
 
@@ -289,11 +290,20 @@ class Engine:
         """call id -> tool of the session's calls that were allowed and await their result (a
         caller that gets results without their tool's name pairs them by call id). A call made
         without an id is under a key of the engine's, which starts with UNNAMED_CALL."""
+        return self._pending(session, tenant, lost_too=True)
+
+    def in_flight(self, session: str, *, tenant: str | None = None) -> dict[str, str]:
+        """The calls of `awaiting_results` not yet taken as lost: let through within the last
+        `duplicate_mutation.in_flight_s` (a call the user declined never answers)."""
+        return self._pending(session, tenant, lost_too=False)
+
+    def _pending(self, session: str, tenant: str | None, *, lost_too: bool) -> dict[str, str]:
         step = self._begin({"session": session, "tenant": tenant}, User)
         state = self.store.peek_session(step.key)
         if not isinstance(state, SessionState):
             return {}
-        return {cid: p.facts.tool for cid, p in state.loops.pending.items()}
+        since = -math.inf if lost_too else step.now - step.p.cfg.duplicate_mutation.in_flight_s
+        return {cid: p.facts.tool for cid, p in state.loops.pending.items() if p.ts >= since}
 
     def record_of(self, session: str, *, tenant: str | None = None) -> tuple[int, tuple[str, str] | None] | None:
         """(steps taken, halt: (heuristic, reason) or None) of the session as the store holds it

@@ -64,7 +64,7 @@ class HookGuard:
         event, session = hook.event, hook.event["session_id"]
         call = event["type"] == TOOL_CALL_EVENT
         if event["type"] == USER_EVENT:
-            in_flight = self._engine.awaiting_results(session)
+            in_flight = self._engine.in_flight(session)
             if not users_turn(hook, in_flight, claude_code_users_turn):
                 return HookAnswer()
         elif call and (erased := self._witness.erased(session, self._record(session))) is not None:

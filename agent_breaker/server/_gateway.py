@@ -200,7 +200,7 @@ class Gateway:
             return True  # an unknown config: `decide` answers it
         session = hook.event["session_id"]
         try:
-            in_flight = await without_blocking(engine, lambda: engine.awaiting_results(session, tenant=caller.tenant))
+            in_flight = await without_blocking(engine, lambda: engine.in_flight(session, tenant=caller.tenant))
         except InvalidEventError:
             return True  # an id the engine cannot read: `decide` refuses it
         return hooks.users_turn(hook, in_flight, None)

@@ -104,7 +104,7 @@ def serve(path: Path, config: str | None, state: str, idle_s: float) -> int:
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     os.ftruncate(lock, 0)
     os.write(lock, f"{os.getpid()}\n".encode())  # who to stop: `kill $(cat hookd-*.lock)`
-    guard = HookGuard(config, state)
+    guard = HookGuard(config, state, witness=True)
     deciding = threading.Lock()  # one engine, one SQLite connection: one decision at a time
     readers = threading.BoundedSemaphore(MAX_READERS)
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:

@@ -22,7 +22,7 @@ class HookGuard:
     """The engine on the coding config and the SQLite store, as one hook process or the daemon
     (`daemon`) holds it."""
 
-    def __init__(self, config_path: str | None, state: str) -> None:
+    def __init__(self, config_path: str | None, state: str, *, witness: bool = False) -> None:
         # imported here: a hook that asks nothing, or that the daemon answers, costs no engine
         from .. import heuristics as H
         from ..config import load_config
@@ -43,8 +43,9 @@ class HookGuard:
             self._engine = Engine(
                 config, store=self._store, listeners=[], escalations=False, receipt_keys=ReceiptKeys.ephemeral()
             )
-            # what this guard saw of each session, which a state file put back cannot undo
-            self._witness = Witness(config.sessions.ttl_s, time.monotonic)
+            # what a long-lived guard (the daemon) saw of each session, which a state file put back
+            # cannot undo; a guard that decides one call has nothing to remember
+            self._witness = Witness(config.sessions.ttl_s, time.monotonic) if witness else None
             # a transcript is read only where tokens count
             self._counts_tokens = any(config.mode_of(h) != "off" for h in (H.TOKEN_BUDGET, H.TOOL_TOKEN_BUDGET, H.TOKEN_VELOCITY))
         except BaseException:
@@ -67,20 +68,21 @@ class HookGuard:
             in_flight = self._engine.in_flight(session)
             if not users_turn(hook, in_flight, claude_code_users_turn):
                 return HookAnswer()
-        elif call and (erased := self._witness.erased(session, self._record(session))) is not None:
+        elif call and self._witness is not None and (erased := self._witness.erased(session, self._record)) is not None:
             return refused(erased)
         if self._counts_tokens and hook.transcript and hook.agent == CLAUDE_CODE and event.get("call_id"):
             event = {**event, **(claude_code_usage(hook.transcript, event["call_id"]) or {})}
         verdict = verdict_event(self._engine, event)
         if verdict.get("heuristic") == H.STORAGE_UNAVAILABLE:
-            halt = self._witness.halt(session)
+            halt = None if self._witness is None else self._witness.halt(session)
             if halt is None and isinstance(stored := self._record(session), tuple):
                 halt = stored[1]  # read, though not written (a full disk)
             if call and halt is not None:
                 why = "The guard's state cannot be written now; the session stays halted."
                 return refused(f"agent-breaker ({halt[0]}): {halt[1]} {why}")
             raise GuardFailure(str(verdict.get("reason")))
-        self._witness.saw(session, self._record(session), users_turn=event["type"] == USER_EVENT)
+        if self._witness is not None:
+            self._witness.saw(session, self._record(session), users_turn=event["type"] == USER_EVENT)
         return answer(hook, verdict)
 
     def _record(self, session: str) -> Record | Unread:

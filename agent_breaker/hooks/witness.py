@@ -65,11 +65,15 @@ class Witness:
         entry = self._entry(session)
         return None if entry is None else entry[1]
 
-    def erased(self, session: str, record: Record | Unread) -> str | None:
-        """Why a call of `session` is refused when the store's `record` of it went back since
-        this witness last saw it; None when it did not (or nothing is known)."""
+    def erased(self, session: str, read: Callable[[str], Record | Unread]) -> str | None:
+        """Why a call of `session` is refused when the store's record of it (`read(session)`,
+        read only when this witness saw the session) went back since; None when it did not (or
+        nothing is known)."""
         entry = self._entry(session)
-        if entry is None or isinstance(record, Unread):
+        if entry is None:
+            return None
+        record = read(session)
+        if isinstance(record, Unread):
             return None
         steps = 0 if record is None else record[0]
         if steps >= entry[0]:

@@ -383,8 +383,10 @@ def settings(agent: str, *, server: str | None = None, fail: str = "open", comma
         handler = {
             "type": "http",
             "url": f"{server.rstrip('/')}/v1/hooks/{agent}",
-            "headers": {"Authorization": "Bearer $AGENT_BREAKER_API_TOKEN"},
-            "allowedEnvVars": ["AGENT_BREAKER_API_TOKEN"],
+            # the hooks' own token (the server's $AGENT_BREAKER_HOOK_TOKEN): the agent's shell
+            # inherits it, and a prompt sent with it restarts nothing
+            "headers": {"Authorization": "Bearer $AGENT_BREAKER_HOOK_TOKEN"},
+            "allowedEnvVars": ["AGENT_BREAKER_HOOK_TOKEN"],
             "timeout": 5,
         }
     else:

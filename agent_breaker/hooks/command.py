@@ -123,7 +123,8 @@ def _forwarded(agent: str, raw: bytes, server: str, fail_closed: bool) -> HookAn
     import urllib.request
 
     headers = {"content-type": "application/json"}
-    token = os.environ.get("AGENT_BREAKER_API_TOKEN")
+    # the hooks' own token first: the server knows its prompts may be the agent's
+    token = os.environ.get("AGENT_BREAKER_HOOK_TOKEN") or os.environ.get("AGENT_BREAKER_API_TOKEN")
     if token:
         headers["authorization"] = f"Bearer {token}"
     url = f"{server.rstrip('/')}/v1/hooks/{agent}" + ("?fail=closed" if fail_closed else "")

@@ -24,6 +24,9 @@ API_TOKEN_ENV = "AGENT_BREAKER_API_TOKEN"
 API_TOKENS_FILE_ENV = "AGENT_BREAKER_API_TOKENS_FILE"
 #: a token for GET /metrics alone (a scraper's): it may use no config
 METRICS_TOKEN_ENV = "AGENT_BREAKER_METRICS_TOKEN"
+#: a token for the hook endpoints alone (a coding agent's hooks, whose shell can read it): the
+#: prompts it sends restart no loop and lift no halt
+HOOK_TOKEN_ENV = "AGENT_BREAKER_HOOK_TOKEN"
 #: a token's tenant when it may act for every tenant
 ALL_TENANTS = "*"
 
@@ -38,6 +41,8 @@ class TokenScope:
     agents: frozenset[str] | None = None
     features: frozenset[str] | None = None
     metrics: bool = False  # the scraper's token: /metrics, and no config
+    # a coding agent's hooks' token: the hook endpoints alone, and its prompts count for nothing
+    hooks: bool = False
 
     @property
     def caller(self) -> Caller:
@@ -47,21 +52,23 @@ class TokenScope:
     @classmethod
     def read(cls, entry: Any, where: str) -> TokenScope:
         """A tokens-file value: "<tenant>", or {"tenant": ..., "configs": [...], "agents": [...],
-        "features": [...]} (the lists optional)."""
+        "features": [...], "hooks": true} (each optional but the tenant)."""
         if isinstance(entry, str) and entry:
             return cls(entry)
         if not isinstance(entry, dict) or not isinstance(entry.get("tenant"), str) or not entry["tenant"]:
             raise ServeError(f'{where}: a tenant ("<tenant>" or "*"), or an object with "tenant" and optional lists')
-        unknown = set(entry) - {"tenant", "configs", "agents", "features"}
+        unknown = set(entry) - {"tenant", "configs", "agents", "features", "hooks"}
         if unknown:
-            raise ServeError(f"{where}: unknown keys {sorted(unknown)} (tenant, configs, agents, features)")
+            raise ServeError(f"{where}: unknown keys {sorted(unknown)} (tenant, configs, agents, features, hooks)")
+        if not isinstance(entry.get("hooks", False), bool):
+            raise ServeError(f"{where}: hooks must be true or false")
         lists: dict[str, Any] = {}
         for name in ("configs", "agents", "features"):
             value = entry.get(name)
             if value is not None and not (isinstance(value, list) and all(isinstance(v, str) and v for v in value)):
                 raise ServeError(f"{where}: {name} must be a list of names")
             lists[name] = None if value is None else frozenset(value)
-        return cls(entry["tenant"], **lists)
+        return cls(entry["tenant"], **lists, hooks=entry.get("hooks", False))
 
 
 class Tokens:
@@ -80,12 +87,16 @@ class Tokens:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> Tokens | None:
-        """$AGENT_BREAKER_API_TOKEN (all tenants) and/or $AGENT_BREAKER_API_TOKENS_FILE, a JSON
-        object {"<token>": "<tenant>" or "*"}; None when neither is set."""
+        """$AGENT_BREAKER_API_TOKEN (all tenants), $AGENT_BREAKER_HOOK_TOKEN (the hook endpoints
+        alone), $AGENT_BREAKER_METRICS_TOKEN and/or $AGENT_BREAKER_API_TOKENS_FILE, a JSON object
+        {"<token>": "<tenant>" or "*" or a scope}; None when none is set."""
         tokens: dict[str, str | TokenScope] = {}
         single = environ.get(API_TOKEN_ENV, "")
         if single:
             tokens[_checked_token(single, API_TOKEN_ENV)] = ALL_TENANTS
+        hooks = environ.get(HOOK_TOKEN_ENV, "")
+        if hooks:
+            tokens[_checked_token(hooks, HOOK_TOKEN_ENV)] = TokenScope(ALL_TENANTS, hooks=True)
         scraper = environ.get(METRICS_TOKEN_ENV, "")
         if scraper:
             tokens[_checked_token(scraper, METRICS_TOKEN_ENV)] = TokenScope(ALL_TENANTS, configs=frozenset(), metrics=True)

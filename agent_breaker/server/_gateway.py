@@ -171,16 +171,20 @@ class Gateway:
             return verdict
         return checked(verdict) if kind == TOOL_CALL_EVENT else reported(verdict)
 
-    async def hook(self, agent: str, raw: bytes, config_id: str, caller: Caller, fail_closed: bool) -> Answer:
+    async def hook(
+        self, agent: str, raw: bytes, config_id: str, caller: Caller, fail_closed: bool, *, prompts_count: bool = True
+    ) -> Answer:
         """A coding agent's hook: 200 with the agent's own answer (`{}`: go ahead; a denial in its
-        format; a warning as additional context), read and decided as the hook command does."""
+        format; a warning as additional context), read and decided as the hook command does. A
+        prompt sent with a hook token (`prompts_count` false) restarts nothing: the agent's shell
+        holds that token too."""
         read = hooks.read(agent, raw, fail_closed=fail_closed)
         if isinstance(read, hooks.HookAnswer):
             if read.stderr:
                 log.warning("agent-breaker: hook %s: %s", agent, read.stderr)
             return Answer(200, read.output)
         assert read.event is not None  # `hooks.read` answers a hook that asks nothing
-        if read.event["type"] == hooks.USER_EVENT and not await self.users_turn(config_id, read, caller):
+        if read.event["type"] == hooks.USER_EVENT and not (prompts_count and await self.users_turn(config_id, read, caller)):
             return Answer(200, {})
         verdict = await self.decide(config_id, read.event["session_id"], read.event, caller)
         if isinstance(verdict, Answer):

@@ -226,7 +226,10 @@ class RequestGuard:
                 await _reply(send, 401, "a valid 'Authorization: Bearer <token>' header is required", _CHALLENGE)
                 return
             granted, tenant = found, found.tenant
-            operator = granted.metrics or (tenant == ALL_TENANTS and granted.configs is None)
+            if granted.hooks and path not in HOOK_PATHS:
+                await _reply(send, 403, "this token answers the hook endpoints only")
+                return
+            operator = granted.metrics or (tenant == ALL_TENANTS and granted.configs is None and not granted.hooks)
             if path == METRICS_PATH and not operator:
                 # the registry names every tenant, feature and tool, with their spend
                 await _reply(send, 403, f"/metrics answers an all-tenant token or ${METRICS_TOKEN_ENV} only")
@@ -302,7 +305,9 @@ class RequestGuard:
             try:
                 if hook:
                     assert config_id is not None
-                    answer = await self.gateway.hook(HOOK_PATHS[path], read[0], config_id, granted.caller, fail_closed)
+                    answer = await self.gateway.hook(
+                        HOOK_PATHS[path], read[0], config_id, granted.caller, fail_closed, prompts_count=not granted.hooks
+                    )
                 else:
                     answer = await self.gateway.answer(path, read[1], granted.caller)
             except Exception as exc:

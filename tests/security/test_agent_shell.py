@@ -12,29 +12,47 @@ from __future__ import annotations
 import json
 import socket
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from test_hook_daemon import call, runtime_dir, started_daemon  # noqa: F401  (runtime_dir: a fixture)
-from test_hooks import (  # noqa: F401  (client and server: the fixtures of a served config)
-    AGENTS,
-    USER_TURN,
-    claude_transcript,
-    client,
-    command,
-    common,
-    denied,
-    hook,
-    post,
-    pre,
-    server,
-)
+from test_hooks import AGENTS, USER_TURN, claude_transcript, command, common, denied, hook, post, pre
 
 from agent_breaker.hooks import BLOCK_EXIT, CLAUDE_CODE, CODEX, GEMINI_CLI
 from agent_breaker.hooks import daemon as _hook_daemon
 
 FAILING = "npm run build"
+#: the hooks' own token, as the server knows it ($AGENT_BREAKER_HOOK_TOKEN)
+HOOK_TOKEN = "hook-token-of-the-agents-hooks-0123"
+REDIS_DB = 15
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> Iterator[Any]:
+    pytest.importorskip("nemoguardrails")
+    from _server import TOKEN, served_with_tenants
+
+    with served_with_tenants(
+        {TOKEN: "*"}, tmp_path_factory.mktemp("tokens"), REDIS_DB, {"AGENT_BREAKER_HOOK_TOKEN": HOOK_TOKEN}
+    ) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def client(server) -> Iterator[Any]:
+    """An agent runtime's client: the API token."""
+    with httpx.Client(base_url=server.base, headers=server.headers, timeout=30) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def hooks_client(server) -> Iterator[Any]:
+    """Claude Code's HTTP hooks, as print-config sets them up: the hooks' token."""
+    with httpx.Client(base_url=server.base, headers={"Authorization": f"Bearer {HOOK_TOKEN}"}, timeout=30) as c:
+        yield c
 
 
 def prompt(agent: str, session: str, text: str, transcript: str | None = None) -> dict[str, Any]:
@@ -166,7 +184,7 @@ def test_the_users_own_prompt_still_lifts_a_halt(tmp_path):
 
 
 @pytest.mark.parametrize("agent", AGENTS)
-def test_a_prompt_posted_to_the_endpoint_from_inside_a_call_restarts_nothing(agent, client):  # noqa: F811
+def test_a_prompt_posted_to_the_endpoint_from_inside_a_call_restarts_nothing(agent, client):
     session = f"s-{uuid.uuid4().hex[:8]}"
 
     def decide(payload: Any) -> bool:
@@ -179,7 +197,7 @@ def test_a_prompt_posted_to_the_endpoint_from_inside_a_call_restarts_nothing(age
 
 
 @pytest.mark.parametrize("agent", AGENTS)
-def test_a_prompt_to_the_endpoint_with_no_call_in_flight_lifts_a_halt(agent, client):  # noqa: F811
+def test_a_prompt_to_the_endpoint_with_no_call_in_flight_lifts_a_halt(agent, client):
     session = f"s-{uuid.uuid4().hex[:8]}"
 
     def decide(payload: Any) -> bool:
@@ -278,3 +296,49 @@ def test_a_config_edited_in_place_is_a_daemon_of_its_own(runtime_dir, tmp_path):
     os.utime(folder, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert config.stat().st_size == stat.st_size and config.stat().st_mtime_ns == stat.st_mtime_ns
     assert _hook_daemon.socket_path(str(folder), state) != before
+
+
+# ----------------------------------------------------------------------------- the hooks' token
+
+
+def test_the_hooks_token_opens_the_hook_endpoints_alone(server, hooks_client):
+    assert hook(hooks_client, CLAUDE_CODE, pre(CLAUDE_CODE, f"s-{uuid.uuid4().hex[:8]}", 1, "ls")).status_code == 200
+    for path in ("/v1/agent-breaker/check", "/v1/agent-breaker/events", "/v1/chat/completions", "/metrics"):
+        r = hooks_client.request("GET" if path == "/metrics" else "POST", path, json={})
+        assert r.status_code == 403 and "hook endpoints only" in r.text, (path, r.status_code, r.text)
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+def test_a_prompt_with_the_hooks_token_lifts_no_halt(agent, hooks_client, client):
+    """No call in flight, new words: with the hooks' token (which the agent's shell inherits) the
+    server cannot tell the user's prompt from the agent's, and it restarts nothing."""
+    session = f"s-{uuid.uuid4().hex[:8]}"
+
+    def decide(payload: Any) -> bool:
+        r = hook(hooks_client, agent, payload)
+        assert r.status_code == 200, r.text
+        return denied(r.json())
+
+    first = denied_at(decide, agent, session, lambda n: decide(prompt(agent, session, f"new words {uuid.uuid4().hex}")))
+    assert first is not None and first <= 5
+    assert not decide(prompt(agent, session, "I restarted the registry, try again"))
+    assert decide(pre(agent, session, 100, FAILING))
+
+
+def test_a_tokens_file_entry_may_be_the_hooks_token():
+    from agent_breaker.server import ServeError
+    from agent_breaker.server._auth import TokenScope
+
+    assert TokenScope.read({"tenant": "acme", "hooks": True}, "entry").hooks
+    assert not TokenScope.read({"tenant": "acme"}, "entry").hooks
+    with pytest.raises(ServeError, match="hooks must be true or false"):
+        TokenScope.read({"tenant": "acme", "hooks": "yes"}, "entry")
+
+
+def test_print_config_gives_claude_codes_http_hook_the_hooks_token():
+    from agent_breaker.hooks import settings
+
+    for group in settings(CLAUDE_CODE, server="http://127.0.0.1:8000")["hooks"].values():
+        handler = group[0]["hooks"][0]
+        assert handler["headers"] == {"Authorization": "Bearer $AGENT_BREAKER_HOOK_TOKEN"}
+        assert handler["allowedEnvVars"] == ["AGENT_BREAKER_HOOK_TOKEN"]

@@ -19,14 +19,12 @@ from typing import Any
 import httpx
 import pytest
 from test_hook_daemon import call, runtime_dir, started_daemon  # noqa: F401  (runtime_dir: a fixture)
-from test_hooks import AGENTS, USER_TURN, claude_transcript, command, common, denied, hook, post, pre
+from test_hooks import AGENTS, HOOK_TOKEN, USER_TURN, claude_transcript, command, common, denied, hook, post, pre
 
 from agent_breaker.hooks import BLOCK_EXIT, CLAUDE_CODE, CODEX, GEMINI_CLI
 from agent_breaker.hooks import daemon as _hook_daemon
 
 FAILING = "npm run build"
-#: the hooks' own token, as the server knows it ($AGENT_BREAKER_HOOK_TOKEN)
-HOOK_TOKEN = "hook-token-of-the-agents-hooks-0123"
 REDIS_DB = 15
 
 

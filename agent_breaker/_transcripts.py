@@ -12,6 +12,10 @@ transcript (the session's rollout) records each command as it completes (an `ite
 event whose `CommandExecution` item, under the call's id, holds its `exit_code`), before the
 hook runs.
 
+Whose turn a prompt is: a prompt hook is the user's only when the agent's own record shows the
+session waiting for its user (`claude_code_users_turn`, `codex_users_turn`, `gemini_users_turn`):
+the agent's shell can run the hook itself, but only while the model is at work.
+
 Only the `agent-breaker hook` command reads transcripts: it runs as the user, beside the agent. An
 HTTP endpoint does not, since a path in a request would let any client make the server read its
 files.
@@ -168,3 +172,72 @@ def _tool_results(line: dict[str, Any]) -> list[str]:
         for b in blocks
         if isinstance(b, dict) and b.get("type") == "tool_result" and isinstance(b.get("tool_use_id"), str)
     ]
+
+
+def codex_users_turn(path: str, session_id: str, turn_id: str | None) -> bool:
+    """Whether Codex's rollout of session `session_id` shows turn `turn_id` just begun: Codex
+    records a turn's start (`task_started`, with its id) before it runs the prompt's hook, and a
+    prompt posted from the agent's shell comes while the model is at work in a turn, after its
+    calls or its words. False when the rollout is not the session's or cannot be read."""
+    if not turn_id or not os.path.basename(path).endswith(f"-{session_id}.jsonl"):
+        return False
+    data = _tail(path)
+    if not data:
+        return False
+    begun = False
+    for raw in data.split(b"\n"):
+        try:
+            line = json.loads(raw)
+        except ValueError:
+            continue
+        payload = line.get("payload") if isinstance(line, dict) else None
+        if not isinstance(payload, dict):
+            continue
+        if line.get("type") == "event_msg" and payload.get("type") == "task_started":
+            begun = payload.get("turn_id") == turn_id  # the last turn begun must be this one
+        elif begun and line.get("type") == "response_item" and not _harness_message(payload):
+            begun = False  # the model has answered in this turn: it is the agent's
+    return begun
+
+
+def _harness_message(payload: dict[str, Any]) -> bool:
+    """A rollout item Codex writes itself at a turn's start (its instructions, the context)."""
+    return payload.get("type") == "message" and payload.get("role") in ("user", "developer", "system")
+
+
+def gemini_users_turn(path: str, session_id: str) -> bool:
+    """Whether Gemini CLI's chat record of session `session_id` shows it waiting for its user:
+    its last message is the model's words with no tool call (the turn ended), or the session's
+    opening context. While the model works, its last message is one being written (no words
+    yet) or a tool's answer. False when the record is not the session's or cannot be read."""
+    data = _tail(path)
+    if not data:
+        return False
+    lines = data.split(b"\n")
+    try:
+        head = json.loads(lines[0])
+    except ValueError:
+        return False
+    if not isinstance(head, dict) or head.get("sessionId") != session_id:
+        return False  # a record of another session, or one too long to hold its head
+    last: dict[str, Any] | None = None
+    for raw in lines[1:]:
+        try:
+            line = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(line, dict) and line.get("type") in ("user", "gemini"):
+            last = line
+    if last is None:
+        return False
+    if last["type"] == "user":
+        # the session's opening context alone; a tool's answer is the model's to work on
+        return not any(isinstance(p, dict) and "functionResponse" in p for p in _parts(last.get("content")))
+    said = any(isinstance(p, dict) and isinstance(p.get("text"), str) and p["text"].strip() for p in _parts(last.get("content")))
+    return said and not last.get("toolCalls")
+
+
+def _parts(content: Any) -> list[Any]:
+    if isinstance(content, str):
+        return [{"text": content}]
+    return content if isinstance(content, list) else []

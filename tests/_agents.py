@@ -119,10 +119,21 @@ class Ran:
     stderr: str
 
 
-def run(agent: str, bins: Path, user: Home, model_url: str, *, turns: int, setup: tuple[str, ...] = ()) -> Ran:
+def run(
+    agent: str,
+    bins: Path,
+    user: Home,
+    model_url: str,
+    *,
+    turns: int,
+    setup: tuple[str, ...] = (),
+    prompt: str = PROMPT,
+    resume: str | None = None,
+) -> Ran:
     """Set the agent up as the guide says (the settings `hooks print-config AGENT SETUP...`
     prints, and for Codex the trust `hooks trust codex SETUP...` prints), then run it headless on
-    PROMPT against the scripted model."""
+    `prompt` against the scripted model; `resume`: go on with a session (Claude Code: its id;
+    the others: their latest)."""
     env = dict(user.env)
     hooks = json.loads(user.agent_breaker("hooks", "print-config", agent, *setup))
     if agent == CLAUDE_CODE:
@@ -130,8 +141,8 @@ def run(agent: str, bins: Path, user: Home, model_url: str, *, turns: int, setup
         # IS_SANDBOX: CI runs as root, where Claude Code takes --dangerously-skip-permissions only in a sandbox
         env.update(ANTHROPIC_BASE_URL=model_url, ANTHROPIC_API_KEY="sk-scripted", IS_SANDBOX="1")
         env.update(CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1", DISABLE_AUTOUPDATER="1")
-        argv = [str(bins / "claude"), "-p", PROMPT, "--max-turns", str(turns + 5), "--dangerously-skip-permissions"]
-        argv += ["--output-format", "json"]
+        argv = [str(bins / "claude"), "-p", prompt, "--max-turns", str(turns + 5), "--dangerously-skip-permissions"]
+        argv += ["--output-format", "json"] + (["--resume", resume] if resume else [])
     elif agent == GEMINI_CLI:
         _write(user.project / ".gemini" / "settings.json", hooks)
         # its own loop detection off: it ends a run at the 5th identical call, before the guard
@@ -141,7 +152,9 @@ def run(agent: str, bins: Path, user: Home, model_url: str, *, turns: int, setup
         # a project's hooks run only in a folder the user trusts
         _write(user.home / ".gemini" / "trustedFolders.json", {str(user.project): "TRUST_FOLDER"})
         env.update(GOOGLE_GEMINI_BASE_URL=model_url, GEMINI_API_KEY="scripted")
-        argv = [str(bins / "gemini"), "-p", PROMPT, "--yolo", "--output-format", "json"]
+        argv = [str(bins / "gemini"), "-p", prompt, "--yolo", "--output-format", "json"] + (
+            ["--resume", "latest"] if resume else []
+        )
     else:
         codex_home = user.home / ".codex"
         _write(codex_home / "hooks.json", hooks)
@@ -152,7 +165,8 @@ def run(agent: str, bins: Path, user: Home, model_url: str, *, turns: int, setup
             f'name = "scripted"\nbase_url = "{model_url}/v1"\nwire_api = "responses"\nenv_key = "SCRIPTED_API_KEY"\n\n' + trust,
         )
         env.update(CODEX_HOME=str(codex_home), SCRIPTED_API_KEY="scripted")
-        argv = [str(bins / "codex"), "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", PROMPT]
+        argv = [str(bins / "codex"), "exec", *(["resume", "--last"] if resume else []), "--skip-git-repo-check"]
+        argv += ["--dangerously-bypass-approvals-and-sandbox", prompt]
     done = subprocess.run(argv, cwd=user.project, env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
     return Ran(done.returncode, done.stdout, done.stderr)
 

@@ -113,3 +113,65 @@ def test_a_token_budget_through_the_hook_command_holds_with_the_transcripts_usag
             assert "token_budget" in err.getvalue(), err.getvalue()
             break
     assert codes == [0, 0, 0, BLOCK_EXIT]
+
+
+# ----------------------------------------------------------------------------- whose turn it is
+# Lines shaped as Codex 0.171 and Gemini CLI 0.61 wrote them in a recorded headless run, at the
+# moment each hook ran.
+
+SESSION = "01a241da-a7c6-7892-bd25-9eebe631e6c7"
+TURN = "01a241da-a7e4-7e02-9e1a-1edaffa69645"
+
+
+def _write_lines(path: Path, lines: list[dict[str, Any]]) -> str:
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return str(path)
+
+
+def codex_rollout(*after_start: dict[str, Any], turn: str = TURN) -> list[dict[str, Any]]:
+    return [
+        {"type": "session_meta", "payload": {"id": SESSION}},
+        {"type": "event_msg", "payload": {"type": "task_started", "turn_id": turn}},
+        {"type": "response_item", "payload": {"type": "message", "role": "developer", "content": []}},
+        {"type": "turn_context", "payload": {"turn_id": turn}},
+        *after_start,
+    ]
+
+
+CALL = {"type": "response_item", "payload": {"type": "function_call", "name": "exec_command", "call_id": "call_0000"}}
+PROMPT_ITEM = {"type": "response_item", "payload": {"type": "message", "role": "user", "content": []}}
+
+
+def test_a_codex_prompt_is_the_users_when_its_turn_has_just_begun(tmp_path):
+    from agent_breaker._transcripts import codex_users_turn
+
+    path = tmp_path / f"rollout-2026-12-04T16-19-38-{SESSION}.jsonl"
+    assert codex_users_turn(_write_lines(path, codex_rollout()), SESSION, TURN)
+    # the agent's shell, inside a call of the turn: the model has answered in it
+    assert not codex_users_turn(_write_lines(path, codex_rollout(PROMPT_ITEM, CALL)), SESSION, TURN)
+    # a turn that is not the last begun, a turn of no id, another session's rollout
+    assert not codex_users_turn(_write_lines(path, codex_rollout(turn="older")), SESSION, TURN)
+    assert not codex_users_turn(_write_lines(path, codex_rollout()), SESSION, None)
+    other = tmp_path / "rollout-2026-12-04T16-19-38-another.jsonl"
+    assert not codex_users_turn(_write_lines(other, codex_rollout()), SESSION, TURN)
+
+
+def gemini_record(*messages: dict[str, Any], session: str = SESSION) -> list[dict[str, Any]]:
+    head = {"sessionId": session, "projectHash": "4ad2", "startTime": "2026-12-04T16:19:51.961Z", "kind": "main"}
+    context = {"id": "c", "type": "user", "content": [{"text": "<session_context>..."}]}
+    return [head, {"$set": {"messages": []}}, context, *messages]
+
+
+def test_a_gemini_prompt_is_the_users_when_the_model_has_finished(tmp_path):
+    from agent_breaker._transcripts import gemini_users_turn
+
+    path = tmp_path / "session-2026-12-04T16-19-d761e596.jsonl"
+    done = {"id": "g2", "type": "gemini", "content": "I am done."}
+    working = {"id": "g1", "type": "gemini", "content": ""}  # being written: no words yet
+    called = {"id": "g1", "type": "gemini", "content": "", "toolCalls": [{"id": "run_shell_command_1", "status": "success"}]}
+    answered = {"id": "u1", "type": "user", "content": [{"functionResponse": {"id": "run_shell_command_1"}}]}
+    assert gemini_users_turn(_write_lines(path, gemini_record()), SESSION)  # the session's first prompt
+    assert gemini_users_turn(_write_lines(path, gemini_record(called, answered, done)), SESSION)
+    for busy in ([working], [called], [called, answered], [called, answered, working]):
+        assert not gemini_users_turn(_write_lines(path, gemini_record(*busy)), SESSION), busy
+    assert not gemini_users_turn(_write_lines(path, gemini_record(done, session="another")), SESSION)

@@ -26,7 +26,7 @@ import hashlib
 import json
 import re
 import shlex
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,6 +81,8 @@ class Hook:
     # the agent's transcript of the session (where a call's token usage may be read, and a
     # prompt checked against what the agent itself recorded)
     transcript: str | None = None
+    # the turn a prompt begins, as the agent names it (Codex's `turn_id`)
+    turn: str | None = None
 
 
 @dataclass(frozen=True)
@@ -131,8 +133,9 @@ def read_hook(agent: str, payload: Any) -> Hook:
     named = payload.get("transcript_path")
     transcript = named if isinstance(named, str) and named else None
     if name in _USER:
-        prompt = payload.get("prompt")
-        return Hook(agent, name, {**base, "type": USER_EVENT, "text": prompt if isinstance(prompt, str) else ""}, transcript)
+        prompt, turn = payload.get("prompt"), payload.get("turn_id")
+        event = {**base, "type": USER_EVENT, "text": prompt if isinstance(prompt, str) else ""}
+        return Hook(agent, name, event, transcript, turn if isinstance(turn, str) and turn else None)
     base["tool_name"] = _text(payload, "tool_name")
     call_id = _text(payload, "tool_use_id", required=False)
     if call_id is not None:
@@ -158,18 +161,17 @@ def read_hook(agent: str, payload: Any) -> Hook:
     return Hook(agent, name, {**result, "error": error} if error is not None else result)
 
 
-def users_turn(
-    hook: Hook, in_flight: Mapping[str, str], transcript_says: Callable[[str, str, Iterable[str]], bool] | None
-) -> bool:
+def users_turn(hook: Hook, in_flight: Mapping[str, str], recorded: Callable[[Hook, Mapping[str, str]], bool] | None) -> bool:
     """Whether a prompt hook is the user's turn, which restarts loop streaks and lifts a loop's
     halt; a prompt that is not is let through and restarts nothing. The agent's shell can run
     this hook itself (`echo '{"hook_event_name": "UserPromptSubmit", ...}' | agent-breaker hook`),
     but only while one of its calls runs: a call of the session `in_flight` at the guard says
-    the turn is the agent's. Where the harness's own transcript can be read (`transcript_says`,
-    Claude Code's on the command path), it must show the session waiting for its user too."""
+    the turn is the agent's. Where the agent's own record of the session can be read
+    (`recorded(hook, in_flight)`: its transcript, on the command path), it must show the session
+    waiting for its user too."""
     assert hook.event is not None and hook.event["type"] == USER_EVENT
-    if transcript_says is not None and hook.agent == CLAUDE_CODE:
-        return hook.transcript is not None and transcript_says(hook.transcript, hook.event["session_id"], in_flight)
+    if recorded is not None:
+        return hook.transcript is not None and recorded(hook, in_flight)
     return not in_flight
 
 

@@ -5,10 +5,11 @@ call is decided in this process: a hook answered by the daemon loads no engine."
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from ..protocol import TOOL_CALL_EVENT
-from . import CLAUDE_CODE, USER_EVENT, GuardFailure, Hook, HookAnswer, answer, refused, users_turn
+from . import CLAUDE_CODE, CODEX, USER_EVENT, GuardFailure, Hook, HookAnswer, answer, refused, users_turn
 from .witness import UNREAD, Record, Unread, Witness
 
 
@@ -58,7 +59,7 @@ class HookGuard:
         the guard cannot write raises GuardFailure (the fail policy answers), unless the session
         is known to be halted: its calls stay refused."""
         from .. import heuristics as H
-        from .._transcripts import claude_code_usage, claude_code_users_turn
+        from .._transcripts import claude_code_usage
         from ..dispatch import verdict_event
 
         assert hook.event is not None
@@ -66,7 +67,7 @@ class HookGuard:
         call = event["type"] == TOOL_CALL_EVENT
         if event["type"] == USER_EVENT:
             in_flight = self._engine.in_flight(session)
-            if not users_turn(hook, in_flight, claude_code_users_turn):
+            if not users_turn(hook, in_flight, recorded_users_turn):
                 return HookAnswer()
         elif call and self._witness is not None and (erased := self._witness.erased(session, self._record)) is not None:
             return refused(erased)
@@ -96,3 +97,20 @@ class HookGuard:
 
     def close(self) -> None:
         self._store.close()
+
+
+def recorded_users_turn(hook: Hook, in_flight: Mapping[str, str]) -> bool:
+    """Whether the agent's own record of the session (`hook.transcript`) shows it waiting for
+    its user (`_transcripts`), with no call in flight at the guard; Claude Code's transcript
+    tells a call in flight that has answered from one that has not."""
+    from .._transcripts import claude_code_users_turn, codex_users_turn, gemini_users_turn
+
+    assert hook.event is not None and hook.transcript is not None
+    session = hook.event["session_id"]
+    if hook.agent == CLAUDE_CODE:
+        return claude_code_users_turn(hook.transcript, session, in_flight)
+    if in_flight:
+        return False
+    if hook.agent == CODEX:
+        return codex_users_turn(hook.transcript, session, hook.turn)
+    return gemini_users_turn(hook.transcript, session)

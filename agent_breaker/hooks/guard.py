@@ -73,18 +73,32 @@ class HookGuard:
             return refused(erased)
         if self._counts_tokens and hook.transcript and hook.agent == CLAUDE_CODE and event.get("call_id"):
             event = {**event, **(claude_code_usage(hook.transcript, event["call_id"]) or {})}
-        verdict = verdict_event(self._engine, event)
+        try:
+            verdict = verdict_event(self._engine, event)
+        except Exception:
+            # a guard that crashes answers by the fail policy, but not for a session known to be halted
+            halted = self._still_halted(session, call, "The guard failed to decide this call")
+            if halted is None:
+                raise
+            return halted
         if verdict.get("heuristic") == H.STORAGE_UNAVAILABLE:
-            halt = None if self._witness is None else self._witness.halt(session)
-            if halt is None and isinstance(stored := self._record(session), tuple):
-                halt = stored[1]  # read, though not written (a full disk)
-            if call and halt is not None:
-                why = "The guard's state cannot be written now; the session stays halted."
-                return refused(f"agent-breaker ({halt[0]}): {halt[1]} {why}")
-            raise GuardFailure(str(verdict.get("reason")))
+            halted = self._still_halted(session, call, "The guard's state cannot be written now")
+            if halted is None:
+                raise GuardFailure(str(verdict.get("reason")))
+            return halted
         if self._witness is not None:
             self._witness.saw(session, self._record(session), users_turn=event["type"] == USER_EVENT)
         return answer(hook, verdict)
+
+    def _still_halted(self, session: str, call: bool, why: str) -> HookAnswer | None:
+        """A call's refusal when the guard could not decide it but knows its session is halted
+        (from its witness, or the state as it reads, though not writes); None otherwise."""
+        if not call:
+            return None
+        halt = None if self._witness is None else self._witness.halt(session)
+        if halt is None and isinstance(stored := self._record(session), tuple):
+            halt = stored[1]
+        return None if halt is None else refused(f"agent-breaker ({halt[0]}): {halt[1]} {why}; the session stays halted.")
 
     def _record(self, session: str) -> Record | Unread:
         from ..events import InvalidEventError

@@ -340,3 +340,32 @@ def test_print_config_gives_claude_codes_http_hook_the_hooks_token():
         handler = group[0]["hooks"][0]
         assert handler["headers"] == {"Authorization": "Bearer $AGENT_BREAKER_HOOK_TOKEN"}
         assert handler["allowedEnvVars"] == ["AGENT_BREAKER_HOOK_TOKEN"]
+
+
+def test_a_guard_that_crashes_keeps_a_halted_session_refused(tmp_path, monkeypatch):
+    """A crash goes to the fail policy (`--fail open` lets the call through), except for a
+    session the guard knows to be halted: its calls stay refused."""
+    from agent_breaker import dispatch
+    from agent_breaker.hooks import read
+    from agent_breaker.hooks.guard import HookGuard
+
+    guard = HookGuard(None, f"sqlite:///{tmp_path}/h.db")
+    try:
+
+        def decided(payload: dict[str, Any]) -> Any:
+            hook = read(CLAUDE_CODE, json.dumps(payload).encode(), fail_closed=False)
+            return guard.decide(hook)  # type: ignore[arg-type]
+
+        first = denied_at(lambda p: decided(p).denied, CLAUDE_CODE, "s-crash", lambda n: None)
+        assert first is not None and first <= 5
+
+        def crash(*args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError("a bug")
+
+        monkeypatch.setattr(dispatch, "verdict_event", crash)
+        out = decided(pre(CLAUDE_CODE, "s-crash", 50, FAILING))
+        assert out.denied and "stays halted" in out.stderr
+        with pytest.raises(RuntimeError, match="a bug"):  # another session: the fail policy's to answer
+            decided(pre(CLAUDE_CODE, "s-other", 1, "ls"))
+    finally:
+        guard.close()

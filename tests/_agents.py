@@ -19,6 +19,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,9 +80,12 @@ class Home:
 
     @classmethod
     def make(cls, tmp: Path) -> Home:
-        home, project, runtime = tmp / "home", tmp / "project", tmp / "run"
-        for folder in (home, project, runtime):
+        home, project = tmp / "home", tmp / "project"
+        for folder in (home, project):
             folder.mkdir(mode=0o700)
+        # a short path, as the user's runtime folder is (/run/user/<uid>): a socket's path is
+        # bounded, and under a longer one no hook daemon runs
+        runtime = Path(tempfile.mkdtemp(prefix="ab-run-"))
         env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "GEMINI_", "GOOGLE_", "OPENAI_", "CODEX_"))}
         env.update(HOME=str(home), XDG_RUNTIME_DIR=str(runtime), XDG_STATE_HOME=str(home / ".local" / "state"))
         env.update(XDG_CONFIG_HOME=str(home / ".config"), XDG_CACHE_HOME=str(home / ".cache"), NO_COLOR="1")
@@ -94,10 +98,13 @@ class Home:
         return printed.stdout
 
     def stop_daemons(self) -> None:
-        """Stop the hook daemons this user started (by the PIDs their lock files hold)."""
-        for lock in (Path(self.env["XDG_RUNTIME_DIR"]) / "agent-breaker").glob("hookd-*.lock"):
+        """Stop the hook daemons this user started (by the PIDs their lock files hold), and
+        remove its runtime folder."""
+        runtime = Path(self.env["XDG_RUNTIME_DIR"])
+        for lock in (runtime / "agent-breaker").glob("hookd-*.lock"):
             with contextlib.suppress(ValueError, OSError):
                 os.kill(int(lock.read_text().split()[0]), signal.SIGTERM)
+        shutil.rmtree(runtime, ignore_errors=True)
 
 
 def agent_breaker_path() -> str:

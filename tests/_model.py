@@ -26,9 +26,10 @@ CLOSING = "I am done."
 
 @dataclass
 class Scenario:
-    """`command(n)`: the n-th shell command the model asks for (from 0); `turns` of them."""
+    """`command(n)`: the n-th shell command the model asks for (from 0), or (Claude Code) another
+    tool's call, {"tool": name, "input": {...}}; `turns` of them."""
 
-    command: Callable[[int], str]
+    command: Callable[[int], Any]
     turns: int
 
 
@@ -105,8 +106,10 @@ def _anthropic(model: ScriptedModel, body: dict[str, Any]) -> tuple[bytes, str]:
         "usage": usage,
     }
     if command is not None:
-        block: dict[str, Any] = {"type": "tool_use", "id": f"toolu_{results:04d}", "name": "Bash", "input": {}}
-        delta = {"type": "input_json_delta", "partial_json": json.dumps({"command": command, "description": "Run it"})}
+        # a command, or another tool's call: {"tool": name, "input": {...}}
+        name, arguments = (command["tool"], command["input"]) if isinstance(command, dict) else ("Bash", {"command": command})
+        block: dict[str, Any] = {"type": "tool_use", "id": f"toolu_{results:04d}", "name": name, "input": {}}
+        delta = {"type": "input_json_delta", "partial_json": json.dumps({**arguments, "description": "Run it"})}
         stop = "tool_use"
     else:
         block = {"type": "text", "text": ""}

@@ -217,3 +217,42 @@ def test_the_users_next_prompt_lifts_the_halt(bins, user, agent):
         again = run(agent, bins, user, url, turns=TURNS + 1, prompt="I created the directory; list it once more.", resume=session)
     print(f"{agent}: cut at call {denied[0]}; resumed: {ran(user) - halted_at} call ran ({again.returncode})")
     assert ran(user) == halted_at + 1, again.stderr[-2000:]
+
+
+def test_a_call_too_large_or_on_a_halted_session_is_refused_whatever_its_size(bins, user, agent):
+    """A 5 MiB `Write` (more than the guard reads) is refused, not let through by the fail
+    policy; once the loop is cut, a 300 KiB `Write` and a 60,000-character command are refused
+    too."""
+    if agent != CLAUDE_CODE:
+        pytest.skip("the scripted model asks the other agents for shell commands only")
+    writes = {
+        0: {"tool": "Write", "input": {"file_path": str(user.project / "big.txt"), "content": "y" * (5 * 2**20)}},
+        6: {"tool": "Write", "input": {"file_path": str(user.project / "mid.txt"), "content": "y" * (300 * 2**10)}},
+        7: f"{RAN}ls /nonexistent-dir # " + "z" * 60_000,
+    }
+    model = guarded_run(agent, bins, user, Scenario(lambda n: writes.get(n, FAILING["a failing command"]), TURNS))
+    said = guard_said(model, TURNS)
+    print(f"{agent}, outsized calls: {said}")
+    assert said.get(1) == "denied" and "more than the guard reads" in (model.news(1) or "")
+    assert not (user.project / "big.txt").exists() and not (user.project / "mid.txt").exists()
+    assert said.get(7) == said.get(8) == "denied" and ran(user) <= 4
+
+
+#: what the agent's shell can do to its guard's state: delete every session's rows
+ERASE = (
+    'python3 -c \'import os, sqlite3; db = sqlite3.connect(os.path.expanduser("~/.local/state/agent-breaker/hooks.db")); '
+    'db.execute("DELETE FROM sessions"); db.commit()\''
+)
+
+
+def test_a_loop_that_erases_its_guards_state_is_still_cut(bins, user, agent):
+    """The model's command fails, then deletes the guard's session rows from the state file
+    (the default setup: the hook command and its daemon), at every call, so that no streak
+    ever grows. The daemon remembers what the file held: the loop is cut within five calls."""
+    attack = f"{RAN}ls /nonexistent-dir; {ERASE}; exit 2"
+    model = guarded_run(agent, bins, user, Scenario(lambda n: attack, TURNS))
+    said = guard_said(model, TURNS)
+    print(f"{agent}, its guard's state erased at every call: {said}")
+    denied = [call for call, what in said.items() if what == "denied"]
+    assert denied and denied[0] <= 5, (said, ran(user))
+    assert ran(user) == denied[0] - 1

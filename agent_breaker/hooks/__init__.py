@@ -185,7 +185,7 @@ def read(agent: str, raw: bytes, *, fail_closed: bool) -> Hook | HookAnswer:
     except RecursionError:
         # only a tool's arguments nest like this (the agent writes the rest): the guard is not
         # nested out of deciding, as the engine refuses arguments deeper than it reads
-        return refused("agent-breaker: the hook input is nested too deep to read; blocked")
+        return refused(f"agent-breaker ({INVALID_EVENT}): the hook input is nested too deep to read; blocked")
     except HookInputError as exc:
         return undecided(str(exc), fail_closed=fail_closed)
     return HookAnswer() if hook.event is None else hook
@@ -207,7 +207,7 @@ def oversized(head: bytes) -> HookAnswer:
     names = {m.group(1).decode() for m in _EVENT_NAME.finditer(head)}
     why = f"the hook input is over {MAX_INPUT_BYTES} bytes, more than the guard reads"
     if not names or names & _BEFORE:
-        return refused(f"agent-breaker: {why}; blocked")
+        return refused(f"agent-breaker ({INVALID_EVENT}): {why}; blocked")
     return HookAnswer({}, 0, f"agent-breaker: {why}; not checked")
 
 

@@ -25,7 +25,7 @@ from agent_breaker.hooks import BLOCK_EXIT, CLAUDE_CODE, CODEX, GEMINI_CLI
 from agent_breaker.hooks import daemon as _hook_daemon
 
 FAILING = "npm run build"
-REDIS_DB = 15
+REDIS_DB = 5
 
 
 @pytest.fixture(scope="module")

@@ -172,6 +172,27 @@ def served_with_tenants(
         _flush(url)
 
 
+#: the hooks' own token of `served_for_hooks` ($AGENT_BREAKER_HOOK_TOKEN)
+HOOK_TOKEN = "hook-token-of-the-agents-hooks-0123"
+
+
+@contextlib.contextmanager
+def served_for_hooks(folder: Path, redis_db: int) -> Iterator[Server]:
+    """A server for coding agents' hooks: TOKEN for every tenant (an agent runtime's), and the
+    hooks' own token, HOOK_TOKEN (whose prompts restart nothing)."""
+    with served_with_tenants({TOKEN: "*"}, folder, redis_db, {"AGENT_BREAKER_HOOK_TOKEN": HOOK_TOKEN}) as srv:
+        yield srv
+
+
+@contextlib.contextmanager
+def client_of(server: Server, token: str | None = None) -> Iterator[httpx.Client]:
+    """Keep-alive connections to `server`, as an agent's HTTP hooks keep them: with the server's
+    own token, or `token`."""
+    headers = server.headers if token is None else {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=server.base, headers=headers, timeout=60) as client:
+        yield client
+
+
 def db_url(db: int) -> str:
     """The test Redis, database `db`."""
     return REDIS_URL.rsplit("/", 1)[0] + f"/{db}"

@@ -110,15 +110,17 @@ def by_endpoint(client: Any, agent: str, raw: bytes, fail: str) -> tuple[str, An
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Iterator[Any]:
     pytest.importorskip("nemoguardrails")
-    from _server import TOKEN, served_with_tenants
+    from _server import served_for_hooks
 
-    with served_with_tenants({TOKEN: "*"}, tmp_path_factory.mktemp("tokens"), REDIS_DB) as srv:
+    with served_for_hooks(tmp_path_factory.mktemp("tokens"), REDIS_DB) as srv:
         yield srv
 
 
 @pytest.fixture(scope="module")
 def client(server) -> Iterator[Any]:
-    with httpx.Client(base_url=server.base, headers=server.headers, timeout=60) as c:
+    from _server import client_of
+
+    with client_of(server) as c:
         yield c
 
 

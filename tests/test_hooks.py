@@ -216,29 +216,26 @@ httpx = pytest.importorskip("httpx")
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Iterator[Any]:
     pytest.importorskip("nemoguardrails")
-    from _server import TOKEN, served_with_tenants
+    from _server import served_for_hooks
 
-    with served_with_tenants(
-        {TOKEN: "*"}, tmp_path_factory.mktemp("tokens"), 14, {"AGENT_BREAKER_HOOK_TOKEN": HOOK_TOKEN}
-    ) as srv:
+    with served_for_hooks(tmp_path_factory.mktemp("tokens"), 14) as srv:
         yield srv
 
 
 @pytest.fixture(scope="module")
 def client(server) -> Iterator[Any]:
-    """Keep-alive connections to the server, as an agent's HTTP hooks keep them."""
-    with httpx.Client(base_url=server.base, headers=server.headers, timeout=30) as c:
+    from _server import client_of
+
+    with client_of(server) as c:
         yield c
-
-
-#: the hooks' own token, as the server knows it ($AGENT_BREAKER_HOOK_TOKEN)
-HOOK_TOKEN = "hook-token-of-the-agents-hooks-0123"
 
 
 @pytest.fixture(scope="module")
 def hooks_client(server) -> Iterator[Any]:
     """Claude Code's HTTP hooks as print-config sets them up: the hooks' token."""
-    with httpx.Client(base_url=server.base, headers={"Authorization": f"Bearer {HOOK_TOKEN}"}, timeout=30) as c:
+    from _server import HOOK_TOKEN, client_of
+
+    with client_of(server, HOOK_TOKEN) as c:
         yield c
 
 

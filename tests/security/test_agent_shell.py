@@ -16,41 +16,38 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
+import test_hooks
 from test_hook_daemon import call, runtime_dir, started_daemon  # noqa: F401  (runtime_dir: a fixture)
-from test_hooks import AGENTS, HOOK_TOKEN, USER_TURN, claude_transcript, command, common, denied, hook, post, pre
+from test_hooks import AGENTS, USER_TURN, claude_transcript, command, common, denied, hook, post, pre
 
 from agent_breaker.hooks import BLOCK_EXIT, CLAUDE_CODE, CODEX, GEMINI_CLI
 from agent_breaker.hooks import daemon as _hook_daemon
 
 FAILING = "npm run build"
 REDIS_DB = 5
+# test_hooks' clients, on this module's own server (below)
+client, hooks_client = test_hooks.client, test_hooks.hooks_client
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Iterator[Any]:
     pytest.importorskip("nemoguardrails")
-    from _server import TOKEN, served_with_tenants
+    from _server import served_for_hooks
 
-    with served_with_tenants(
-        {TOKEN: "*"}, tmp_path_factory.mktemp("tokens"), REDIS_DB, {"AGENT_BREAKER_HOOK_TOKEN": HOOK_TOKEN}
-    ) as srv:
+    with served_for_hooks(tmp_path_factory.mktemp("tokens"), REDIS_DB) as srv:
         yield srv
 
 
-@pytest.fixture(scope="module")
-def client(server) -> Iterator[Any]:
-    """An agent runtime's client: the API token."""
-    with httpx.Client(base_url=server.base, headers=server.headers, timeout=30) as c:
-        yield c
+def on_the_endpoint(client: Any, agent: str) -> Any:
+    """decide(payload): whether the endpoint refused the call (always answered 200)."""
 
+    def decide(payload: Any) -> bool:
+        r = hook(client, agent, payload)
+        assert r.status_code == 200, r.text
+        return denied(r.json())
 
-@pytest.fixture(scope="module")
-def hooks_client(server) -> Iterator[Any]:
-    """Claude Code's HTTP hooks, as print-config sets them up: the hooks' token."""
-    with httpx.Client(base_url=server.base, headers={"Authorization": f"Bearer {HOOK_TOKEN}"}, timeout=30) as c:
-        yield c
+    return decide
 
 
 def prompt(agent: str, session: str, text: str, transcript: str | None = None) -> dict[str, Any]:
@@ -183,12 +180,7 @@ def test_the_users_own_prompt_still_lifts_a_halt(tmp_path):
 
 @pytest.mark.parametrize("agent", AGENTS)
 def test_a_prompt_posted_to_the_endpoint_from_inside_a_call_restarts_nothing(agent, client):
-    session = f"s-{uuid.uuid4().hex[:8]}"
-
-    def decide(payload: Any) -> bool:
-        r = hook(client, agent, payload)
-        assert r.status_code == 200, r.text
-        return denied(r.json())
+    session, decide = f"s-{uuid.uuid4().hex[:8]}", on_the_endpoint(client, agent)
 
     first = denied_at(decide, agent, session, lambda n: decide(prompt(agent, session, f"new words {uuid.uuid4().hex}")))
     assert first is not None and first <= 5
@@ -196,12 +188,7 @@ def test_a_prompt_posted_to_the_endpoint_from_inside_a_call_restarts_nothing(age
 
 @pytest.mark.parametrize("agent", AGENTS)
 def test_a_prompt_to_the_endpoint_with_no_call_in_flight_lifts_a_halt(agent, client):
-    session = f"s-{uuid.uuid4().hex[:8]}"
-
-    def decide(payload: Any) -> bool:
-        r = hook(client, agent, payload)
-        assert r.status_code == 200, r.text
-        return denied(r.json())
+    session, decide = f"s-{uuid.uuid4().hex[:8]}", on_the_endpoint(client, agent)
 
     first = denied_at(decide, agent, session, lambda n: None)
     assert first is not None and first <= 5
@@ -224,7 +211,7 @@ def looped_until_halted(state: str, session: str) -> int:
     raise AssertionError("never refused")
 
 
-def test_a_halted_session_whose_rows_are_deleted_stays_refused(runtime_dir, tmp_path):  # noqa: F811
+def test_a_halted_session_whose_rows_are_deleted_stays_refused(runtime_dir, tmp_path):
     import sqlite3
 
     path, _ = started_daemon(tmp_path)
@@ -243,7 +230,7 @@ def test_a_halted_session_whose_rows_are_deleted_stays_refused(runtime_dir, tmp_
     assert call(pre(CLAUDE_CODE, session, 60, FAILING), state, fail="open")[0] == 0
 
 
-def test_a_full_disk_keeps_a_halted_session_refused_and_others_go_to_the_fail_policy(runtime_dir, tmp_path):  # noqa: F811
+def test_a_full_disk_keeps_a_halted_session_refused_and_others_go_to_the_fail_policy(runtime_dir, tmp_path):
     import resource
 
     path, pid = started_daemon(tmp_path)
@@ -258,7 +245,7 @@ def test_a_full_disk_keeps_a_halted_session_refused_and_others_go_to_the_fail_po
         assert code == expected and "could not check this call" in err, err
 
 
-def test_silent_connections_on_the_daemons_socket_do_not_let_a_halted_call_through(runtime_dir, tmp_path):  # noqa: F811
+def test_silent_connections_on_the_daemons_socket_do_not_let_a_halted_call_through(runtime_dir, tmp_path):
     path, _ = started_daemon(tmp_path)
     state = f"sqlite:///{tmp_path}/h.db"
     halted_at = looped_until_halted(state, "s-stall")
@@ -278,7 +265,7 @@ def test_silent_connections_on_the_daemons_socket_do_not_let_a_halted_call_throu
     assert call(pre(CLAUDE_CODE, "s-fresh", 1, "ls"), state)[0] == 0
 
 
-def test_a_config_edited_in_place_is_a_daemon_of_its_own(runtime_dir, tmp_path):  # noqa: F811
+def test_a_config_edited_in_place_is_a_daemon_of_its_own(runtime_dir, tmp_path):
     """Same size, same time: the content names the daemon."""
     import os
 
@@ -310,12 +297,7 @@ def test_the_hooks_token_opens_the_hook_endpoints_alone(server, hooks_client):
 def test_a_prompt_with_the_hooks_token_lifts_no_halt(agent, hooks_client, client):
     """No call in flight, new words: with the hooks' token (which the agent's shell inherits) the
     server cannot tell the user's prompt from the agent's, and it restarts nothing."""
-    session = f"s-{uuid.uuid4().hex[:8]}"
-
-    def decide(payload: Any) -> bool:
-        r = hook(hooks_client, agent, payload)
-        assert r.status_code == 200, r.text
-        return denied(r.json())
+    session, decide = f"s-{uuid.uuid4().hex[:8]}", on_the_endpoint(hooks_client, agent)
 
     first = denied_at(decide, agent, session, lambda n: decide(prompt(agent, session, f"new words {uuid.uuid4().hex}")))
     assert first is not None and first <= 5

@@ -8,7 +8,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..protocol import TOOL_CALL_EVENT
+from ..protocol import TOOL_CALL_EVENT, TOOL_RESULT_EVENT
 from . import CLAUDE_CODE, CODEX, USER_EVENT, GuardFailure, Hook, HookAnswer, answer, refused, users_turn
 from .witness import UNREAD, Record, Unread, Witness
 
@@ -69,8 +69,10 @@ class HookGuard:
             in_flight = self._engine.in_flight(session)
             if not users_turn(hook, in_flight, recorded_users_turn):
                 return HookAnswer()
-        elif call and self._witness is not None and (erased := self._witness.erased(session, self._record)) is not None:
-            return refused(erased)
+        elif call and self._witness is not None and (tampered := self._witness.refusal(session, self._record)) is not None:
+            return refused(tampered)
+        elif event["type"] == TOOL_RESULT_EVENT and self._witness is not None and event.get("call_id"):
+            self._witness.answered(session, event["call_id"])
         if self._counts_tokens and hook.transcript and hook.agent == CLAUDE_CODE and event.get("call_id"):
             event = {**event, **(claude_code_usage(hook.transcript, event["call_id"]) or {})}
         try:

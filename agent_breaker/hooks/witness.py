@@ -5,8 +5,11 @@ The state file belongs to the user, so to the agent, whose shell runs as the use
 session's rows, or putting back an older copy of the file, would erase a halt or the streak of a
 loop about to be cut. The daemon outlives the hook processes and holds this record in its own
 memory: a session whose stored steps went back is noticed, and its calls are refused until a
-turn of its user (as a loop's halt is lifted). When the state cannot be written, the halt it
-remembers keeps the session's calls refused whatever the fail policy. Pure: the clock is given.
+turn of its user (as a loop's halt is lifted). So is a session where one call's result came twice:
+the agent's shell can run the hook with a made-up result (a success, to pass its loop off as
+progress) while the call runs, and the agent's own result follows; no agent sends two. When the
+state cannot be written, the halt it remembers keeps the session's calls refused whatever the
+fail policy. Pure: the clock is given.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ class Unread:
 
 
 UNREAD = Unread()
+#: the calls answered whose ids are kept, for every session (the newest)
+MAX_ANSWERED = 65_536
 
 
 class Witness:
@@ -36,6 +41,10 @@ class Witness:
     def __init__(self, ttl_s: float, clock: Callable[[], float], capacity: int = 10_000) -> None:
         self._ttl_s, self._clock, self._capacity = ttl_s, clock, capacity
         self._seen: OrderedDict[str, tuple[int, Halt | None, float]] = OrderedDict()
+        # the calls whose result came, per session (the agents that send call ids)
+        self._answered: OrderedDict[tuple[str, str], None] = OrderedDict()
+        # why a session's calls are refused until its user speaks: a result that came twice
+        self._forged: dict[str, str] = {}
 
     def _entry(self, session: str) -> tuple[int, Halt | None, float] | None:
         entry = self._seen.get(session)
@@ -50,6 +59,8 @@ class Witness:
         if isinstance(record, Unread):
             return
         entry = self._entry(session)
+        if users_turn:
+            self._forged.pop(session, None)
         if record is None:
             if users_turn:
                 self._seen.pop(session, None)
@@ -65,10 +76,27 @@ class Witness:
         entry = self._entry(session)
         return None if entry is None else entry[1]
 
-    def erased(self, session: str, read: Callable[[str], Record | Unread]) -> str | None:
-        """Why a call of `session` is refused when the store's record of it (`read(session)`,
-        read only when this witness saw the session) went back since; None when it did not (or
-        nothing is known)."""
+    def answered(self, session: str, call_id: str) -> None:
+        """A result of call `call_id` came: a second one marks the session (`refusal`)."""
+        key = (session, call_id)
+        if key in self._answered:
+            self._forged[session] = (
+                f"agent-breaker ({CORRUPT_STATE}): the result of call {call_id} came twice: one was not the agent's "
+                "(made up from its shell). Calls are refused until the user answers. Stop and tell the user what happened."
+            )
+            while len(self._forged) > self._capacity:
+                del self._forged[next(iter(self._forged))]
+            return
+        self._answered[key] = None
+        while len(self._answered) > MAX_ANSWERED:
+            self._answered.popitem(last=False)
+
+    def refusal(self, session: str, read: Callable[[str], Record | Unread]) -> str | None:
+        """Why a call of `session` is refused: a result of it came twice, or the store's record
+        of it (`read(session)`, read only when this witness saw the session) went back since;
+        None when neither (or nothing is known)."""
+        if session in self._forged:
+            return self._forged[session]
         entry = self._entry(session)
         if entry is None:
             return None

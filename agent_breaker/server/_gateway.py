@@ -4,9 +4,10 @@ request guard itself: one event each, decided by the config's engine on the even
 no Colang runtime and no framework between the guard and the engine. It is the same engine as
 the flows', so the decisions are the same.
 
-Each worker holds at most `max_in_flight` gateway requests at once (read, queued or being
-decided); one more is answered 503 with `Retry-After` at once rather than queued without
-bound. The count, the refusals and each request's time in the server are metrics."""
+Each worker holds at most `max_in_flight` gateway requests at once (their bodies read, queued
+or being decided, or their answers being sent); one more is answered 503 with `Retry-After` at
+once rather than queued without bound. A body on its way holds no place (the request guard
+bounds those per token). The count, the refusals and each request's time in the server are metrics."""
 
 from __future__ import annotations
 

@@ -44,6 +44,9 @@ DEFAULT_MAX_REQUEST_BYTES = 1_048_576
 DEFAULT_MAX_EVENT_BYTES = 262_144
 DEFAULT_MAX_EVENTS = MAX_CONTEXT_EVENTS
 DEFAULT_MAX_JSON_DEPTH = 64
+#: a body not arrived this long after its head is late (a client's second segment comes within
+#: milliseconds, even to a busy worker): only a late body holds one of its token's slots
+BODY_GRACE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -158,7 +161,10 @@ class RequestGuard:
         self.limits = limits
         self.configs = configs
         self.transport = transport or Transport()
-        self.bodies: dict[str, int] = {}  # bodies being read, per tenant (the token's)
+        # per tenant (the token's): its bodies late past BODY_GRACE_S, and the bytes its bodies
+        # on their way hold
+        self.late_bodies: dict[str, int] = {}
+        self.body_bytes: dict[str, int] = {}
         self.token_file: Path | None = None  # where the token `serve` generated is
 
     def chat_problem(self, body: Mapping[str, Any]) -> str | None:
@@ -285,23 +291,25 @@ class RequestGuard:
             await _reply(send, 403, f"this API token may not use config {config_id!r}")
             return
         since = time.perf_counter()
+        # the body is read before a place is taken: a body on its way (or a late one, which holds
+        # a slot of its own token's) holds none of the places every tenant's calls are decided in
+        if hook:
+            # the hook input is read as the hook command reads it (hooks.read): its limit, and
+            # its answer to what cannot be read
+            read = await self._checked_body(scope, receive, headers, path, tenant, granted, hook_input=True)
+            if isinstance(read, Refused) and read.status == 413:  # refused unread: taken for a call
+                await _send_answer(send, Answer(200, oversized(b"").output))
+                return
+        else:
+            read = await self._checked_body(scope, receive, headers, path, tenant, granted)
+        if isinstance(read, Refused):
+            await read.send(send)
+            return
         refused = self.gateway.admit()
         if refused is not None:
             await _send_answer(send, refused)
             return
         try:
-            if hook:
-                # the hook input is read as the hook command reads it (hooks.read): its limit,
-                # and its answer to what cannot be read
-                read = await self._checked_body(scope, receive, headers, path, tenant, granted, hook_input=True)
-                if isinstance(read, Refused) and read.status == 413:  # refused unread: taken for a call
-                    await _send_answer(send, Answer(200, oversized(b"").output))
-                    return
-            else:
-                read = await self._checked_body(scope, receive, headers, path, tenant, granted)
-            if isinstance(read, Refused):
-                await read.send(send)
-                return
             try:
                 if hook:
                     assert config_id is not None
@@ -342,23 +350,9 @@ class RequestGuard:
         declared = headers.get("content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > limit):
             return Refused(413, f"the request is over the limit of {limit} bytes")
-        if self.bodies.get(tenant, 0) >= self.transport.max_bodies_per_tenant:
-            # a token's stalled bodies hold its own slots, not another tenant's. 503, not 429:
-            # the server is busy for this token, no call was refused (a gateway retries)
-            return Refused(
-                503,
-                f"{self.transport.max_bodies_per_tenant} request bodies of this token are being read already",
-                RETRY_SOON,
-            )
-        self.bodies[tenant] = self.bodies.get(tenant, 0) + 1
-        try:
-            read = await self._body(receive, limit)
-        finally:
-            self.bodies[tenant] -= 1
-            if not self.bodies[tenant]:
-                del self.bodies[tenant]
+        read = await self._body(receive, limit, tenant)
         if isinstance(read, tuple):
-            return Refused(*read)
+            return Refused(*read, RETRY_SOON) if read[0] == 503 else Refused(*read)
         if hook_input or not read:
             return read, None
         problem, data = self.check_json(path, read)
@@ -372,27 +366,48 @@ class RequestGuard:
                 problem = (403, f"this API token may not use the config {shown}")
         return Refused(*problem) if problem is not None else (read, data)
 
-    async def _body(self, receive: Receive, limit: int) -> bytes | tuple[int, str]:
+    async def _body(self, receive: Receive, limit: int, tenant: str) -> bytes | tuple[int, str]:
         """The request body, up to `limit` bytes, read within `body_timeout_s`; else (status,
-        reason), or (0, "") when the client went away."""
-        chunks = []
-        size = 0
+        reason), or (0, "") when the client went away. A body on its way holds no slot: one
+        that has not arrived within BODY_GRACE_S is late, and takes one of the token's
+        `max_bodies_per_tenant` slots (503 past them: busy, not a refused call; a gateway
+        retries); the bytes of the token's bodies on their way are bounded by as many bodies'
+        worth, so one tenant's stalled bodies hold its own slots and memory, not another's."""
+        chunks: list[bytes] = []
+        size, late = 0, False
+        slots = self.transport.max_bodies_per_tenant
+        budget = slots * self.limits.max_request_bytes
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.transport.body_timeout_s
-        while True:
-            try:
-                message = await _received_by(receive, deadline)
-            except asyncio.TimeoutError:
-                return 408, f"the request body did not arrive within {self.transport.body_timeout_s:g} s"
-            if message["type"] == "http.disconnect":
-                return 0, ""
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                return 413, f"the request is over the limit of {limit} bytes"
-            chunks.append(chunk)
-            if not message.get("more_body"):
-                return b"".join(chunks)
+        started = loop.time()
+        deadline = started + self.transport.body_timeout_s
+        try:
+            while True:
+                try:
+                    message = await _received_by(receive, deadline if late else min(deadline, started + BODY_GRACE_S))
+                except asyncio.TimeoutError:
+                    if late or loop.time() >= deadline:
+                        return 408, f"the request body did not arrive within {self.transport.body_timeout_s:g} s"
+                    if self.late_bodies.get(tenant, 0) >= slots:
+                        return 503, f"{slots} request bodies of this token are late already"
+                    self.late_bodies[tenant] = self.late_bodies.get(tenant, 0) + 1
+                    late = True
+                    continue
+                if message["type"] == "http.disconnect":
+                    return 0, ""
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > limit:
+                    return 413, f"the request is over the limit of {limit} bytes"
+                self.body_bytes[tenant] = self.body_bytes.get(tenant, 0) + len(chunk)
+                chunks.append(chunk)
+                if not message.get("more_body"):
+                    return b"".join(chunks)
+                if self.body_bytes[tenant] > budget:
+                    return 503, f"this token's request bodies on their way hold {budget} bytes already"
+        finally:
+            _give_back(self.body_bytes, tenant, sum(len(c) for c in chunks))
+            if late:
+                _give_back(self.late_bodies, tenant, 1)
 
     def check_json(self, path: str, body: bytes) -> tuple[tuple[int, str] | None, Any]:
         """(status, reason) when a body may not reach the routes: nested too deep, not JSON,
@@ -562,6 +577,12 @@ class Refused:
     async def send(self, send: Send) -> None:
         if self.status:
             await _reply(send, self.status, self.reason, self.headers)
+
+
+def _give_back(held: dict[str, int], tenant: str, amount: int) -> None:
+    held[tenant] = held.get(tenant, 0) - amount
+    if held[tenant] <= 0:
+        del held[tenant]
 
 
 async def _received_by(receive: Receive, deadline: float) -> dict[str, Any]:

@@ -184,35 +184,37 @@ def _metric(server: Server, name: str) -> float:
     return values[0]
 
 
-def test_gateway_requests_past_the_in_flight_limit_get_503_at_once_and_are_counted(server):
-    shed_before = _metric(server, "agent_breaker_gateway_shed_total")
+def test_stalled_bodies_hold_no_gateway_place(server):
+    """Bodies that never arrive, as many as the worker's gateway places, from two tokens: a
+    place is taken once a body is read, so a third token's check is answered at once."""
     stalled = [_stalled_body(server, token) for token in (ACME, GLOBEX) for _ in range(BODIES_PER_TOKEN)]
     try:
-        deadline = time.monotonic() + BODY_TIMEOUT_S
-        while _metric(server, "agent_breaker_gateway_in_flight") < MAX_IN_FLIGHT and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert _metric(server, "agent_breaker_gateway_in_flight") == MAX_IN_FLIGHT
-        started = time.monotonic()
-        r = httpx.post(
-            server.base + CHECK,
-            json={"session_id": "s-shed", "event": call(1)},
-            headers={"Authorization": f"Bearer {TOKEN}"},
-            timeout=10,
-        )
-        # busy, not a refused call: 503 with Retry-After, answered without waiting for a place
-        assert r.status_code == 503 and r.headers["retry-after"] == "1", r.text
-        assert "gateway requests" in r.json()["error"]["message"]
-        assert time.monotonic() - started < 1.0
-        assert _metric(server, "agent_breaker_gateway_shed_total") == shed_before + 1
-        # the stalled bodies time out (408) and give their places back
+        assert len(stalled) == MAX_IN_FLIGHT
+        assert _answers_fast(server, TOKEN) < 1.0
+        assert _metric(server, "agent_breaker_gateway_in_flight") == 0
+        # the stalled bodies time out (408): each held a late slot of its own token's
         assert all(
             a is not None and a.startswith(b"HTTP/1.1 408") for a in (_closed_within(s, BODY_TIMEOUT_S + 3) for s in stalled)
         )
-        assert _answers_fast(server, TOKEN) < 1.0
-        assert _metric(server, "agent_breaker_gateway_in_flight") == 0
     finally:
         for s in stalled:
             s.close()
+
+
+def test_gateway_requests_past_the_in_flight_limit_get_503_at_once_and_are_counted():
+    from agent_breaker.metrics import REGISTRY
+    from agent_breaker.server._gateway import Gateway
+
+    gateway = Gateway(None, max_in_flight=2)  # type: ignore[arg-type]  # places only: no config decides here
+    shed_before = REGISTRY.get_sample_value("agent_breaker_gateway_shed_total") or 0.0
+    assert gateway.admit() is None and gateway.admit() is None
+    refused = gateway.admit()
+    # busy, not a refused call: 503 with Retry-After, answered without waiting for a place
+    assert refused is not None and refused.status == 503 and refused.headers == {"Retry-After": "1"}
+    assert "gateway requests" in refused.content["error"]["message"]
+    assert REGISTRY.get_sample_value("agent_breaker_gateway_shed_total") == shed_before + 1
+    gateway.release(CHECK, time.perf_counter())
+    assert gateway.admit() is None  # a place given back is taken again
 
 
 @pytest.mark.parametrize("shape", ["many_headers", "one_long_header"])
@@ -260,3 +262,26 @@ def test_the_connection_cap_follows_the_descriptor_limit():
 def test_a_bad_transport_setting_is_refused_naming_it(raw):
     with pytest.raises(TransportError, match="AGENT_BREAKER_HEAD_TIMEOUT_S"):
         Transport.from_env({"AGENT_BREAKER_HEAD_TIMEOUT_S": raw})
+
+
+def test_bodies_on_their_way_from_a_pooled_client_hold_no_slot(server):
+    """A gateway's pooled httpx client, one token, 50 sessions at once: httpx writes a request's
+    head and its body in two segments, so 50 bodies are on their way at once, against the
+    token's 4 slots for late bodies. None is late: none is refused."""
+    import asyncio
+
+    async def session(client: httpx.AsyncClient, n: int) -> list[int]:
+        codes = []
+        for k in range(4):
+            r = await client.post(CHECK, json={"session_id": f"s-pool-{n}", "event": call(k, args={"q": f"{n}-{k}"})})
+            codes.append(r.status_code)
+        return codes
+
+    async def run() -> list[int]:
+        limits = httpx.Limits(max_connections=50, max_keepalive_connections=50)
+        headers = {"Authorization": f"Bearer {ACME}"}
+        async with httpx.AsyncClient(base_url=server.base, headers=headers, limits=limits, timeout=30) as client:
+            return [code for codes in await asyncio.gather(*(session(client, n) for n in range(50))) for code in codes]
+
+    codes = asyncio.run(run())
+    assert codes.count(200) == len(codes) == 200, sorted(set(codes))

@@ -200,7 +200,12 @@ class RequestGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
+        pairs = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in scope.get("headers", ())]
+        headers = dict(pairs)
+        if len(headers) < len(pairs) and (twice := sorted(_SINGLE_HEADERS & _repeated(pairs))):
+            # which of two would count depends on who reads them: a proxy may check one, we the other
+            await _reply(send, 400, f"the {', '.join(twice)} header may be sent once")
+            return
         if self.hosts is not None and _host_name(headers.get("host", "")) not in self.hosts:
             await _reply(send, 400, "the Host header names no host this server answers for")
             return
@@ -577,6 +582,19 @@ class Refused:
     async def send(self, send: Send) -> None:
         if self.status:
             await _reply(send, self.status, self.reason, self.headers)
+
+
+#: headers a request may carry once
+_SINGLE_HEADERS = frozenset({"host", "authorization", "content-type", "content-length", "origin"})
+
+
+def _repeated(pairs: list[tuple[str, str]]) -> set[str]:
+    """The header names sent more than once."""
+    seen: set[str] = set()
+    twice: set[str] = set()
+    for name, _ in pairs:
+        (twice if name in seen else seen).add(name)
+    return twice
 
 
 def _give_back(held: dict[str, int], tenant: str, amount: int) -> None:

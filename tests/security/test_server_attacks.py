@@ -91,6 +91,29 @@ def test_a_foreign_host_header_is_refused(server):
 
 
 @pytest.mark.parametrize(
+    "extra",
+    [b"Host: evil.example\r\n", b"Host: 127.0.0.1\r\n", b"Authorization: Bearer wrong-token-000000000000\r\n"],
+    ids=["a foreign host", "the same host", "another token"],
+)
+def test_a_header_that_counts_once_sent_twice_is_refused(server, extra):
+    """Which of two Host (or Authorization) headers counts depends on who reads them: a proxy in
+    front may check one, and the server read the other."""
+    import socket
+    from urllib.parse import urlsplit
+
+    address = urlsplit(server.base)
+    auth = server.headers["Authorization"]
+    head = f"GET /v1/agent-breaker/configs HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: {auth}\r\n".encode()
+    with socket.create_connection((address.hostname, address.port), timeout=10) as s:
+        s.sendall(head + extra + b"Connection: close\r\n\r\n")
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
+    assert b"may be sent once" in answer
+
+
+@pytest.mark.parametrize(
     ("method", "path"),
     [
         ("GET", "/v1/models"),

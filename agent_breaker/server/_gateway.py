@@ -6,8 +6,9 @@ the flows', so the decisions are the same.
 
 Each worker holds at most `max_in_flight` gateway requests at once (their bodies read, queued
 or being decided, or their answers being sent); one more is answered 503 with `Retry-After` at
-once rather than queued without bound. A body on its way holds no place (the request guard
-bounds those per token). The count, the refusals and each request's time in the server are metrics."""
+once rather than queued without bound, and no token holds more than half of them. A body on its
+way holds no place (the request guard bounds those per token). The count, the refusals and
+each request's time in the server are metrics."""
 
 from __future__ import annotations
 
@@ -140,21 +141,34 @@ class Gateway:
     def __init__(self, configs: ServedConfigs, *, max_in_flight: int) -> None:
         self.configs = configs
         self.max_in_flight = max_in_flight
+        # no tenant holds more than half the places: one whose clients stop reading their answers
+        # (each place is held until its answer is sent) leaves the other half to the others
+        self.share = max(1, max_in_flight // 2)
         self.in_flight = 0
+        self.held: dict[str, int] = {}  # places per tenant (the token's)
         self._seconds = {path: SERVER_SECONDS.labels(path.rsplit("/", 1)[-1]) for path in self.PATHS}
 
-    def admit(self) -> Answer | None:
-        """Take a place for one request (give it back with `release`), or the 503 answer."""
+    def admit(self, tenant: str) -> Answer | None:
+        """Take a place for one request of `tenant` (give it back with `release`), or the 503
+        answer: the worker is full, or the tenant holds its share."""
         if self.in_flight >= self.max_in_flight:
-            SHED.inc()
-            # busy, not a refusal of the call: a gateway retries after a second
-            return problem(503, f"this worker holds {self.max_in_flight} gateway requests already", {"Retry-After": "1"})
-        self.in_flight += 1
-        IN_FLIGHT.inc()
-        return None
+            why = f"this worker holds {self.max_in_flight} gateway requests already"
+        elif self.held.get(tenant, 0) >= self.share:
+            why = f"this token holds {self.share} gateway requests already, its share of this worker's {self.max_in_flight}"
+        else:
+            self.in_flight += 1
+            self.held[tenant] = self.held.get(tenant, 0) + 1
+            IN_FLIGHT.inc()
+            return None
+        SHED.inc()
+        # busy, not a refusal of the call: a gateway retries after a second
+        return problem(503, why, {"Retry-After": "1"})
 
-    def release(self, path: str, since: float) -> None:
+    def release(self, tenant: str, path: str, since: float) -> None:
         self.in_flight -= 1
+        self.held[tenant] -= 1
+        if not self.held[tenant]:
+            del self.held[tenant]
         IN_FLIGHT.dec()
         self._seconds[path].observe(time.perf_counter() - since)
 

@@ -310,7 +310,7 @@ class RequestGuard:
         if isinstance(read, Refused):
             await read.send(send)
             return
-        refused = self.gateway.admit()
+        refused = self.gateway.admit(tenant)
         if refused is not None:
             await _send_answer(send, refused)
             return
@@ -332,7 +332,7 @@ class RequestGuard:
                     answer = problem(500, "the guard failed to decide this request (the server's log says why)")
             await _send_answer(send, answer)
         finally:
-            self.gateway.release(path, since)
+            self.gateway.release(tenant, path, since)
 
     async def _checked_body(
         self,

@@ -205,16 +205,20 @@ def test_gateway_requests_past_the_in_flight_limit_get_503_at_once_and_are_count
     from agent_breaker.metrics import REGISTRY
     from agent_breaker.server._gateway import Gateway
 
-    gateway = Gateway(None, max_in_flight=2)  # type: ignore[arg-type]  # places only: no config decides here
+    gateway = Gateway(None, max_in_flight=4)  # type: ignore[arg-type]  # places only: no config decides here
     shed_before = REGISTRY.get_sample_value("agent_breaker_gateway_shed_total") or 0.0
-    assert gateway.admit() is None and gateway.admit() is None
-    refused = gateway.admit()
-    # busy, not a refused call: 503 with Retry-After, answered without waiting for a place
+    assert gateway.admit("acme") is None and gateway.admit("acme") is None
+    # a tenant holds at most half the places: one whose clients stop reading leaves the rest
+    refused = gateway.admit("acme")
+    # busy, not a refusal of the call: 503 with Retry-After, answered without waiting for a place
     assert refused is not None and refused.status == 503 and refused.headers == {"Retry-After": "1"}
-    assert "gateway requests" in refused.content["error"]["message"]
-    assert REGISTRY.get_sample_value("agent_breaker_gateway_shed_total") == shed_before + 1
-    gateway.release(CHECK, time.perf_counter())
-    assert gateway.admit() is None  # a place given back is taken again
+    assert "its share" in refused.content["error"]["message"]
+    assert gateway.admit("globex") is None and gateway.admit("globex") is None
+    full = gateway.admit("initech")
+    assert full is not None and full.status == 503 and "holds 4 gateway requests" in full.content["error"]["message"]
+    assert REGISTRY.get_sample_value("agent_breaker_gateway_shed_total") == shed_before + 2
+    gateway.release("acme", CHECK, time.perf_counter())
+    assert gateway.admit("initech") is None  # a place given back is taken again
 
 
 @pytest.mark.parametrize("shape", ["many_headers", "one_long_header"])

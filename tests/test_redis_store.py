@@ -59,6 +59,45 @@ def test_an_unreadable_stored_session_refuses_that_session_only(redis_store, val
     assert engine.check_tool_call(halted).allowed
 
 
+OTHER_TYPES = {
+    "a list": lambda r, key: r.rpush(key, "x"),
+    "a hash": lambda r, key: r.hset(key, "f", "x"),
+    "a set": lambda r, key: r.sadd(key, "x"),
+    "a sorted set": lambda r, key: r.zadd(key, {"x": 1.0}),
+}
+
+
+@pytest.mark.parametrize("kind", list(OTHER_TYPES))
+def test_a_stored_session_of_another_type_refuses_that_session_only(redis_store, kind):
+    """A key turned into a list (or a hash...) is that key's corrupt state, not Redis down: a
+    fresh worker, which would fall back to in-process state, refuses it too."""
+    engine = Engine(store=redis_store, clock=FakeClock(), listeners=[], receipt_keys=ReceiptKeys.ephemeral())
+    halted = {"session": "s1", "tool": "t", "args": {}}
+    OTHER_TYPES[kind](redis_store.redis, redis_store.session_key("s1"))
+    for _ in range(2):
+        verdict = engine.check_tool_call(halted)
+        assert (verdict.allowed, verdict.heuristic) == (False, "corrupt_state"), verdict
+    with pytest.raises(CorruptState):
+        redis_store.peek_session("s1")
+    assert engine.check_tool_call({"session": "s2", "tool": "t", "args": {}}).allowed
+    assert redis_store.failures == 0
+    redis_store.redis.delete(redis_store.session_key("s1"))
+    assert engine.check_tool_call(halted).allowed
+
+
+@pytest.mark.parametrize("kind", list(OTHER_TYPES))
+def test_a_stored_breaker_of_another_type_refuses_that_tool_only(redis_store, kind):
+    engine = Engine(store=redis_store, clock=FakeClock(), listeners=[], receipt_keys=ReceiptKeys.ephemeral())
+    engine.operator.force_breaker("payments_api", "forced_open")
+    key = engine.operator.breaker_key("payments_api")
+    redis_store.redis.delete(redis_store.breaker_key(key))
+    OTHER_TYPES[kind](redis_store.redis, redis_store.breaker_key(key))
+    verdict = engine.check_tool_call({"session": "s1", "tool": "payments_api", "args": {}})
+    assert (verdict.allowed, verdict.heuristic) == (False, "corrupt_state"), verdict
+    assert engine.check_tool_call({"session": "s1", "tool": "search", "args": {}}).allowed
+    assert redis_store.failures == 0
+
+
 @pytest.mark.parametrize(
     "value",
     [b"{not json", b'{"state": "bogus", "probes": {}}', b'{"state": "forced_open"}', b"[]", b'"forced_open"'],

@@ -276,6 +276,13 @@ class RedisStore:
     def _get(self, key: str) -> bytes | None:
         return cast("bytes | None", self.redis.get(key))
 
+    def _session_value(self, key: str, skey: str) -> bytes | None:
+        """A session's stored value; CorruptState when its key holds another type."""
+        try:
+            return self._get(skey)
+        except redis_lib.ResponseError as exc:
+            return cast("bytes | None", _held(exc, "session", key, skey))
+
     def _available(self) -> bool:
         return time.monotonic() >= self._down_until
 
@@ -335,7 +342,7 @@ class RedisStore:
                 state, written = written, None  # decided on once: a failed write reads again
             else:
                 if raw is None and not fresh:
-                    raw, fresh = self._get(skey), True
+                    raw, fresh = self._session_value(key, skey), True
                 state = _decode_session(raw, key, skey)
                 self._saw_session(key, now, raw if state is not None else None)
             version = state.version if state is not None else 0
@@ -467,7 +474,9 @@ class RedisStore:
 
     def peek_session(self, key: str) -> object | None:
         skey = self.session_key(key)
-        return self._redis_or_local(lambda: _decode_session(self._get(skey), key, skey), lambda: self._local_peek(key))
+        return self._redis_or_local(
+            lambda: _decode_session(self._session_value(key, skey), key, skey), lambda: self._local_peek(key)
+        )
 
     # ------------------------------------------------------------- a decision's reads
     def read_many(self, now: float, spends: Sequence[SpendAdd], sessions: Sequence[str], breakers: Sequence[str]) -> Reading:
@@ -497,11 +506,11 @@ class RedisStore:
             got_breakers = replies[len(spends) + len(sessions) :]
             return Reading(
                 spent,
+                [_readable_session(raw, key, skey) for key, skey, raw in zip(sessions, skeys, got_sessions, strict=True)],
                 [
-                    _readable_session(_replied(raw), key, skey)
-                    for key, skey, raw in zip(sessions, skeys, got_sessions, strict=True)
+                    self._read_breaker(key, _held(raw, "breaker", key, self.breaker_key(key)))
+                    for key, raw in zip(breakers, got_breakers, strict=True)
                 ],
-                [self._read_breaker(key, _replied(raw)) for key, raw in zip(breakers, got_breakers, strict=True)],
             )
 
         def local() -> Reading:
@@ -920,10 +929,19 @@ def _replied(reply: Any) -> Any:
     return reply
 
 
-def _readable_session(raw: bytes | None, key: str, where: str) -> SessionState | None:
+def _held(reply: Any, kind: str, key: str, where: str) -> Any:
+    """A reply for one key (a pipeline's, or a command's error): a key that holds a value of
+    another type (a list where a string belongs) is that key's CorruptState, as an undecodable
+    value is, not Redis failing; any other error is raised (the failure policy takes it)."""
+    if isinstance(reply, redis_lib.ResponseError) and str(reply).startswith("WRONGTYPE"):
+        raise CorruptState(kind, key, where) from None
+    return _replied(reply)
+
+
+def _readable_session(reply: Any, key: str, where: str) -> SessionState | None:
     """A session a decision only reads: one that cannot be read is read as unknown."""
     try:
-        return _decode_session(raw, key, where)
+        return _decode_session(_held(reply, "session", key, where), key, where)
     except CorruptState:
         return None
 

@@ -5,10 +5,14 @@ hundreds of milliseconds; the decision itself a few. So the first call that find
 in its own process and starts one; the calls after it hand their input to the daemon over a Unix
 socket in a folder only the user can open, and print its answer.
 
-The daemon holds nothing of its own: it decides on the same SQLite store as an in-process hook, so
-killing it loses nothing, and a call that cannot reach it decides alone. It serves one config and
-one store (both, the package's files and the AGENT_BREAKER_* environment are in its socket's name),
-one call at a time, and exits after `$AGENT_BREAKER_HOOK_DAEMON_IDLE_S` (default 900) without one.
+The daemon decides on the same SQLite store as an in-process hook, so a call that cannot reach
+it, or that it does not answer in time, decides alone. What it keeps of its own is a witness
+(`witness`): what it saw of each session, which a state file put back cannot undo. It signs each
+answer with the user's daemon key, so nothing else at its socket can answer for it. It serves one
+config and one store (the config's content, both paths, the package's files and the
+AGENT_BREAKER_* environment are in its socket's name), reads calls concurrently (each by a
+deadline) and decides them one at a time, and exits after `$AGENT_BREAKER_HOOK_DAEMON_IDLE_S`
+(default 900) without one.
 """
 
 from __future__ import annotations

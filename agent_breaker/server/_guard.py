@@ -305,6 +305,11 @@ class RequestGuard:
             if isinstance(read, Refused) and read.status == 413:  # refused unread: taken for a call
                 await _send_answer(send, Answer(200, oversized(b"").output))
                 return
+            if isinstance(read, Refused) and read.status in (408, 503):
+                # an agent runs a call whose HTTP hook answered an error: the hook's fail policy
+                # answers a server too busy to read it instead
+                await _send_answer(send, Answer(200, undecided(read.reason, fail_closed=fail_closed).output))
+                return
         else:
             read = await self._checked_body(scope, receive, headers, path, tenant, granted)
         if isinstance(read, Refused):
@@ -312,6 +317,9 @@ class RequestGuard:
             return
         refused = self.gateway.admit(tenant)
         if refused is not None:
+            if hook:  # as a body too late to read: the hook's fail policy, not a 503 the agent runs on
+                why = str(refused.content["error"]["message"])
+                refused = Answer(200, undecided(why, fail_closed=fail_closed, hook=hook_of(HOOK_PATHS[path], read[0])).output)
             await _send_answer(send, refused)
             return
         try:

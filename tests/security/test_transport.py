@@ -132,9 +132,9 @@ def test_an_idle_keep_alive_connection_is_closed(server):
         s.close()
 
 
-def _stalled_body(server: Server, token: str) -> socket.socket:
+def _stalled_body(server: Server, token: str, path: str = CHECK) -> socket.socket:
     head = (
-        f"POST {CHECK} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
         "Content-Type: application/json\r\nContent-Length: 1000000\r\n\r\n"
     ).encode()
     return _open(server, head + b'{"session_id": "' + b"x" * 60_000)
@@ -289,3 +289,16 @@ def test_bodies_on_their_way_from_a_pooled_client_hold_no_slot(server):
 
     codes = asyncio.run(run())
     assert codes.count(200) == len(codes) == 200, sorted(set(codes))
+
+
+def test_a_hook_the_server_is_too_busy_to_read_gets_its_fail_policy_not_an_error(server):
+    """An agent runs a call whose HTTP hook answered an error: a hook body that comes too late
+    (408), or past its token's late slots (503), is answered 200 by the hook's fail policy."""
+    stalled = [_stalled_body(server, ACME, "/v1/hooks/claude-code?fail=closed") for _ in range(BODIES_PER_TOKEN + 2)]
+    try:
+        answers = [_closed_within(s, BODY_TIMEOUT_S + 3) for s in stalled]
+        assert all(a is not None and a.startswith(b"HTTP/1.1 200") for a in answers), answers
+        assert all(b'"decision":"block"' in a and b"could not check this call" in a for a in answers if a), answers
+    finally:
+        for s in stalled:
+            s.close()

@@ -110,17 +110,26 @@ def key(folder: str) -> bytes | None:
     """The user's daemon key (made at first use: 32 random bytes, readable by the user only);
     None when it cannot be made or read, or others could read or replace it."""
     path = os.path.join(folder, KEY_FILE)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
-    except FileExistsError:
-        pass
-    except OSError:
-        return None
-    else:
+    if not os.path.lexists(path):
+        # written whole, then linked in: a call reading at the same moment never sees it half made
+        draft = f"{path}.{os.getpid()}.{os.urandom(4).hex()}"
         try:
-            os.write(fd, os.urandom(32))
+            fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                os.write(fd, os.urandom(32))
+            finally:
+                os.close(fd)
+            try:  # noqa: SIM105  (contextlib is an import every hook call would pay)
+                os.link(draft, path)
+            except FileExistsError:
+                pass  # another call made it first: that one is the key
+        except OSError:
+            return None
         finally:
-            os.close(fd)
+            try:  # noqa: SIM105
+                os.unlink(draft)
+            except OSError:
+                pass
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     except OSError:

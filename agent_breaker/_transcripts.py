@@ -26,11 +26,13 @@ from __future__ import annotations
 import json
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 #: the transcript's end that is read: the call was just written there
 TAIL_BYTES = 4 * 2**20
+#: the most of a transcript's first line that is read (Gemini CLI's record names its session there)
+HEAD_BYTES = 64 * 2**10
 
 
 def _tail(path: str) -> bytes | None:
@@ -146,12 +148,8 @@ def claude_code_users_turn(path: str, session_id: str, in_flight: Iterable[str])
         answered = [line for line in _lines_with(data, json.dumps(call_id).encode()) if call_id in _tool_results(line)]
         if not answered:
             return False
-    for raw in reversed(data.split(b"\n")):
-        try:
-            line = json.loads(raw)
-        except ValueError:
-            continue  # the tail's first line, cut; a line half written
-        if not isinstance(line, dict) or line.get("isSidechain") is True or line.get("isMeta") is True:
+    for line in _lines_back(data):
+        if line.get("isSidechain") is True or line.get("isMeta") is True:
             continue
         if line.get("type") == "assistant":
             return not _tool_uses(_message(line))
@@ -184,20 +182,15 @@ def codex_users_turn(path: str, session_id: str, turn_id: str | None) -> bool:
     data = _tail(path)
     if not data:
         return False
-    begun = False
-    for raw in data.split(b"\n"):
-        try:
-            line = json.loads(raw)
-        except ValueError:
-            continue
-        payload = line.get("payload") if isinstance(line, dict) else None
+    for line in _lines_back(data):
+        payload = line.get("payload")
         if not isinstance(payload, dict):
             continue
         if line.get("type") == "event_msg" and payload.get("type") == "task_started":
-            begun = payload.get("turn_id") == turn_id  # the last turn begun must be this one
-        elif begun and line.get("type") == "response_item" and not _harness_message(payload):
-            begun = False  # the model has answered in this turn: it is the agent's
-    return begun
+            return payload.get("turn_id") == turn_id  # the last turn begun must be this one
+        if line.get("type") == "response_item" and not _harness_message(payload):
+            return False  # the model has answered in the last turn: it is the agent's
+    return False
 
 
 def _harness_message(payload: dict[str, Any]) -> bool:
@@ -210,24 +203,11 @@ def gemini_users_turn(path: str, session_id: str) -> bool:
     its last message is the model's words with no tool call (the turn ended), or the session's
     opening context. While the model works, its last message is one being written (no words
     yet) or a tool's answer. False when the record is not the session's or cannot be read."""
-    data = _tail(path)
-    if not data:
-        return False
-    lines = data.split(b"\n")
-    try:
-        head = json.loads(lines[0])
-    except ValueError:
-        return False
+    head = _head_line(path)
     if not isinstance(head, dict) or head.get("sessionId") != session_id:
-        return False  # a record of another session, or one too long to hold its head
-    last: dict[str, Any] | None = None
-    for raw in lines[1:]:
-        try:
-            line = json.loads(raw)
-        except ValueError:
-            continue
-        if isinstance(line, dict) and line.get("type") in ("user", "gemini"):
-            last = line
+        return False  # a record of another session
+    data = _tail(path)
+    last = next((line for line in _lines_back(data or b"") if line.get("type") in ("user", "gemini")), None)
     if last is None:
         return False
     if last["type"] == "user":
@@ -235,6 +215,39 @@ def gemini_users_turn(path: str, session_id: str) -> bool:
         return not any(isinstance(p, dict) and "functionResponse" in p for p in _parts(last.get("content")))
     said = any(isinstance(p, dict) and isinstance(p.get("text"), str) and p["text"].strip() for p in _parts(last.get("content")))
     return said and not last.get("toolCalls")
+
+
+def _lines_back(data: bytes) -> Iterator[dict[str, Any]]:
+    """The JSON objects of the lines of `data`, last first (a line cut by the tail's start, or
+    half written, is skipped)."""
+    for raw in reversed(data.split(b"\n")):
+        try:
+            line = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(line, dict):
+            yield line
+
+
+def _head_line(path: str) -> Any:
+    """The first line of a regular file, as JSON (None if it is not one, or longer than
+    HEAD_BYTES): where Gemini CLI names a record's session, however long the record grew."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except (OSError, ValueError):
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        first, newline, _ = os.read(fd, HEAD_BYTES).partition(b"\n")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    try:
+        return json.loads(first) if newline else None
+    except ValueError:
+        return None
 
 
 def _parts(content: Any) -> list[Any]:

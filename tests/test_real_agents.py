@@ -211,9 +211,13 @@ def test_the_users_next_prompt_lifts_the_halt(bins, user, agent):
         halted_at = ran(user)
         # one call more in the resumed session, after however many results its history carries
         resumed_at: list[int] = []
-        model.answer = lambda results: (  # type: ignore[method-assign]
-            FAILING["a failing command"] if results <= (resumed_at or resumed_at.append(results) or resumed_at)[0] else None
-        )
+
+        def once_more(results: int) -> str | None:
+            if not resumed_at:
+                resumed_at.append(results)  # the history the resumed session's first request carries
+            return FAILING["a failing command"] if results <= resumed_at[0] else None
+
+        model.answer = once_more  # type: ignore[method-assign]
         session = json.loads(first.stdout)["session_id"] if agent == CLAUDE_CODE else "latest"
         again = run(agent, bins, user, url, turns=TURNS + 1, prompt="I created the directory; list it once more.", resume=session)
     print(f"{agent}: cut at call {denied[0]}; resumed: {ran(user) - halted_at} call ran ({again.returncode})")

@@ -175,3 +175,14 @@ def test_a_gemini_prompt_is_the_users_when_the_model_has_finished(tmp_path):
     for busy in ([working], [called], [called, answered], [called, answered, working]):
         assert not gemini_users_turn(_write_lines(path, gemini_record(*busy)), SESSION), busy
     assert not gemini_users_turn(_write_lines(path, gemini_record(done, session="another")), SESSION)
+
+
+def test_a_gemini_record_longer_than_the_tail_is_still_read_as_the_sessions(tmp_path):
+    """The record names its session on its first line only: a session past TAIL_BYTES keeps it."""
+    from agent_breaker._transcripts import gemini_users_turn
+
+    path = tmp_path / "session-2026-12-04T16-19-d761e596.jsonl"
+    long = {"id": "u0", "type": "user", "content": [{"functionResponse": {"id": "r", "response": "y" * TAIL_BYTES}}]}
+    done = {"id": "g2", "type": "gemini", "content": "I am done."}
+    assert gemini_users_turn(_write_lines(path, gemini_record(long, done)), SESSION)
+    assert not gemini_users_turn(_write_lines(path, gemini_record(long, done, session="another")), SESSION)

@@ -8,6 +8,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from ..events import is_id
 from ..protocol import TOOL_CALL_EVENT, TOOL_RESULT_EVENT
 from . import CLAUDE_CODE, CODEX, USER_EVENT, GuardFailure, Hook, HookAnswer, answer, refused, users_turn
 from .witness import UNREAD, Record, Unread, Witness
@@ -71,7 +72,8 @@ class HookGuard:
                 return HookAnswer()
         elif call and self._witness is not None and (tampered := self._witness.refusal(session, self._record)) is not None:
             return refused(tampered)
-        elif event["type"] == TOOL_RESULT_EVENT and self._witness is not None and event.get("call_id"):
+        elif event["type"] == TOOL_RESULT_EVENT and self._witness is not None and is_id(session) and is_id(event.get("call_id")):
+            # ids the engine would take only: the agent writes them, and the witness keeps them
             self._witness.answered(session, event["call_id"])
         if self._counts_tokens and hook.transcript and hook.agent == CLAUDE_CODE and event.get("call_id"):
             event = {**event, **(claude_code_usage(hook.transcript, event["call_id"]) or {})}

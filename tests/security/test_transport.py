@@ -5,6 +5,7 @@ by PID. Authorized clients keep answering within a second throughout."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
@@ -32,6 +33,7 @@ BODY_TIMEOUT_S = 3
 MAX_CONNECTIONS = 64
 BODIES_PER_TOKEN = 4
 MAX_IN_FLIGHT = 2 * BODIES_PER_TOKEN  # two tokens' stalled bodies fill it
+WRITE_TIMEOUT_S = 3
 CHECK = "/v1/agent-breaker/check"
 
 
@@ -43,6 +45,7 @@ def server(tmp_path_factory) -> Iterator[Server]:
         "AGENT_BREAKER_MAX_CONNECTIONS": str(MAX_CONNECTIONS),
         "AGENT_BREAKER_MAX_BODIES_PER_TOKEN": str(BODIES_PER_TOKEN),
         "AGENT_BREAKER_MAX_IN_FLIGHT": str(MAX_IN_FLIGHT),
+        "AGENT_BREAKER_WRITE_TIMEOUT_S": str(WRITE_TIMEOUT_S),
     }
     tokens = {TOKEN: "*", ACME: "acme", GLOBEX: "globex"}
     with served_with_tenants(tokens, tmp_path_factory.mktemp("tokens"), 9, env) as srv:
@@ -302,3 +305,104 @@ def test_a_hook_the_server_is_too_busy_to_read_gets_its_fail_policy_not_an_error
     finally:
         for s in stalled:
             s.close()
+
+
+def _rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+
+
+def _unread_answers(server: Server, requests: int | None = 400) -> socket.socket:
+    """A connection that pipelines requests for large answers (/metrics) and reads none: once
+    its socket buffers are full, the server's answer waits on the client. With `requests`
+    None, it goes on until the server reads no more: an answer waits, and a request behind it."""
+    s = socket.create_connection(_address(server), timeout=1)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    request = f"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n\r\n".encode()
+    if requests is not None:
+        s.sendall(request * requests)
+        return s
+    until = time.monotonic() + 60
+    while time.monotonic() < until:
+        try:
+            s.sendall(request * 50)
+        except TimeoutError:
+            return s
+    raise AssertionError("the server never stopped reading")
+
+
+def _keep_sending(s: socket.socket, chunk: bytes, seconds: float) -> int:
+    """Bytes sent on `s` until the server closes it or `seconds` pass."""
+    sent = 0
+    s.settimeout(0.2)
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        try:
+            sent += s.send(chunk)
+        except TimeoutError:
+            continue  # the buffers are full: the server reads no more
+        except OSError:
+            break  # closed
+    return sent
+
+
+def test_a_head_pipelined_behind_unread_answers_is_bounded_like_the_first(server):
+    """The attack: answers left unread, and behind them a request head that never ends. The
+    parser keeps an unfinished head in memory, pipelined or first: past MAX_HEAD_BYTES the
+    connection is closed, and the server's memory does not follow what the client sends (the
+    write deadline alone would let it read on at full speed until then)."""
+    rss = _rss_bytes(server.proc.pid)
+    s = _unread_answers(server)
+    try:
+        s.sendall(f"POST {CHECK} HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: ".encode())
+        sent = _keep_sending(s, b"v" * 65_536, 30)
+    finally:
+        s.close()
+    # what the socket buffers take in before the server closes it: a few MiB
+    assert sent < 16 * 2**20, sent
+    assert _rss_bytes(server.proc.pid) - rss < 32 * 2**20
+    assert _answers_fast(server) < 1.0
+
+
+def test_a_client_that_reads_no_answers_loses_its_connection(server):
+    """Answers left unread until the server reads no more: within the write deadline of its
+    answer's wait the connection is closed, and the gateway places are all free."""
+    s = _unread_answers(server, None)
+    try:
+        started = time.monotonic()
+        _keep_sending(s, b"x" * 1024, WRITE_TIMEOUT_S + 10)
+        assert time.monotonic() - started < WRITE_TIMEOUT_S + 10, "the connection was never closed"
+    finally:
+        s.close()
+    assert _metric(server, "agent_breaker_gateway_in_flight") == 0
+    assert _answers_fast(server) < 1.0
+
+
+def test_a_request_pipelined_behind_a_body_in_transit_is_answered_in_order(server):
+    """Two checks on one connection, the second written behind the first before its own body
+    is complete (as a pipelining client writes): both are answered, in order."""
+
+    def check(session: str) -> tuple[bytes, bytes]:
+        body = json.dumps({"session_id": session, "event": {"tool_name": "search", "tool_args": {}}}).encode()
+        head = (
+            f"POST {CHECK} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {GLOBEX}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode()
+        return head, body
+
+    head1, body1 = check(f"s-pipe-{uuid.uuid4().hex[:8]}")
+    head2, body2 = check(f"s-pipe-{uuid.uuid4().hex[:8]}")
+    s = _open(server, head1 + body1 + head2 + body2[:10])
+    try:
+        s.settimeout(5)
+        first = b""
+        while b"}" not in first.partition(b"\r\n\r\n")[2]:
+            chunk = s.recv(65536)
+            assert chunk, f"closed before the first answer: {first!r}"
+            first += chunk
+        s.sendall(body2[10:])  # the second body completes after the first answer
+        second = s.recv(65536)
+    finally:
+        s.close()
+    assert first.startswith(b"HTTP/1.1 200"), first
+    assert second.startswith(b"HTTP/1.1 200"), second

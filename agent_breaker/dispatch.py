@@ -6,7 +6,9 @@ call it, so what an edge used to do on its own is done once, here:
 
 - the caller's scope (`Caller`, an explicit value): a caller bound to one tenant acts for that
   tenant only, and names only the agents and features its token allows (a label picks the
-  overrides, so one outside the token's scope could loosen its own guard);
+  overrides, so one outside the token's scope could loosen its own guard); a tenant's token
+  scoped by default uses only configs that enforce every heuristic, and names no label it does
+  not list that picks one of the config's overrides;
 - the fields the server reserves for its own events, and the protocol's required fields;
 - an event the engine cannot read is answered as an `invalid_event` verdict naming the field
   (in the protocol's names for a protocol event), not an exception;
@@ -34,6 +36,7 @@ from .protocol import BY_COLANG, BY_NAME, EventKind, missing_fields, to_engine_e
 from .verdicts import BreakerIncident, Incident, ResultVerdict, Verdict, observation
 
 if TYPE_CHECKING:
+    from .config import AgentBreakerConfig
     from .engine import Engine
 
 #: the name NeMo's actions take the engine by (registered by `init(app)`)
@@ -43,23 +46,47 @@ ENGINE_PARAM = "agent_breaker_engine"
 @dataclass(frozen=True, slots=True)
 class Caller:
     """Who sends the events: the tenant its token acts for, and the agents and features it may
-    name (each None: any)."""
+    name (each None: any). A tenant's token whose entry lists no configs uses only those that
+    enforce every heuristic (`enforcing_only`), and an agent or a feature its entry does not list
+    may pick none of the config's overrides (`listed_overrides_only`): an observe config, or
+    another agent's looser override, would loosen its own guard."""
 
     tenant: str | None = None
     agents: frozenset[str] | None = None
     features: frozenset[str] | None = None
+    enforcing_only: bool = False
+    listed_overrides_only: bool = False
 
-    def problem(self, fields: Mapping[str, Any]) -> tuple[str, str] | None:
+    def problem(self, fields: Mapping[str, Any], config: AgentBreakerConfig | None = None) -> tuple[str, str] | None:
         """(field, reason) when an event names a tenant other than the one this caller acts
-        for, or an agent or a feature it may not name."""
+        for, or an agent or a feature it may not name; given the config the event is for, also
+        when the caller may not use that config (field "") or a label picks an override of it
+        the caller was not granted."""
         tenant = fields.get("tenant")
         if self.tenant is not None and tenant is not None and tenant != self.tenant:
             return "tenant", "this API token acts for one tenant only, and it is not this one"
+        if config is not None and self.enforcing_only and (loose := _not_enforced(config)) is not None:
+            return "", (
+                f"this API token may use only configs that enforce every heuristic, and this one sets {loose}: "
+                "list the config in the token's configs to allow it"
+            )
         for name, allowed in (("agent", self.agents), ("feature", self.features)):
             value = fields.get(name)
-            if allowed is not None and value is not None and value not in allowed:
+            if value is None:
+                continue
+            if allowed is not None and value not in allowed:
                 return name, f"this API token may not act as {name} {value!r}"
+            if allowed is None and self.listed_overrides_only and config is not None and self._picks(config, name, value):
+                return name, (
+                    f"this API token may not act as {name} {value!r}, which picks an override of this config: "
+                    f"list it in the token's {name}s to allow it"
+                )
         return None
+
+    def _picks(self, config: AgentBreakerConfig, label: str, value: Any) -> bool:
+        """Whether a label's value picks an override that may apply to this caller's tenant
+        (another tenant's overrides never apply to its events)."""
+        return any(getattr(o, label) == value and o.tenant in (None, self.tenant) for o in config.overrides)
 
     def bound(self, fields: Mapping[str, Any]) -> dict[str, Any]:
         """A copy of `fields` with the caller's tenant where it names none (a bound caller's
@@ -114,10 +141,18 @@ def deliver_incidents(incidents: Iterable[Mapping[str, Any]]) -> int:
     return n
 
 
-def _scope_problem(fields: Mapping[str, Any], caller: Caller) -> tuple[str, str] | None:
+def _not_enforced(config: AgentBreakerConfig) -> str | None:
+    """What keeps a config from enforcing every heuristic ("mode observe", "modes.oscillation
+    observe"), judged on its top level: an override's mode is the operator's for its tenant."""
+    if config.mode != "enforce":
+        return f"mode {config.mode}"
+    return next((f"modes.{h} {mode}" for h, mode in sorted(config.modes.items()) if mode != "enforce"), None)
+
+
+def _scope_problem(fields: Mapping[str, Any], caller: Caller, config: AgentBreakerConfig) -> tuple[str, str] | None:
     if PAYLOAD_REF in fields:
         return PAYLOAD_REF, "reserved for the server's own events (or the request ended)"
-    return caller.problem(fields)
+    return caller.problem(fields, config)
 
 
 def decide_event(engine: Engine, event: Mapping[str, Any] | Any, caller: Caller = ANYONE) -> Decision:
@@ -126,12 +161,13 @@ def decide_event(engine: Engine, event: Mapping[str, Any] | Any, caller: Caller 
     token = _incidents.set(bucket)
     try:
         if isinstance(event, Mapping):
-            problem = _scope_problem(event, caller)
+            problem = _scope_problem(event, caller, engine.config)
             if problem is not None:
                 raise InvalidEventError.of([problem])
             event = caller.bound(event)
         elif caller != ANYONE:
-            problem = caller.problem({name: getattr(event, name, None) for name in ("tenant", "agent", "feature")})
+            labels = {name: getattr(event, name, None) for name in ("tenant", "agent", "feature")}
+            problem = caller.problem(labels, engine.config)
             if problem is not None:
                 raise InvalidEventError.of([problem])
             if event.tenant is None and caller.tenant is not None:
@@ -167,7 +203,7 @@ def decide(engine: Engine, kind: EventKind | str, fields: Mapping[str, Any], cal
     bucket: list[Incident | BreakerIncident] = []
     token = _incidents.set(bucket)
     try:
-        problem = _scope_problem(fields, caller)
+        problem = _scope_problem(fields, caller, engine.config)
         if problem is not None:
             raise InvalidEventError.of([problem])
         fields = caller.bound(fields)

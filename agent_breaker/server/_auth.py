@@ -1,6 +1,6 @@
-"""Who may call: the API tokens (each bound to a tenant, and optionally to the configs, agents and
-features it may name), the scraper's token, the token `serve` generates on loopback, and the
-admin token. Only SHA-256 digests of tokens are kept."""
+"""Who may call: the API tokens (each bound to a tenant, and to the configs, agents and features
+it may name: a tenant's token is scoped by default), the scraper's token, the token `serve`
+generates on loopback, and the admin token. Only SHA-256 digests of tokens are kept."""
 
 from __future__ import annotations
 
@@ -34,7 +34,9 @@ ALL_TENANTS = "*"
 @dataclass(frozen=True)
 class TokenScope:
     """What one token may act for: a tenant (`*`: every tenant), and the configs, agents and
-    features it may name (None: any)."""
+    features it may name. A list left out (None) is any for a `*` token; for a tenant's token it
+    is the default scope, which `dispatch.Caller` holds it to: the configs that enforce every
+    heuristic, and the agents and features that pick none of the config's overrides."""
 
     tenant: str
     configs: frozenset[str] | None = None
@@ -46,13 +48,17 @@ class TokenScope:
 
     @property
     def caller(self) -> Caller:
-        """The token as the guard's caller: the tenant it acts for (None for `*`), its labels."""
-        return Caller(None if self.tenant == ALL_TENANTS else self.tenant, self.agents, self.features)
+        """The token as the guard's caller: the tenant it acts for (None for `*`), its labels, and
+        for a tenant's token the default scope of what its entry does not list."""
+        if self.tenant == ALL_TENANTS:
+            return Caller(None, self.agents, self.features)
+        return Caller(self.tenant, self.agents, self.features, enforcing_only=self.configs is None, listed_overrides_only=True)
 
     @classmethod
     def read(cls, entry: Any, where: str) -> TokenScope:
         """A tokens-file value: "<tenant>", or {"tenant": ..., "configs": [...], "agents": [...],
-        "features": [...], "hooks": true} (each optional but the tenant)."""
+        "features": [...], "hooks": true} (each optional but the tenant; a list given replaces
+        the default scope: the token may name what it lists, and nothing else)."""
         if isinstance(entry, str) and entry:
             return cls(entry)
         if not isinstance(entry, dict) or not isinstance(entry.get("tenant"), str) or not entry["tenant"]:
@@ -72,9 +78,9 @@ class TokenScope:
 
 
 class Tokens:
-    """Bearer tokens, each with its scope (a tenant or all, `*`; optionally the configs, agents
-    and features it may name). Only SHA-256 digests are kept, and a presented token is
-    compared with every digest in constant time."""
+    """Bearer tokens, each with its scope (a tenant or all, `*`; the configs, agents and features
+    it may name). Only SHA-256 digests are kept, and a presented token is compared with every
+    digest in constant time."""
 
     def __init__(self, tokens: Mapping[str, str | TokenScope]) -> None:
         if not tokens:

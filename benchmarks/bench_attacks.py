@@ -39,6 +39,16 @@ settings are the server's defaults (head timeout 10 s, body timeout 30 s, 16 bod
 8. refused_bodies (besides the seven): --refused connections with no token declare a 1 MiB
    body and send part of it; each is refused (401) before its body is read. The server's RSS
    while they wait for the head timeout to close them, and globex's events meanwhile.
+9. unread_answers: --unread connections of acme's token pipeline checks (--unread-s seconds,
+   past the write deadline) and read none of the answers, in two forms, each on a fresh server:
+   flood (100 checks a write, again as soon as the server takes them) and paced (as many as
+   the server queues, MAX_PIPELINED, every --unread-every-s); meanwhile globex's checks and hooks
+   (`/check` and `/v1/hooks/claude-code`, alternately, each on a new connection). The gateway
+   places in flight (sampled from /metrics), the server's RSS, globex's latency and 503s.
+10. pipelined_head: --heads connections of acme's token pipeline 10 event requests of 100
+   events each, read none of the answers, and then send a request head that never ends, for
+   up to --head-s seconds; what each sent before the server closed it, the server's RSS,
+   and globex's checks and hooks meanwhile.
 
 Figures only, nothing asserted: each attack's record says whether it "held" by its criterion.
 Written to --out as JSON (with the machine's facts, the UTC date and the load average at start
@@ -73,6 +83,7 @@ import redis
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from agent_breaker.server._transport import MAX_PIPELINED
 from benchmarks._harness import ROOT, Run, checkout, out_argument, percentile, process_tree, rss_bytes, shown, tests_module
 
 os.environ.setdefault("NEMO_GUARDRAILS_NO_USAGE_STATS", "1")
@@ -101,6 +112,10 @@ ESCALATIONS = "/v1/agent-breaker/escalations"
 MAX_EVENTS = 100  # the server's events per request
 BODY_BYTES = 1 << 20  # the server's largest request body
 LEGIT_LIMIT_S = 1.0
+#: server memory an attack may add (issue 39)
+RSS_LIMIT_BYTES = 100 * 2**20
+CHECK = "/v1/agent-breaker/check"
+HOOK = "/v1/hooks/claude-code"
 #: what every served config knows besides the shipped settings: a configured tool whose breaker
 #: series must survive junk labels, a tool that escalates when down (its breaker kept open for
 #: the whole flood), junk tools opening in a few calls
@@ -117,6 +132,8 @@ ATTACKS = (
     "escalation_flood",
     "metrics_labels",
     "refused_bodies",
+    "unread_answers",
+    "pipelined_head",
 )
 
 
@@ -927,6 +944,237 @@ def metrics_labels(bench: Bench, config: str) -> None:
 # ----------------------------------------------------------------------------- the run
 
 
+# ----------------------------------------------------------------------------- 9. unread answers
+
+
+class GatewayLegit:
+    """globex's checks and coding-agent hooks, alternately, back to back on a thread while in the
+    block, each on a new connection: latencies, and the answers by status (a 503 is a busy
+    worker: the gateway would retry, and a hook error lets the call run)."""
+
+    def __init__(self, server: Server, config_id: str, tag: str, minimum: int = 10) -> None:
+        self.server, self.config_id, self.tag, self.minimum = server, config_id, tag, minimum
+        self.latencies: list[float] = []
+        self.statuses: Counter = Counter()
+        self.failed = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def request(self, http: httpx.Client, i: int) -> tuple[int, bool]:
+        session = f"legit-{self.tag}-{i}"
+        if i % 2:
+            hook = {
+                "session_id": session,
+                "hook_event_name": "PreToolUse",
+                "tool_name": "Bash",
+                "tool_input": {"command": f"ls legit-{i}"},
+            }
+            r = http.post(HOOK, params={"config_id": self.config_id}, json=hook)
+            return r.status_code, r.status_code == 200 and "deny" not in r.text
+        body = {"config_id": self.config_id, "session_id": session, "event": call(1, "search", {"q": session})}
+        r = http.post(CHECK, json=body)
+        return r.status_code, r.status_code == 200 and r.json().get("allowed") is True
+
+    def _run(self) -> None:
+        with legit_client(self.server) as http:
+            for i in itertools.count():
+                if self._stop.is_set() and i >= self.minimum:
+                    return
+                started = time.perf_counter()
+                try:
+                    status, ok = self.request(http, i)
+                except (httpx.HTTPError, ValueError) as exc:
+                    status, ok = type(exc).__name__, False
+                self.latencies.append(time.perf_counter() - started)
+                self.statuses[str(status)] += 1
+                self.failed += not ok
+
+    def __enter__(self) -> GatewayLegit:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def figures(self) -> dict[str, Any]:
+        return {**summary(self.latencies), "failed": self.failed, "statuses": dict(self.statuses)}
+
+
+def gateway_held(legit: dict[str, Any], memory: PeakRss) -> bool:
+    """Issue 39's criterion: every check and hook of the other tenant answered (200, the call
+    allowed) within LEGIT_LIMIT_S, none 503; the server's RSS within RSS_LIMIT_BYTES of its start."""
+    return legit_held(legit) and "503" not in legit["statuses"] and memory.peak - memory.start <= RSS_LIMIT_BYTES
+
+
+def in_flight(srv: Server) -> float:
+    return sum(v for name, _, v in metric_samples(srv) if name == "agent_breaker_gateway_in_flight")
+
+
+def pipelined(path: str, bodies: list[dict[str, Any]], token: str) -> bytes:
+    """Requests written back to back, as a pipelining client sends them."""
+    out = []
+    for body in bodies:
+        data = json.dumps(body).encode()
+        out.append(
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n".encode()
+            + data
+        )
+    return b"".join(out)
+
+
+def unread_connection(server: Server) -> socket.socket | None:
+    """A connection that takes in as little as it can (a small receive buffer) and reads nothing."""
+    try:
+        s = socket.create_connection(address(server), timeout=5)
+    except OSError:
+        return None
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.setblocking(False)
+    return s
+
+
+def send_while(
+    socks: dict[socket.socket, bytes], seconds: float, *, repeat: bool, every_s: float = 0.0
+) -> dict[socket.socket, dict[str, Any]]:
+    """Each connection's bytes written as fast as the server takes them in, for `seconds` (with
+    `repeat`, again, at most once every `every_s`): per connection, the bytes sent and when the
+    server closed it."""
+    sent = {s: {"bytes": 0, "closed_after_s": None} for s in socks}
+    offset = dict.fromkeys(socks, 0)
+    due: dict[socket.socket, float] = {}  # connections waiting to send their bytes again
+    started = time.monotonic()
+    with selectors.DefaultSelector() as sel:
+        for s in socks:
+            sel.register(s, selectors.EVENT_WRITE)
+        while (sel.get_map() or due) and time.monotonic() - started < seconds:
+            now = time.monotonic()
+            for s in [s for s, at in due.items() if at <= now]:
+                del due[s]
+                sel.register(s, selectors.EVENT_WRITE)
+            for key, _ in sel.select(timeout=0.05) if sel.get_map() else ():
+                s = key.fileobj
+                assert isinstance(s, socket.socket)
+                data = socks[s]
+                if offset[s] == 0:
+                    sent[s]["last_start"] = time.monotonic()
+                try:
+                    n = s.send(data[offset[s] : offset[s] + 65_536])
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    sent[s]["closed_after_s"] = round(time.monotonic() - started, 2)
+                    sel.unregister(s)
+                    continue
+                sent[s]["bytes"] += n
+                offset[s] += n
+                if offset[s] >= len(data):
+                    offset[s] = 0
+                    sel.unregister(s)
+                    if repeat:
+                        due[s] = sent[s]["last_start"] + every_s
+            if not sel.get_map() and due:
+                time.sleep(max(0.0, min(due.values()) - time.monotonic()))
+    for v in sent.values():
+        v.pop("last_start", None)
+    return sent
+
+
+def unread_answers(bench: Bench, config: str) -> None:
+    args = bench.args
+    config_id = CONFIGS[config]
+    phases = {}
+    for form, per_write, every_s in (("flood", 100, 0.0), ("paced", MAX_PIPELINED, args.unread_every_s)):
+        with serving(bench) as srv:
+            conns = [c for c in (unread_connection(srv) for _ in range(args.unread)) if c is not None]
+            # each connection's checks: distinct sessions, sent again and again (then refused as loops)
+            streams = {
+                c: pipelined(
+                    CHECK,
+                    [
+                        {"config_id": config_id, "session_id": f"unread-{i}-{k}", "event": call(k, "search", {"q": k})}
+                        for k in range(per_write)
+                    ],
+                    ACME,
+                )
+                for i, c in enumerate(conns)
+            }
+            places: list[float] = []
+            sampling = threading.Event()
+
+            def sample(srv: Server = srv, places: list[float] = places, sampling: threading.Event = sampling) -> None:
+                while not sampling.wait(0.5):
+                    with contextlib.suppress(httpx.HTTPError):
+                        places.append(in_flight(srv))
+
+            sampler = threading.Thread(target=sample, daemon=True)
+            with PeakRss(srv) as memory, GatewayLegit(srv, config_id, f"unread-{form}") as legit:
+                sampler.start()
+                sent = send_while(streams, args.unread_s, repeat=True, every_s=every_s)
+            sampling.set()
+            sampler.join()
+            for c in conns:
+                c.close()
+        phases[form] = {
+            "checks_per_write": per_write,
+            "write_every_s": every_s,
+            "attack_connections": args.unread,
+            "opened": len(conns),
+            "attack_seconds": args.unread_s,
+            "attack_bytes_sent": sum(v["bytes"] for v in sent.values()),
+            "closed_by_server": sum(1 for v in sent.values() if v["closed_after_s"] is not None),
+            "gateway_places_in_flight_max": max(places, default=None),
+            "legit": legit.figures(),
+            "rss_bytes": {"start": memory.start, "peak": memory.peak},
+            "held": gateway_held(legit.figures(), memory),
+        }
+    criterion = (
+        f"in both forms, globex's checks and hooks answered (allowed) within {LEGIT_LIMIT_S:g} s, none 503; "
+        f"RSS within {RSS_LIMIT_BYTES >> 20} MiB"
+    )
+    bench.record("unread_answers", config, criterion, all(ph["held"] for ph in phases.values()), phases)
+
+
+# ----------------------------------------------------------------------------- 10. pipelined head
+
+
+def pipelined_head(bench: Bench, config: str) -> None:
+    args = bench.args
+    config_id = CONFIGS[config]
+    events = [call(k, "search", {"q": k}) for k in range(MAX_EVENTS)]
+    with serving(bench) as srv:
+        conns = [c for c in (unread_connection(srv) for _ in range(args.heads)) if c is not None]
+        lead = {
+            c: pipelined(
+                EVENTS, [{"config_id": config_id, "session_id": f"head-{i}-{k}", "events": events} for k in range(50)], ACME
+            )
+            + f"POST {CHECK} HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: ".encode()
+            for i, c in enumerate(conns)
+        }
+        with PeakRss(srv) as memory, GatewayLegit(srv, config_id, "head") as legit:
+            send_while(lead, args.head_s, repeat=False)
+            # then the head that never ends, on every connection at once
+            sent = send_while(dict.fromkeys(conns, b"v" * 65_536), args.head_s, repeat=True)
+        for c in conns:
+            c.close()
+    figures = {
+        "attack_connections": args.heads,
+        "opened": len(conns),
+        "head_bytes_sent_max": max((v["bytes"] for v in sent.values()), default=0),
+        "closed_by_server": sum(1 for v in sent.values() if v["closed_after_s"] is not None),
+        "closed_after_s_max": max((v["closed_after_s"] or 0 for v in sent.values()), default=None),
+        "legit": legit.figures(),
+        "rss_bytes": {"start": memory.start, "peak": memory.peak},
+    }
+    criterion = (
+        f"every head closed; globex's checks and hooks answered (allowed) within {LEGIT_LIMIT_S:g} s, none 503; "
+        f"RSS within {RSS_LIMIT_BYTES >> 20} MiB"
+    )
+    held = figures["closed_by_server"] == len(conns) and gateway_held(figures["legit"], memory)
+    bench.record("pipelined_head", config, criterion, held, figures)
+
+
 RUNNERS: dict[str, Callable[[Bench, str], None]] = {
     "slow_heads": slow_heads,
     "stalled_bodies": stalled_bodies,
@@ -936,6 +1184,8 @@ RUNNERS: dict[str, Callable[[Bench, str], None]] = {
     "escalation_flood": escalation_flood,
     "metrics_labels": metrics_labels,
     "refused_bodies": refused_bodies,
+    "unread_answers": unread_answers,
+    "pipelined_head": pipelined_head,
 }
 
 
@@ -991,6 +1241,20 @@ def short(rec: dict[str, Any]) -> str:
             f"{f['closed']['last_closed_after_s']} s; RSS +{mib(f['rss_bytes']['peak'] - f['rss_bytes']['start'])} "
             f"({f['rss_growth_per_connection'] / 1024:.0f} KiB/connection)"
         )
+    if name == "unread_answers":
+        return " | ".join(
+            f"{form}: {lat(ph['legit'])}, 503 {ph['legit']['statuses'].get('503', 0)}; places max "
+            f"{ph['gateway_places_in_flight_max']}, closed {ph['closed_by_server']} of {ph['opened']}; "
+            f"RSS {mib(ph['rss_bytes']['start'])} -> peak {mib(ph['rss_bytes']['peak'])}"
+            for form, ph in f.items()
+        )
+    if name == "pipelined_head":
+        g = f["legit"]
+        return (
+            f"{lat(g)}, 503 {g['statuses'].get('503', 0)}; head sent max {mib(f['head_bytes_sent_max'])}, "
+            f"closed {f['closed_by_server']} of {f['opened']}; "
+            f"RSS {mib(f['rss_bytes']['start'])} -> peak {mib(f['rss_bytes']['peak'])}"
+        )
     if name == "metrics_labels":
         return (
             f"{f['breakers_opened_total']:.0f} breakers opened; {f['tools_with_series']} tools with series; "
@@ -1027,6 +1291,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--escalations", type=int, default=2000, help="escalations of the flood")
     ap.add_argument("--junk-tools", type=int, default=200, help="made-up tools whose breakers open")
     ap.add_argument("--junk-failures", type=int, default=5, help="failures of each junk tool (5 open its breaker)")
+    ap.add_argument("--unread", type=int, default=270, help="connections that read none of their answers")
+    ap.add_argument("--unread-s", type=float, default=15.0, help="how long they send checks (past the write deadline)")
+    ap.add_argument(
+        "--unread-every-s", type=float, default=4.0, help="the paced form: a connection's next checks after this long"
+    )
+    ap.add_argument("--heads", type=int, default=8, help="connections sending a pipelined head that never ends")
+    ap.add_argument("--head-s", type=float, default=15.0, help="how long each head may be sent")
     ap.add_argument("--redis-db", type=int, default=10, help="the Redis database of the Redis config (its ab:* keys are removed)")
     out_argument(ap, "attacks")
     args = ap.parse_args(argv)

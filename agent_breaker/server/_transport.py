@@ -9,6 +9,7 @@ transport bounds what a connection may hold without one:
 - its answers taken in: one the client has not read for `write_timeout_s` (its socket buffers
   full) closes the connection, and frees the gateway place the request held;
 - requests pipelined behind one whose body is still arriving are answered in order, each;
+  at most MAX_PIPELINED waiting behind the one being answered (past it, the connection goes);
 - at most `max_connections` open: a new connection past it first closes the oldest one still
   waiting for a request head (one that is sending or awaiting a response is never closed),
   and is itself closed when every connection is busy. The default stays under the process's
@@ -121,6 +122,14 @@ def raise_fd_limit() -> int:
 
 #: a request line and headers; a head still unfinished past it is refused (431)
 MAX_HEAD_BYTES = 65_536
+#: requests a connection may have waiting behind the one being answered: uvicorn parses every
+#: request of a read at once, and a client that does not wait for its answers could queue
+#: thousands (gigabytes across connections) in one
+MAX_PIPELINED = 16
+
+
+class PipelineTooDeep(AgentBreakerError):
+    """Raised from the parser's callback to stop a read that queues past MAX_PIPELINED."""
 
 
 def guarded_protocol(transport: Transport) -> type[Any]:
@@ -142,6 +151,7 @@ def guarded_protocol(transport: Transport) -> type[Any]:
             self._in_head = False  # from a request's first byte to the end of its head
             self._ended = 0  # requests whose last byte came, for the head count of a chunk
             self._running: Any = None  # the request being answered (a pipelined one waits)
+            self._too_deep = False
             super().connection_made(transport)
             self._await_head()
             if len(self.connections) > self.max_connections:
@@ -181,6 +191,9 @@ def guarded_protocol(transport: Transport) -> type[Any]:
                 self._start_head_timer()
 
         def on_headers_complete(self) -> None:
+            if len(self.pipeline) >= MAX_PIPELINED:
+                self._too_deep = True
+                raise PipelineTooDeep  # the parser stops; uvicorn answers its error with send_400_response
             self._in_head = False
             self._stop_head_timer()  # the head is in: the request guard bounds the body
             queued = len(self.pipeline)
@@ -206,6 +219,14 @@ def guarded_protocol(transport: Transport) -> type[Any]:
                 self._write_deadline()  # uvicorn closed it (no keep-alive): its answer may wait
             elif self._running is None and not self._in_head:
                 self._await_head()  # idle keep-alive, or the next head arriving slowly
+
+        def send_400_response(self, msg: str) -> None:
+            if not self._too_deep:
+                super().send_400_response(msg)
+                return
+            # written now, it could land inside an answer being sent: the connection just goes
+            log.warning("agent-breaker: a client queued more than %d requests ahead of its answers: closed", MAX_PIPELINED)
+            self.close()
 
         def pause_writing(self) -> None:
             super().pause_writing()

@@ -21,6 +21,7 @@ from _server import TOKEN, Server, call, served_with_tenants  # noqa: E402
 
 from agent_breaker.server._transport import (  # noqa: E402
     MAX_HEAD_BYTES,
+    MAX_PIPELINED,
     Transport,
     TransportError,
     default_max_connections,
@@ -406,3 +407,48 @@ def test_a_request_pipelined_behind_a_body_in_transit_is_answered_in_order(serve
         s.close()
     assert first.startswith(b"HTTP/1.1 200"), first
     assert second.startswith(b"HTTP/1.1 200"), second
+
+
+def _pipelined_checks(n: int, tag: str) -> bytes:
+    out = []
+    for k in range(n):
+        body = json.dumps({"session_id": f"s-{tag}-{k}", "event": {"tool_name": "search", "tool_args": {"k": k}}}).encode()
+        out.append(
+            f"POST {CHECK} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {GLOBEX}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+    return b"".join(out)
+
+
+def test_requests_pipelined_within_the_bound_are_each_answered_in_order(server):
+    s = _open(server, _pipelined_checks(MAX_PIPELINED, uuid.uuid4().hex[:8]))
+    try:
+        got = b""
+        s.settimeout(5)
+        while got.count(b"HTTP/1.1 200") < MAX_PIPELINED:
+            chunk = s.recv(65536)
+            assert chunk, got
+            got += chunk
+    finally:
+        s.close()
+    assert got.count(b"HTTP/1.1 ") == MAX_PIPELINED
+
+
+def test_a_connection_queueing_past_the_pipeline_bound_is_closed_and_memory_stays(server):
+    """uvicorn parses every request of a read at once: thousands of checks pipelined in one
+    write would each be queued, in memory, ahead of their answers. Past MAX_PIPELINED waiting,
+    the connection goes; the server's memory does not follow."""
+    rss = _rss_bytes(server.proc.pid)
+    flood = _pipelined_checks(200, uuid.uuid4().hex[:8])
+    s = _open(server, b"")
+    try:
+        sent = _keep_sending(s, flood, 10)
+        answered = _closed_within(s, 5)
+    finally:
+        s.close()
+    assert answered is not None, "the connection was never closed"
+    assert answered.count(b"HTTP/1.1 ") <= MAX_PIPELINED + 1
+    assert sent < 64 * 2**20, sent
+    assert _rss_bytes(server.proc.pid) - rss < 32 * 2**20
+    assert _answers_fast(server) < 1.0

@@ -881,12 +881,16 @@ ESCALATIONS_DB_ENV = "AGENT_BREAKER_ESCALATIONS_DB"
 QUEUE_URL_ENV = "AGENT_BREAKER_QUEUE_URL"
 DEFAULT_QUEUE_NAME = "agent_breaker.escalations"
 DEFAULT_MAX_EXCERPT_CHARS = 200
+#: open escalations per tenant before the next ones are collapsed: one tenant holds at most a
+#: fifth of the 100 a listing shows by default, so a flood cannot hide another tenant's case
+DEFAULT_MAX_OPEN_PER_TENANT = 20
 
 
 class EscalationsConfig(_Frozen):
     """escalations: the human escalation queue (a SQLite file) and where its outbox is relayed
-    (RabbitMQ, besides the incident sinks). Where things live is process-level; whether a
-    record may carry payload excerpts is set per tenant (overrides)."""
+    (RabbitMQ, besides the incident sinks). Where things live, and the open escalations a tenant
+    may have, are process-level; whether a record may carry payload excerpts is set per tenant
+    (overrides)."""
 
     store: Literal["auto", "sqlite", "redis"] = Field(
         "auto",
@@ -914,6 +918,15 @@ class EscalationsConfig(_Frozen):
         "tenant with an override.",
     )
     max_excerpt_chars: int = Field(DEFAULT_MAX_EXCERPT_CHARS, ge=1, le=2000, description="Longest excerpt kept, when on.")
+    max_open_per_tenant: int = Field(
+        DEFAULT_MAX_OPEN_PER_TENANT,
+        ge=1,
+        le=1000,
+        description="Open escalations one tenant (or the sessions without one) may have. Past it a new escalation is "
+        "collapsed onto the tenant's newest open one: its session frozen all the same, counted in that record's "
+        "`collapsed` and decided with it, and the first one alerted. Keep it well under the listing's default 100, "
+        "so one tenant's flood leaves room for the others' cases.",
+    )
 
     @field_validator("queue_url")
     @classmethod
@@ -1181,6 +1194,7 @@ PROCESS_LEVEL = (
     "escalations.queue_url",
     "escalations.queue_url_env",
     "escalations.queue",
+    "escalations.max_open_per_tenant",
     "fingerprint_secret",
     "receipts.key_env",
     "receipts.key_file",

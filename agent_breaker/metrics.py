@@ -149,6 +149,12 @@ class Metrics:
             ["sink", "outcome"],
             registry=r,
         )
+        self.escalations_collapsed = Counter(
+            "agent_breaker_escalations_collapsed",
+            "Escalations collapsed onto their tenant's newest open one: the tenant was at escalations.max_open_per_tenant.",
+            ["tenant"],
+            registry=r,
+        )
         self.sessions = _Sessions()
         r.register(self.sessions)
         self.tenant = BoundedLabels(max_label_values)
@@ -206,6 +212,9 @@ class Metrics:
         """Report an in-memory store's sessions live and evicted (while the store lives)."""
         self.sessions.watch(store)
 
+    def escalation_collapsed(self, tenant: str | None) -> None:
+        self.escalations_collapsed.labels(self.tenant(tenant)).inc()
+
     def spent(self, tenant: str | None, feature: str | None, tokens: int, usd: float) -> None:
         if not tokens and not usd:
             return
@@ -247,6 +256,9 @@ class NoMetrics(Metrics):
         pass
 
     def watch_sessions(self, store: SessionCounting) -> None:
+        pass
+
+    def escalation_collapsed(self, tenant: str | None) -> None:
         pass
 
 

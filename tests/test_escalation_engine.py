@@ -1,7 +1,8 @@
 """The engine hands sessions to humans (issue 12, item 3): a session-terminal trip or an
 unverified claim escalates, the session is frozen (every call refused with the escalation id)
 until an operator resolves it; resume lifts the freeze and restarts the loop streaks, abort keeps
-it closed. On both stores, with the SQLite queue."""
+it closed; past its tenant's cap of open escalations a session is frozen under the tenant's
+newest one (counted). On both stores, with the SQLite queue."""
 
 from __future__ import annotations
 
@@ -11,32 +12,46 @@ import pytest
 from conftest import CALL_ERROR, OUTAGE, REDIS_URL, call, redis_or_skip, run
 
 from agent_breaker.escalations import SqliteEscalations
+from agent_breaker.metrics import REGISTRY
 
 SECRET = "SECRET-PAYLOAD-77e1"
 
 
 @pytest.fixture(params=["sqlite", "redis"])
-def queue(request, tmp_path):
-    """The escalation queue: the embedded SQLite file, and a fleet's Redis (a prefix of its own)."""
-    if request.param == "sqlite":
-        store = SqliteEscalations(tmp_path / "escalations.db")
-        yield store
-        store.close()
-        return
-    redis_or_skip()
-    import redis
-
-    from agent_breaker.escalations import RedisEscalations
-
+def queue_of(request, tmp_path):
+    """Opens the escalation queue (the store's keyword arguments): the embedded SQLite file, and a
+    fleet's Redis (a prefix of its own, deleted after)."""
+    opened = []
     prefix = f"t{uuid.uuid4().hex[:10]}"
-    store = RedisEscalations(REDIS_URL, prefix=prefix)
-    yield store
-    store.close()
-    client = redis.Redis.from_url(REDIS_URL)
-    keys = list(client.scan_iter(match=f"{prefix}:*"))
-    if keys:
-        client.delete(*keys)
-    client.close()
+    if request.param == "redis":
+        redis_or_skip()
+
+    def open_queue(**kw):
+        if request.param == "sqlite":
+            store = SqliteEscalations(tmp_path / "escalations.db", **kw)
+        else:
+            from agent_breaker.escalations import RedisEscalations
+
+            store = RedisEscalations(REDIS_URL, prefix=prefix, **kw)
+        opened.append(store)
+        return store
+
+    yield open_queue
+    for store in opened:
+        store.close()
+    if request.param == "redis":
+        import redis
+
+        client = redis.Redis.from_url(REDIS_URL)
+        keys = list(client.scan_iter(match=f"{prefix}:*"))
+        if keys:
+            client.delete(*keys)
+        client.close()
+
+
+@pytest.fixture
+def queue(queue_of):
+    return queue_of()
 
 
 def runaway(engine, clock, session: str = "s1"):
@@ -140,6 +155,37 @@ def test_excerpts_only_for_a_tenant_that_opted_in(make_engine, clock, queue):
     records = {r.tenant: r for r in queue.list()}
     assert records["acme"].excerpts == ('{"q": "SECRET-PAYLOAD-77e1"}',)
     assert records["globex"].excerpts is None and SECRET not in repr(records["globex"].to_dict())
+
+
+def test_past_its_tenants_cap_a_runaway_is_frozen_under_the_newest_escalation_counted_and_freed_with_it(
+    make_engine, clock, queue_of
+):
+    queue = queue_of(max_open_per_tenant=1)
+    engine = make_engine(escalations=queue)
+
+    def collapsed() -> float:  # on the process registry; these sessions have no tenant
+        return REGISTRY.get_sample_value("agent_breaker_escalations_collapsed_total", {"tenant": "none"}) or 0.0
+
+    first = runaway(engine, clock, "first").route["escalation_id"]
+    before = collapsed()
+    v = runaway(engine, clock, "second")
+    assert (v.allowed, v.heuristic, v.route) == (False, "identical_failure", {"tier": "escalate", "escalation_id": first})
+    [record] = queue.list()
+    assert (record.id, record.session, record.collapsed) == (first, "first", 1)
+    assert queue.frozen(None, "second") == record and collapsed() == before + 1
+    frozen = engine.check_tool_call(call("search", {"q": 1}, session="second"))
+    assert (frozen.allowed, frozen.route["escalation_id"]) == (False, first)
+    # its user's news lifts its own loop halt, and resumes nobody else's escalation
+    engine.record_user({"type": "user", "session": "second", "text": "The table is called orders_2024"})
+    assert engine.check_tool_call(call("search", {"q": 2}, session="second")).allowed
+    assert queue.get(first).status == "open"
+    assert not engine.check_tool_call(call("search", {"q": 3}, session="first")).allowed
+    # the operator's decision on the escalation is that of the sessions collapsed onto it
+    runaway(engine, clock, "third")
+    assert queue.get(first).collapsed == 2 and collapsed() == before + 2
+    queue.resolve(first, "resume", "checked the lot by hand")
+    for session in ("first", "third"):
+        assert engine.check_tool_call(call("search", {"q": 4}, session=session)).allowed
 
 
 def test_replay_hands_no_one_a_case(tmp_path, monkeypatch):

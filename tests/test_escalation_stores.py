@@ -27,8 +27,9 @@ from conftest import REDIS_URL, redis_or_skip
 from test_escalations import NOW, TRIP, cli, escalation
 
 from agent_breaker._sinks import Undeliverable
-from agent_breaker.config import ConfigError, parse_config
+from agent_breaker.config import DEFAULT_MAX_OPEN_PER_TENANT, ConfigError, parse_config
 from agent_breaker.escalations import (
+    DEFAULT_LIST_LIMIT,
     AlreadyResolved,
     EscalationStorageError,
     InvalidEscalation,
@@ -41,6 +42,7 @@ from agent_breaker.escalations import (
     store_for,
     store_location,
 )
+from agent_breaker.escalations.outbox import capped_message
 from agent_breaker.escalations.redis import GROUP
 
 redis_lib = pytest.importorskip("redis")
@@ -238,20 +240,120 @@ def test_the_listing_is_newest_first_filters_by_status_and_orders_equal_times_by
     assert [e.id for e in store.list(limit=3)] == [e.id for e in reversed(same_time)]
 
 
-def test_one_tenants_flood_of_escalations_hides_no_other_tenants_from_its_filter(store):
-    """2,000 escalations of one tenant's sessions push another's off the first page of the
-    listing; `tenant=` lists that tenant's alone, open or with any status."""
+def test_a_tenants_flood_is_collapsed_past_its_cap_counted_alerted_once_and_hides_no_other_tenant(opener):
+    """The measured attack: 2,000 escalations of one tenant's sessions in a row. Past its cap (20
+    by default) each is collapsed onto the tenant's newest open escalation, which counts it; one
+    alert for the crossing; every flooding session stays frozen; another tenant's case stays on
+    the first page of the default listing (newest first, 100)."""
+    store = opener(clock=lambda: NOW)
+    cap, n = DEFAULT_MAX_OPEN_PER_TENANT, 2000
+    assert cap * 5 == DEFAULT_LIST_LIMIT  # one tenant fills a fifth of the default listing at most
     victim = store.escalate(escalation(session="real", tenant="bank", now=NOW))
-    for i in range(2000):
-        store.escalate(escalation(session=f"junk-{i}", tenant="mallory", now=NOW + 1 + i / 1000))
-    assert victim.id not in {e.id for e in store.list(status="open", limit=1000)}
+    flood = [store.escalate(escalation(session=f"junk-{i}", tenant="mallory", now=NOW + 1 + i / 1000)) for i in range(n)]
+    opened, newest = flood[:cap], flood[cap - 1]
+    assert [e.session for e in opened] == [f"junk-{i}" for i in range(cap)]
+    assert {e.id for e in flood[cap:]} == {newest.id}
+    assert [e.collapsed for e in flood[cap:]] == list(range(1, n - cap + 1))  # each counted once, in order
+
+    assert victim in store.list(status="open") and victim in store.list()  # the default listings
     assert [e.id for e in store.list(status="open", tenant="bank")] == [victim.id]
-    store.resolve(victim.id, "abort")
-    assert [e.id for e in store.list(tenant="bank")] == [victim.id]
-    assert [e.id for e in store.list(status="aborted", tenant="bank")] == [victim.id]
-    assert store.list(status="open", tenant="bank") == []
-    assert len(store.list(tenant="mallory", limit=1000)) == 1000
-    assert store.list(tenant="nobody") == []
+    mallorys = store.list(status="open", tenant="mallory", limit=1000)
+    assert len(mallorys) == cap and {e.id: e.collapsed for e in mallorys} == {e.id: 0 for e in opened} | {newest.id: n - cap}
+    assert store.get(newest.id).collapsed == n - cap
+
+    # one alert on the outbox, not one per escalation: the flood cannot flood on-call either
+    assert outbox(store) == [("escalation", f"escalation:{e.id}") for e in (victim, *opened)] + [
+        ("incident", f"capped:{newest.id}")
+    ]
+    crossed = escalation(session=f"junk-{cap}", tenant="mallory")
+    assert store.pending(1000)[-1].message == {**capped_message(crossed, cap, NOW), "escalation_id": newest.id}
+
+    # every flooding session is frozen: those collapsed by the escalation they were collapsed onto
+    assert store.frozen("mallory", "junk-0") == opened[0]
+    assert store.frozen("mallory", f"junk-{n - 1}") == store.get(newest.id)
+    # a collapsed session escalated again (another heuristic, another worker) is not counted again
+    again = store.escalate(escalation(session=f"junk-{n - 1}", tenant="mallory", heuristic="step_limit"))
+    assert (again.id, again.collapsed) == (newest.id, n - cap)
+    # the other tenant is at none of mallory's cap
+    assert store.escalate(escalation(session="real-2", tenant="bank")).collapsed == 0
+    assert len(store.list(status="open", tenant="bank")) == 2
+
+
+def test_the_decision_on_an_escalation_is_the_decision_on_the_sessions_collapsed_onto_it(opener):
+    store = opener(max_open_per_tenant=2)
+    first, second = (store.escalate(escalation(session=s, now=NOW + i)) for i, s in enumerate(("a", "b")))
+    c = store.escalate(escalation(session="c", now=NOW + 2))
+    d = store.escalate(escalation(session="d", now=NOW + 3))
+    assert (c.id, d.id, d.collapsed) == (second.id, second.id, 2)
+    assert store.frozen("acme", "c") == store.frozen("acme", "d") == store.get(second.id)
+    # the sessions without a tenant have a cap of their own, and other tenants theirs
+    untenanted = [store.escalate(escalation(session=s, tenant=None)) for s in ("a", "b", "c")]
+    assert [e.collapsed for e in untenanted] == [0, 0, 1] and untenanted[2].id == untenanted[1].id
+    assert store.frozen(None, "c").id == untenanted[1].id and store.frozen("acme", "c").id == second.id
+
+    resumed = store.resolve(second.id, "resume", "checked the flood by hand")
+    assert resumed.collapsed == 2 and store.pending(100)[-1].message["collapsed"] == 2  # the resolution says so
+    assert store.frozen("acme", "b") is None and store.frozen("acme", "c") is None and store.frozen("acme", "d") is None
+    assert store.frozen("acme", "a") == first  # not collapsed onto it: still waiting
+    # below the cap again: the next escalation is a record of its own, the one after crosses again
+    late = store.escalate(escalation(session="c", now=NOW + 10))
+    onto = store.escalate(escalation(session="e", now=NOW + 11))
+    assert (late.session, late.collapsed, onto.id, onto.collapsed) == ("c", 0, late.id, 1)
+    assert [key for kind, key in outbox(store) if kind == "incident"] == [
+        f"capped:{second.id}",
+        f"capped:{untenanted[1].id}",
+        f"capped:{late.id}",
+    ]
+    store.resolve(late.id, "abort")
+    assert store.frozen("acme", "e").status == "aborted"  # closed for good, with what it was collapsed onto
+
+
+def test_workers_racing_past_a_tenants_cap_open_exactly_the_cap_and_alert_once(opener):
+    workers = [opener(max_open_per_tenant=5), opener(max_open_per_tenant=5)]  # two engines' stores on one place
+    start = threading.Barrier(40)
+    returned: list[Any] = []
+
+    def worker(i: int) -> None:
+        start.wait()
+        returned.append(workers[i % 2].escalate(escalation(session=f"s{i}", now=NOW + i)))
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(40)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    listed = workers[0].list(status="open")
+    assert len(listed) == 5 and sum(e.collapsed for e in listed) == 35
+    assert all(workers[0].frozen("acme", f"s{i}") is not None for i in range(40))
+    assert [kind for kind, _ in outbox(workers[1])].count("incident") == 1
+
+
+def collapsed_left(store: Store) -> int:
+    """What the store holds of sessions collapsed onto escalations: rows, or Redis keys."""
+    if isinstance(store, SqliteEscalations):
+        return int(store._read_one("SELECT count(*) FROM collapsed_sessions", ())[0])
+    client = raw_redis()
+    try:
+        return sum(1 for pattern in ("collapsed:*", "c:*") for _ in client.scan_iter(match=head(store) + pattern))
+    finally:
+        client.close()
+
+
+def test_sessions_collapsed_onto_an_escalation_go_with_it_after_the_retention(opener):
+    now = [NOW]
+    store = opener(retain_resolved_s=3600, max_open_per_tenant=1, clock=lambda: now[0])
+    onto = store.escalate(escalation(session="first"))
+    n = 1100  # past what one write deletes on Redis (1,000): the record waits for the next write
+    for i in range(n):
+        store.escalate(escalation(session=f"s{i}"))
+    assert collapsed_left(store) > 0
+    store.resolve(onto.id, "abort")
+    assert store.frozen("acme", "s7").id == onto.id
+    now[0] += 3601
+    for i in range(2):
+        store.escalate(escalation(session="later", tenant=f"other-{i}"))
+    assert store.get(onto.id) is None and store.frozen("acme", "s7") is None
+    assert collapsed_left(store) == 0
 
 
 def test_resolved_escalations_are_deleted_after_the_retention_and_open_ones_never(opener):
@@ -288,7 +390,8 @@ def test_a_full_disk_still_lets_an_operator_resolve(tmp_path, caplog):
     with pytest.raises(EscalationStorageError, match="full"):
         for i in range(10_000):  # until the file would have to grow past its free pages
             store.escalate(escalation(session=f"flood-{i}", reason="x" * 400))
-    done = store.resolve(frozen.id, "resume", "disk was full")
+    note = "the disk was full; " * 100  # a resolution the full file has no room for, whatever room its pages have left
+    done = store.resolve(frozen.id, "resume", note)
     assert done.status == "resumed" and store.frozen("acme", "frozen") is None
     assert "is full: resolving" in caplog.text
     assert conn.execute("PRAGMA page_count").fetchone()[0] <= pages  # no page past the ceiling
@@ -508,8 +611,8 @@ def test_a_prefix_may_not_hold_a_hash_tag():
 
 
 def test_relays_side_by_side_deliver_each_message_once(redis_store, capsys):
-    n = 600
-    made = {f"escalation:{redis_store.escalate(escalation(session=f's{i}')).id}" for i in range(n)}
+    n = 600  # of as many tenants: none at its cap of open escalations
+    made = {f"escalation:{redis_store.escalate(escalation(session=f's{i}', tenant=f't{i}')).id}" for i in range(n)}
     got: list[str] = []
     per_relay: Counter[str] = Counter()
     start = threading.Barrier(2)
@@ -647,8 +750,8 @@ def test_a_relay_killed_mid_batch_and_restarted_loses_nothing_and_dedup_sees_eac
     redis_store, rabbit_queue, tmp_path, capsys
 ):
     durability, queue = rabbit_queue
-    n = 2000
-    expected = {f"escalation:{redis_store.escalate(escalation(session=f'r{i}')).id}" for i in range(n)}
+    n = 2000  # of as many tenants: none at its cap of open escalations
+    expected = {f"escalation:{redis_store.escalate(escalation(session=f'r{i}', tenant=f't{i}')).id}" for i in range(n)}
     config = tmp_path / "config.yml"
     config.write_text(f"escalations:\n  queue: {queue}\n")
     env = durability.clean_env(AGENT_BREAKER_QUEUE_URL=durability.RABBIT_URL)
@@ -781,10 +884,11 @@ def test_store_for_opens_the_store_a_config_names(tmp_path):
     redis_or_skip()
     prefix = f"abesc-{uuid.uuid4().hex[:12]}"
     fleet = store_for(parse_config({"storage": {"url": REDIS_URL, "key_prefix": prefix}}))
-    local = store_for(parse_config({"escalations": {"db": str(tmp_path / "e.db"), "db_env": None}}))
+    local = store_for(parse_config({"escalations": {"db": str(tmp_path / "e.db"), "db_env": None, "max_open_per_tenant": 7}}))
     try:
         assert isinstance(fleet, RedisEscalations) and fleet.prefix == prefix
         assert isinstance(local, SqliteEscalations) and local.path == tmp_path / "e.db"
+        assert (fleet.max_open_per_tenant, local.max_open_per_tenant) == (DEFAULT_MAX_OPEN_PER_TENANT, 7)
     finally:
         fleet.close()
         local.close()

@@ -32,6 +32,7 @@ from agent_breaker.escalations import (
     default_db_path,
     escalation_key,
 )
+from agent_breaker.escalations.outbox import capped_key, capped_message, with_escalation
 from agent_breaker.escalations.relay import incidents_only, sink_targets
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,6 +86,10 @@ def test_a_record_round_trips_through_its_dict_and_holds_no_excerpts_unless_give
         {"tool": "get_balance", "outcome": "ok", "count": 3},
     ]
     assert d["spend"] == {"tokens": 12_000, "usd": 0.42}
+    assert d["collapsed"] == 0 and Escalation.from_dict({**d, "collapsed": 3}).collapsed == 3
+    for bad in (-1, True, "3"):
+        with pytest.raises(InvalidEscalation, match="collapsed"):
+            Escalation.from_dict({**d, "collapsed": bad})
     assert e.id.startswith("esc_") and len(e.id) == 20
     assert e.key == escalation_key("acme", "s1", "unverified_claim") != escalation_key(None, "s1", "unverified_claim")
     # an unambiguous encoding: moving a separator between the parts makes another key
@@ -204,28 +209,32 @@ def test_the_file_and_its_new_folders_are_private_and_in_wal_mode(tmp_path):
         assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
         assert stat.S_IMODE(path.parent.parent.stat().st_mode) == 0o700
         assert rows(path, "PRAGMA journal_mode") == [("wal",)]
-        assert rows(path, "PRAGMA user_version") == [(2,)]
+        assert rows(path, "PRAGMA user_version") == [(3,)]
     finally:
         s.close()
 
 
-def test_a_file_of_the_first_schema_gets_the_reserve_and_keeps_its_escalations(tmp_path):
+def test_a_file_of_an_earlier_schema_gets_the_reserve_and_collapsing_and_keeps_its_escalations(tmp_path):
     import sqlite3
 
     path = tmp_path / "v1.db"
     s = SqliteEscalations(path)
     kept = s.escalate(escalation())
     s.close()
-    conn = sqlite3.connect(path)  # as version 1 left it: no reserve, no retention index
+    conn = sqlite3.connect(path)  # as version 1 left it: no reserve, no retention index, nothing collapsed
     conn.executescript(
-        "DROP TABLE reserve; DROP INDEX escalations_resolved; DROP INDEX escalations_tenant; PRAGMA user_version = 1"
+        "DROP TABLE reserve; DROP INDEX escalations_resolved; DROP INDEX escalations_tenant; "
+        "DROP TABLE collapsed_sessions; DROP INDEX escalations_open_tenant; ALTER TABLE escalations DROP COLUMN collapsed; "
+        "PRAGMA user_version = 1"
     )
     conn.close()
-    s = SqliteEscalations(path)
+    s = SqliteEscalations(path, max_open_per_tenant=1)
     try:
-        assert rows(path, "PRAGMA user_version") == [(2,)]
+        assert rows(path, "PRAGMA user_version") == [(3,)]
         assert rows(path, "SELECT count(*) > 0 FROM reserve") == [(1,)]
         assert s.get(kept.id) == kept and s.list(tenant="acme") == [kept]
+        assert s.escalate(escalation(session="s2")).collapsed == 1  # the tenant is at its cap of one
+        assert s.frozen("acme", "s2").id == kept.id
     finally:
         s.close()
 
@@ -257,7 +266,7 @@ def test_where_the_file_is_looked_for():
     assert db_path(None) == default_db_path({})
 
 
-def test_the_config_section_checks_its_values_and_where_things_live_is_process_level():
+def test_the_config_section_checks_its_values_and_where_things_live_is_process_level(tmp_path):
     with pytest.raises(ConfigError, match="queue"):
         parse_config({"escalations": {"queue": "no spaces allowed"}})
     with pytest.raises(ConfigError, match="process-level"):
@@ -265,6 +274,14 @@ def test_the_config_section_checks_its_values_and_where_things_live_is_process_l
     # excerpts are opted into per tenant
     config = parse_config({"overrides": [{"tenant": "acme", "settings": {"escalations": {"excerpts": True}}}]})
     assert config.resolve("acme", None, None).escalations.excerpts and not config.escalations.excerpts
+    # the cap of open escalations is one for every tenant, a whole number from 1
+    assert parse_config({}).escalations.max_open_per_tenant == 20
+    with pytest.raises(ConfigError, match="max_open_per_tenant"):
+        parse_config({"escalations": {"max_open_per_tenant": 0}})
+    with pytest.raises(ConfigError, match="process-level"):
+        parse_config({"overrides": [{"tenant": "acme", "settings": {"escalations": {"max_open_per_tenant": 500}}}]})
+    with pytest.raises(ValueError, match="max_open_per_tenant must be a whole number above 0, but was 0"):
+        SqliteEscalations(tmp_path / "e.db", max_open_per_tenant=0)
 
 
 def test_a_queue_url_must_be_amqp_and_the_message_hides_credentials():
@@ -359,6 +376,16 @@ def test_a_file_target_accepts_other_kinds_unseen():
     assert got == [{"kind": "breaker", "tool": "t", "idempotency_key": "k2"}]
 
 
+def test_a_tenants_cap_alert_reads_as_an_incident_in_chat_and_stays_out_of_the_incidents_file():
+    alert = with_escalation(capped_message(escalation(session="junk-20", tenant="mallory"), 20, NOW), "esc_0123456789abcdef")
+    assert slack_text(alert).startswith(
+        ":warning: agent-breaker warn unverified_claim (session junk-20, tenant mallory): the tenant has 20 open escalations"
+    )
+    got: list[dict[str, Any]] = []
+    incidents_only(got.append)(alert, capped_key("esc_0123456789abcdef"))
+    assert got == []  # `agent-breaker report` reads trips and breaker moves
+
+
 def test_the_chat_text_of_an_escalation_escapes_markup():
     d = {**escalation(tenant="<@U123>").to_dict(), "kind": "resolution", "status": "aborted", "note": "<https://evil|click>"}
     text = slack_text(d)
@@ -382,15 +409,17 @@ def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
 @pytest.mark.slow  # a subprocess or a server
 def test_the_cli_lists_shows_and_resolves(tmp_path):
     path = tmp_path / "escalations.db"
-    s = SqliteEscalations(path)
+    s = SqliteEscalations(path, max_open_per_tenant=2)
     a = s.escalate(escalation(session="s-a", now=NOW))
     b = s.escalate(escalation(session="s-b", heuristic="step_limit", now=NOW + 1))
+    assert s.escalate(escalation(session="s-z", now=NOW + 2)).id == b.id  # acme at its cap: collapsed onto b
     env = {"AGENT_BREAKER_ESCALATIONS_DB": str(path)}
     listed = cli("escalations", "list", env=env)
     assert listed.returncode == 0, listed.stderr
     lines = listed.stdout.splitlines()
-    assert lines[0].split()[:3] == ["id", "status", "created"]
+    assert lines[0].split()[:3] == ["id", "status", "created"] and "collapsed" in lines[0].split()
     assert [line.split()[0] for line in lines[2:]] == [b.id, a.id] and "2026-01-01T00:00:01Z" in lines[2]
+    assert [line.split()[6] for line in lines[2:]] == ["1", "0"]
     as_json = [json.loads(line) for line in cli("escalations", "list", "--json", env=env).stdout.splitlines()]
     assert [(d["id"], d["session_id"], d["heuristic"], d["status"]) for d in as_json] == [
         (b.id, "s-b", "step_limit", "open"),

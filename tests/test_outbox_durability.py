@@ -80,7 +80,7 @@ def wait_for(ready: Callable[[], bool], timeout_s: float = 60.0, every_s: float 
 
 def seed(path: Path, n: int, prefix: str) -> set[str]:
     """n open escalations (and their outbox rows); their outbox keys."""
-    store = SqliteEscalations(path, synchronous="NORMAL")  # seeding speed only: this test is about the relay
+    store = SqliteEscalations(path, synchronous="NORMAL", max_open_per_tenant=n)  # speed only: the relay is tested
     try:
         made = [
             store.escalate(Escalation.new(session=f"{prefix}{i}", heuristic="step_limit", reason="500 steps", now=time.time()))
@@ -114,7 +114,7 @@ def clean_env(**extra: str) -> dict[str, str]:
 WRITER = """
 import sys, time
 from agent_breaker.escalations import Escalation, SqliteEscalations
-store = SqliteEscalations(sys.argv[1])
+store = SqliteEscalations(sys.argv[1], max_open_per_tenant=1000)
 i = 0
 while True:
     e = store.escalate(Escalation.new(session=f"w{i}", heuristic="step_limit", reason="500 steps", now=time.time()))

@@ -115,7 +115,7 @@ class Engine:
             self.config, shared=not isinstance(self.store, MemoryStore), receipt_keys=self.receipt_keys
         )
         self.policies = Policies(self.config, self.fingerprints, observe=observe)
-        self.escalations = Escalations(self.config, self.store, self.fingerprints, escalations)
+        self.escalations = Escalations(self.config, self.store, self.fingerprints, escalations, telemetry=self.telemetry)
         self.views = ToolViews(self.store, self.fingerprints)
         self.applier = Applier(
             self.store,

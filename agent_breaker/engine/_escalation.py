@@ -1,6 +1,9 @@
 """Sessions handed to a human: the escalation record of a session a decision froze, the resume
 a user's turn made, and the thaw once an operator lets it go on. The session is frozen in its
-own update (the deciders); the record follows it here, and is written again if it went missing."""
+own update (the deciders); the record follows it here, and is written again if it went missing.
+Past its tenant's cap of open escalations the store collapses the record onto the tenant's
+newest open escalation: the session is frozen under that one instead (counted), so its
+decision frees or closes it, and a user's turn in it resumes no one else's."""
 
 from __future__ import annotations
 
@@ -19,6 +22,8 @@ from ..escalations import AlreadyResolved, EscalationError, EscalationStore, Too
 from ..escalations import Escalation as _Escalation
 from ..escalations import Spend as EscalationSpend
 from ..events import Final, ToolCall
+from ..metrics import Metrics
+from ..metrics import shared as shared_metrics
 from ..store import StorageError, Store
 from ..verdicts import Trip
 from ._facts import AnyEvent, Step
@@ -28,7 +33,8 @@ log = logging.getLogger("agent_breaker")
 
 class Escalations:
     """The escalation side of the engine, over the session store and the escalation store
-    (the config's: its SQLite file, or its Redis for a fleet; opened on first use)."""
+    (the config's: its SQLite file, or its Redis for a fleet; opened on first use). Collapsed
+    escalations are counted on `telemetry` (default: the process registry)."""
 
     def __init__(
         self,
@@ -36,11 +42,14 @@ class Escalations:
         sessions: Store,
         fingerprints: Fingerprinter,
         store: EscalationStore | Literal[False] | None,
+        *,
+        telemetry: Metrics | None = None,
     ) -> None:
         self._config = config
         self._sessions = sessions
         self._fingerprints = fingerprints
         self._store = store
+        self._telemetry = telemetry if telemetry is not None else shared_metrics()
         self._lock = threading.Lock()
 
     @property
@@ -88,8 +97,11 @@ class Escalations:
             )
             if frozen_as is not None:
                 esc = replace(esc, id=frozen_as)
-            escalation_id = store.escalate(esc).id
-            if escalation_id != frozen_as:  # frozen now, or an escalation of this key was open already
+            opened = store.escalate(esc)
+            if opened.key != esc.key:  # collapsed onto another session's: the tenant is at its cap
+                self._telemetry.escalation_collapsed(esc.tenant)
+            escalation_id = opened.id
+            if escalation_id != frozen_as:  # frozen now, under an escalation open already, or collapsed
                 self._freeze(step, escalation_id)
         except (EscalationError, StorageError) as exc:
             log.warning("agent-breaker: escalation of session %r failed: %s", step.key, exc)
@@ -116,11 +128,15 @@ class Escalations:
 
     def resumed_by_user(self, step: Step[Any], escalation_id: str) -> None:
         """Record the resume a user's turn made; an escalation an operator aborted meanwhile
-        wins: the session is frozen again."""
+        wins: the session is frozen again. One the session was collapsed onto is another
+        session's (and stands for others): the user lifted their own session's halt only."""
         store = self.store()
         if store is None:
             return
         try:
+            esc = store.get(escalation_id)
+            if esc is not None and not _own(step, esc):
+                return
             store.resolve(escalation_id, "resume", "a user turn with new content lifted the loop halt")
         except AlreadyResolved as exc:
             if exc.status == "aborted":
@@ -162,6 +178,11 @@ class Escalations:
         except StorageError:
             return False
         return True
+
+
+def _own(step: Step[Any], esc: _Escalation) -> bool:
+    """Is `esc` the escalation of this step's session (not one it was collapsed onto)?"""
+    return (esc.tenant, esc.session) == (step.ev.tenant, step.session(None).sid)
 
 
 def _evidence(fingerprints: Fingerprinter, step: Step[Any], trip: Trip) -> dict[str, Any]:

@@ -12,7 +12,11 @@ incident sinks and RabbitMQ (`rabbitmq.RabbitPublisher`; consumers drop repeats,
 
 Two stores keep the contract: `SqliteEscalations` (a file per machine, the default) and
 `RedisEscalations` (a fleet's Redis: every worker, the CLI and the server see one queue);
-`store_for(config)` opens the one a config names (`escalations.store`).
+`store_for(config)` opens the one a config names (`escalations.store`). Both cap the open
+escalations of each tenant (`escalations.max_open_per_tenant`): past it, an escalation is
+collapsed onto the tenant's newest open one (whose `collapsed` counts it, and whose decision
+frees or closes its session too), and the first collapse onto one puts an alert on the outbox,
+so one tenant's flood neither hides another's cases nor floods on-call.
 
     store = store_for(config)
     esc = store.escalate(Escalation.new(session="s1", heuristic="unverified_claim", reason=..., now=time.time()))
@@ -29,7 +33,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from .._extras import require
-from ..config import REDIS_URL_PREFIXES, REDIS_URLS_TEXT, AgentBreakerConfig, ConfigError, default_db_path
+from ..config import (
+    DEFAULT_MAX_OPEN_PER_TENANT,
+    REDIS_URL_PREFIXES,
+    REDIS_URLS_TEXT,
+    AgentBreakerConfig,
+    ConfigError,
+    default_db_path,
+)
 from ..store.base import without_password
 from .outbox import Outbox, OutboxRow
 from .records import (
@@ -67,12 +78,15 @@ class EscalationStore(Protocol):
 
     def escalate(self, record: Escalation) -> Escalation:
         """Open `record` (and its outbox row, atomically); the escalation already open for its
-        key is returned instead, unchanged."""
+        key is returned instead, unchanged. Past its tenant's cap of open escalations, the
+        tenant's newest open escalation is returned instead, `record`'s session collapsed onto
+        it (frozen by it, counted in its `collapsed`), once per session."""
         ...
 
     def frozen(self, tenant: str | None, session: str) -> Escalation | None:
         """The escalation that keeps the session frozen: an open one (waiting for a human), else
-        an aborted one (closed for good); None when there is neither (a resumed one frees it)."""
+        an aborted one (closed for good), its own or one it was collapsed onto; None when there
+        is neither (a resumed one frees it)."""
         ...
 
     def resolve(self, escalation_id: str, decision: Decision, note: str | None = None) -> Escalation:
@@ -133,14 +147,18 @@ def store_location(
     return RedisLocation(url, prefix or config.storage.key_prefix, config.storage.timeout_ms / 1000)
 
 
-def open_store(location: StoreLocation) -> SqliteEscalations | RedisEscalations:
+def open_store(
+    location: StoreLocation, *, max_open_per_tenant: int = DEFAULT_MAX_OPEN_PER_TENANT
+) -> SqliteEscalations | RedisEscalations:
     """The store at `location` (a SQLite file is created if missing)."""
     if isinstance(location, Path):
-        return SqliteEscalations(location)
+        return SqliteEscalations(location, max_open_per_tenant=max_open_per_tenant)
     require("redis", "redis", "escalations on Redis")
     from .redis import RedisEscalations  # redis is imported only by a fleet
 
-    return RedisEscalations(location.url, prefix=location.prefix, timeout_s=location.timeout_s)
+    return RedisEscalations(
+        location.url, prefix=location.prefix, timeout_s=location.timeout_s, max_open_per_tenant=max_open_per_tenant
+    )
 
 
 def __getattr__(name: str) -> Any:
@@ -153,8 +171,8 @@ def __getattr__(name: str) -> Any:
 
 
 def store_for(config: AgentBreakerConfig) -> EscalationStore:
-    """The escalation store a config names (`store_location`)."""
-    return open_store(store_location(config))
+    """The escalation store a config names (`store_location`), with its cap of open escalations per tenant."""
+    return open_store(store_location(config), max_open_per_tenant=config.escalations.max_open_per_tenant)
 
 
 __all__ = [

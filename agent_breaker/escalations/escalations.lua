@@ -6,14 +6,21 @@
 -- Every key shares the hash tag `{esc}` of its prefix (one slot on Redis Cluster), so a key a
 -- script builds from ARGV[2] (the keys' common head) is in the slot of the KEYS it was given.
 -- Records: a hash per escalation (status, record: its JSON, member: "<seq>:<id>", the member
--- of the sorted sets, whose zero-padded insertion number orders equal created_at scores).
+-- of the sorted sets, whose zero-padded insertion number orders equal created_at scores;
+-- collapsed: how many sessions were collapsed onto it), handed out as {record JSON, collapsed}.
+-- A session collapsed onto an escalation past its tenant's cap is in the set c:<id>, and the
+-- escalation's member in the session's sorted set collapsed:<session> (what frozen reads).
 --
 -- ARGV[1] op, then per op:
 -- escalate  KEYS outbox, e:<id>, key:<key>, open:<session>, list:all, list:open, seq,
---           tenant:<tenant>:all, tenant:<tenant>:open, resolved
+--           tenant:<tenant>:all, tenant:<tenant>:open, resolved, collapsed:<session>
 --           ARGV head, id, record JSON, created_at, idempotency key, message JSON, now,
---           the tenant's key part, the session's (tenant and session) key part, prune before
---           -> nil (opened), or the JSON of the escalation already open for the key
+--           the tenant's key part, the session's (tenant and session) key part, prune before,
+--           the tenant's cap of open escalations, the cap alert's idempotency key and its JSON,
+--           each but for the escalation id (appended here, and the JSON's closing `"}`)
+--           -> nil (opened), or the escalation already open for the key, or the one the session
+--           is collapsed onto (the tenant at its cap: its newest open one; the first collapse
+--           onto it puts the alert on the outbox)
 -- resolve   KEYS outbox, e:<id>, key:<key>, open:<session>, aborted:<session>, list:open,
 --           list:<status>, tenant:<tenant>:open, tenant:<tenant>:<status>, resolved
 --           ARGV id, new status, record JSON, created_at, idempotency key, message JSON, now,
@@ -21,12 +28,14 @@
 --           -> the status before: "open" (resolved now), another (resolved before), "" (unknown)
 -- incident  KEYS outbox, seen:<idempotency key>
 --           ARGV idempotency key, message JSON, now, seconds the key is remembered -> 1 added, 0 seen
--- frozen    KEYS open:<session>, aborted:<session>; ARGV head -> a record JSON or nil
+-- frozen    KEYS open:<session>, aborted:<session>, collapsed:<session>; ARGV head -> a record or nil
 -- list      KEYS list:<all or status>, or tenant:<tenant>:<all or status>; ARGV head, limit
---           -> record JSONs, the newest first
+--           -> records, the newest first
 --
 -- `resolved` scores each resolved escalation's member by its resolution time: escalate and
--- resolve delete a batch of those resolved before the cutoff (retention), record and members.
+-- resolve delete a batch of those resolved before the cutoff (retention), record and members,
+-- and the sessions collapsed onto them, PRUNE_COLLAPSED at most a write (the record waits for
+-- the next write while some are left).
 -- pending   KEYS outbox; ARGV group, consumer, limit, idle ms after which another relay's
 --           entries are taken over -> {entries, {id, times delivered, ...}}
 -- count     KEYS outbox; ARGV group -> entries the group has not acknowledged
@@ -46,8 +55,18 @@ local function append(stream, key, kind, message, now)
   redis.call("XADD", stream, "*", "key", key, "kind", kind, "message", message, "created_at", now)
 end
 
+-- the sessions collapsed onto escalations past retention that one write forgets at most: a
+-- flood's thousands go over a few writes, none holding Redis up for long
+local PRUNE_COLLAPSED = 1000
+
+local function record_by_id(head, id)
+  local record, collapsed = unpack(redis.call("HMGET", head .. "e:" .. id, "record", "collapsed"))
+  if not record then return nil end
+  return {record, collapsed}
+end
+
 local function record_of(head, member)
-  return redis.call("HGET", head .. "e:" .. string.sub(member, 18), "record")
+  return record_by_id(head, string.sub(member, 18))
 end
 
 -- a stream id as two numbers, so ids compare as Redis orders them
@@ -79,9 +98,17 @@ local function group_of(stream, name)
   return nil
 end
 
--- delete up to 100 escalations resolved before `before`: their records and every set naming them
+-- delete up to 100 escalations resolved before `before`: their records, every set naming them,
+-- and the sessions collapsed onto them (first, PRUNE_COLLAPSED at most)
 local function prune(head, resolved, before)
+  local budget = PRUNE_COLLAPSED
   for _, member in ipairs(redis.call("ZRANGEBYSCORE", resolved, "-inf", "(" .. before, "LIMIT", 0, 100)) do
+    if budget == 0 then return end
+    local sessions = head .. "c:" .. string.sub(member, 18)
+    local whos = redis.call("SPOP", sessions, budget)
+    for _, who in ipairs(whos) do redis.call("ZREM", head .. "collapsed:" .. who, member) end
+    budget = budget - #whos
+    if redis.call("EXISTS", sessions) == 1 then return end
     local record = head .. "e:" .. string.sub(member, 18)
     local status, tenant, who = unpack(redis.call("HMGET", record, "status", "tenant", "who"))
     redis.call("DEL", record)
@@ -99,10 +126,15 @@ end
 if op == "escalate" then
   local head, id, record, created_at, key, message, now, tenant, who, before =
     ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11]
+  local max_open, alert_key, alert = tonumber(ARGV[12]), ARGV[13], ARGV[14]
   local open = redis.call("GET", KEYS[3])
   if open then
-    local existing = redis.call("HGET", head .. "e:" .. open, "record")
+    local existing = record_by_id(head, open)
     if existing then return existing end
+  end
+  -- a session collapsed onto an escalation still open is counted once
+  for _, onto in ipairs(redis.call("ZRANGE", KEYS[11], 0, -1)) do
+    if redis.call("HGET", head .. "e:" .. string.sub(onto, 18), "status") == "open" then return record_of(head, onto) end
   end
   if redis.call("EXISTS", KEYS[2]) == 1 then error({err = "EXISTS escalation " .. id .. " exists already"}) end
   expect(KEYS[1], "stream")
@@ -111,7 +143,18 @@ if op == "escalate" then
   expect(KEYS[5], "zset")
   expect(KEYS[6], "zset")
   expect(KEYS[7], "string")
-  for i = 8, 10 do expect(KEYS[i], "zset") end
+  for i = 8, 11 do expect(KEYS[i], "zset") end
+  if redis.call("ZCARD", KEYS[9]) >= max_open then
+    -- the tenant is at its cap: the session is frozen under its newest open escalation instead
+    local onto, score = unpack(redis.call("ZREVRANGE", KEYS[9], 0, 0, "WITHSCORES"))
+    local onto_id = string.sub(onto, 18)
+    expect(head .. "c:" .. onto_id, "set")
+    local collapsed = redis.call("HINCRBY", head .. "e:" .. onto_id, "collapsed", 1)
+    redis.call("SADD", head .. "c:" .. onto_id, who)
+    redis.call("ZADD", KEYS[11], score, onto)
+    if collapsed == 1 then append(KEYS[1], alert_key .. onto_id, "incident", alert .. onto_id .. '"}', now) end
+    return record_of(head, onto)
+  end
   local member = string.format("%016d:%s", redis.call("INCR", KEYS[7]), id)
   append(KEYS[1], key, "escalation", message, now)
   redis.call("HSET", KEYS[2], "status", "open", "record", record, "member", member, "tenant", tenant, "who", who)
@@ -153,15 +196,31 @@ elseif op == "incident" then
   return 1
 
 elseif op == "frozen" then
-  -- the oldest open escalation, else the latest aborted one
-  local member = redis.call("ZRANGE", KEYS[1], 0, 0)[1] or redis.call("ZRANGE", KEYS[2], -1, -1)[1]
-  if not member then return nil end
-  return record_of(ARGV[2], member)
+  -- the oldest open escalation, else the latest aborted one; one the session was collapsed onto
+  -- counts as its own
+  local head, open, aborted = ARGV[2], {}, {}
+  local function add(into, found)
+    if found[1] then into[#into + 1] = {tonumber(found[2]), found[1]} end
+  end
+  add(open, redis.call("ZRANGE", KEYS[1], 0, 0, "WITHSCORES"))
+  add(aborted, redis.call("ZRANGE", KEYS[2], -1, -1, "WITHSCORES"))
+  local onto = redis.call("ZRANGE", KEYS[3], 0, -1, "WITHSCORES")
+  for i = 1, #onto, 2 do
+    local status = redis.call("HGET", head .. "e:" .. string.sub(onto[i], 18), "status")
+    if status == "open" then add(open, {onto[i], onto[i + 1]}) elseif status == "aborted" then add(aborted, {onto[i], onto[i + 1]}) end
+  end
+  -- by created_at, then by insertion (the member's zero-padded number)
+  local function before(a, b) return a[1] < b[1] or (a[1] == b[1] and a[2] < b[2]) end
+  table.sort(open, before)
+  table.sort(aborted, before)
+  local chosen = open[1] or aborted[#aborted]
+  if not chosen then return nil end
+  return record_of(head, chosen[2])
 
 elseif op == "list" then
   local out = {}
-  for i, member in ipairs(redis.call("ZREVRANGE", KEYS[1], 0, tonumber(ARGV[3]) - 1)) do
-    out[i] = record_of(ARGV[2], member)
+  for _, member in ipairs(redis.call("ZREVRANGE", KEYS[1], 0, tonumber(ARGV[3]) - 1)) do
+    out[#out + 1] = record_of(ARGV[2], member)
   end
   return out
 

@@ -32,13 +32,14 @@ class Stores:
 
 
 def format_escalations(escalations: list[Escalation]) -> str:
-    """The CLI's table: one escalation a line, the newest first, times in UTC."""
-    header = f"{'id':20} {'status':8} {'created':20} {'tenant':16} {'session':24} {'heuristic':20} reason"
+    """The CLI's table: one escalation a line, the newest first, times in UTC; `collapsed`: the
+    other sessions its decision frees or closes too."""
+    header = f"{'id':20} {'status':8} {'created':20} {'tenant':16} {'session':24} {'heuristic':20} {'collapsed':>9} reason"
     lines = [header, "-" * len(header)]
     for e in escalations:
         lines.append(
             f"{e.id:20} {e.status:8} {utc_text(e.created_at):20} {_cut(e.tenant or '-', 16):16} {_cut(e.session, 24):24} "
-            f"{_cut(e.heuristic, 20):20} {_cut(e.reason, 60)}"
+            f"{_cut(e.heuristic, 20):20} {e.collapsed:>9} {_cut(e.reason, 60)}"
         )
     return "\n".join(lines)
 

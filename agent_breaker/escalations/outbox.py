@@ -3,8 +3,9 @@ and the messages both stores put on it.
 
 A message is what targets receive (the record's JSON with a `kind`), with an idempotency key
 consumers drop repeats by: `escalation:<id>`, `resolution:<id>`, `incident:<sha256 of its
-content>`. Where a message sits in its outbox (`OutboxRow.position`) means something only to
-the store that handed it out: the relay gives it back to mark the message delivered.
+content>`, `capped:<id>` (a tenant at its cap: its next escalations are collapsed onto `<id>`).
+Where a message sits in its outbox (`OutboxRow.position`) means something only to the store
+that handed it out: the relay gives it back to mark the message delivered.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from typing import Any, Literal, Protocol
 from .records import Escalation, InvalidEscalation
 
 OutboxKind = Literal["escalation", "resolution", "incident"]
+#: the kind of the alert that a tenant reached its cap of open escalations
+CAPPED = "escalations_capped"
 #: an incident bigger than this is not one the engine made (they are names and numbers)
 MAX_MESSAGE_BYTES = 65_536
 
@@ -75,6 +78,42 @@ def escalation_message(record: Escalation) -> tuple[str, dict[str, Any]]:
 def resolution_message(record: Escalation) -> tuple[str, dict[str, Any]]:
     """The outbox message of an escalation just resolved, and its idempotency key."""
     return f"resolution:{record.id}", {"kind": "resolution", **record.to_dict()}
+
+
+def capped_key(escalation_id: str) -> str:
+    """The idempotency key of the alert that a tenant's escalations are collapsed onto
+    `escalation_id`: one alert per crossing of the cap, however many collapse onto it."""
+    return f"capped:{escalation_id}"
+
+
+def capped_message(record: Escalation, max_open: int, now: float) -> dict[str, Any]:
+    """The alert (an incident) that `record`'s tenant is at its cap of `max_open` open
+    escalations: `record` and the tenant's next ones are collapsed onto its newest open
+    escalation. Shaped as a trip's incident (severity, heuristic, session, reason), so every
+    incident target renders it. Without the escalation's id, which comes last: a store adds it
+    (`with_escalation`; the Redis script, which is where that escalation is found, appends it)."""
+    return {
+        "kind": CAPPED,
+        "ts": now,
+        "tenant": record.tenant,
+        "session": record.session,
+        "heuristic": record.heuristic,
+        "severity": "warn",
+        "max_open_per_tenant": max_open,
+        "reason": f"the tenant has {max_open} open escalations, its cap: this session and the tenant's next ones are "
+        "frozen under its newest open escalation (this alert's escalation_id) without records of their own, and its "
+        "decision is theirs too",
+    }
+
+
+def with_escalation(message: dict[str, Any], escalation_id: str) -> dict[str, Any]:
+    return {**message, "escalation_id": escalation_id}
+
+
+def json_up_to_escalation(message: dict[str, Any]) -> str:
+    """`to_json(with_escalation(message, escalation_id))` up to the id: what the Redis script
+    completes with the id and `"}`."""
+    return to_json(message)[:-1] + ',"escalation_id":"'
 
 
 def incident_message(incident: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:

@@ -126,6 +126,12 @@ def checked_retention(retain_resolved_s: Any) -> float:
     return float(retain_resolved_s)
 
 
+def checked_max_open(max_open_per_tenant: Any) -> int:
+    if isinstance(max_open_per_tenant, bool) or not isinstance(max_open_per_tenant, int) or max_open_per_tenant < 1:
+        raise ValueError(f"max_open_per_tenant must be a whole number above 0, but was {max_open_per_tenant!r}")
+    return max_open_per_tenant
+
+
 def checked_open(record: Escalation) -> Escalation:
     """A record to escalate: a store opens escalations, it never writes one already resolved."""
     if record.status != "open":
@@ -180,7 +186,9 @@ class Escalation:
     """A session handed to a human. While `status` is `open` the session is frozen: every later
     call is refused with this id; `resumed` frees it, `aborted` keeps it closed for good. Built
     by the engine with `Escalation.new`; moved by a store's `resolve`, which returns a new
-    record (this one never changes)."""
+    record (this one never changes). `collapsed`: the sessions of its tenant escalated while the
+    tenant was at its cap of open escalations, frozen under this one (no record of their own):
+    its decision is theirs too."""
 
     id: str
     key: str
@@ -199,6 +207,7 @@ class Escalation:
     note: str | None = None
     resolved_at: float | None = None
     excerpts: tuple[str, ...] | None = None
+    collapsed: int = 0
 
     @classmethod
     def new(
@@ -271,6 +280,8 @@ class Escalation:
             if len(excerpts) > MAX_EXCERPTS or not all(isinstance(e, str) and len(e) <= MAX_EXCERPT_CHARS for e in excerpts):
                 raise InvalidEscalation(f"excerpts: at most {MAX_EXCERPTS} strings of at most {MAX_EXCERPT_CHARS} characters")
             object.__setattr__(self, "excerpts", excerpts)
+        if isinstance(self.collapsed, bool) or not isinstance(self.collapsed, int) or self.collapsed < 0:
+            raise InvalidEscalation("collapsed: a whole number >= 0")
 
     def resolved(self, decision: Decision, note: str | None, at: float) -> Escalation:
         """This escalation as `decision` leaves it."""
@@ -298,6 +309,7 @@ class Escalation:
             "decision": self.decision,
             "note": self.note,
             "resolved_at": self.resolved_at,
+            "collapsed": self.collapsed,
         }
         if self.excerpts is not None:
             out["excerpts"] = list(self.excerpts)
@@ -327,6 +339,7 @@ class Escalation:
                 note=d.get("note"),
                 resolved_at=d.get("resolved_at"),
                 excerpts=None if excerpts is None else tuple(excerpts),
+                collapsed=d.get("collapsed", 0),
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise InvalidEscalation(f"not an escalation record ({type(exc).__name__}: {exc})") from None

@@ -9,10 +9,14 @@ that could fail before its first write, since Redis does not roll a script back.
 Keys, under the prefix and the hash tag `{esc}` (one slot on Redis Cluster; escalations are
 few), ids and names escaped as the guard state's are (`store.base.escape_key_part`):
 
-- `<prefix>:{esc}:e:<id>`: a hash per escalation: `status`, `record` (its JSON), `member`;
+- `<prefix>:{esc}:e:<id>`: a hash per escalation: `status`, `record` (its JSON), `member`,
+  `collapsed` (the sessions collapsed onto it);
 - `<prefix>:{esc}:key:<key>`: the id of the escalation open for an idempotency key (tenant,
   session and heuristic), so a second `escalate()` returns it, from any process;
 - `<prefix>:{esc}:open:<tenant>:<session>`, `...:aborted:<tenant>:<session>`: what `frozen()` reads;
+- `<prefix>:{esc}:collapsed:<tenant>:<session>`: the escalations the session was collapsed onto
+  (past its tenant's `max_open_per_tenant`), which `frozen()` reads too; `<prefix>:{esc}:c:<id>`:
+  the sessions collapsed onto an escalation, deleted with it;
 - `<prefix>:{esc}:list:all`, `list:open`, `list:resumed`, `list:aborted`: sorted by `created_at`
   for `list()`, which reads at most MAX_LIST_LIMIT; `tenant:<tenant>:all`, `...:open`, ...:
   the same for one tenant (`list(tenant=...)`);
@@ -59,9 +63,20 @@ from typing import Any, cast
 
 import redis as redis_lib
 
+from ..config import DEFAULT_MAX_OPEN_PER_TENANT
 from ..store.base import checked_prefix, escape_key_part, without_password
 from ..store.redis_client import REDIS_ERRORS, redis_client, register_script
-from .outbox import OutboxKind, OutboxRow, escalation_message, incident_message, resolution_message, to_json
+from .outbox import (
+    OutboxKind,
+    OutboxRow,
+    capped_key,
+    capped_message,
+    escalation_message,
+    incident_message,
+    json_up_to_escalation,
+    resolution_message,
+    to_json,
+)
 from .records import (
     DEFAULT_LIST_LIMIT,
     RETAIN_RESOLVED_S,
@@ -74,6 +89,7 @@ from .records import (
     checked_decision,
     checked_id,
     checked_listing,
+    checked_max_open,
     checked_note,
     checked_open,
     checked_retention,
@@ -119,11 +135,13 @@ class RedisEscalations:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         claim_idle_s: float = DEFAULT_CLAIM_IDLE_S,
         retain_resolved_s: float = RETAIN_RESOLVED_S,
+        max_open_per_tenant: int = DEFAULT_MAX_OPEN_PER_TENANT,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if claim_idle_s < 0:
             raise ValueError(f"claim_idle_s must be at least 0, but was {claim_idle_s}")
         self.retain_resolved_s = checked_retention(retain_resolved_s)
+        self.max_open_per_tenant = checked_max_open(max_open_per_tenant)
         self.prefix = checked_prefix(prefix)
         if isinstance(url_or_client, str):
             self.redis = redis_client(url_or_client, timeout_s=timeout_s)
@@ -145,7 +163,10 @@ class RedisEscalations:
 
     def escalate(self, record: Escalation) -> Escalation:
         """Open `record` and its outbox entry in one script, or return the escalation already
-        open for its key (same tenant, session and heuristic) untouched: no second entry."""
+        open for its key (same tenant, session and heuristic) untouched: no second entry. Past
+        the tenant's cap of open escalations, collapse it onto the tenant's newest open one and
+        return that one (as `SqliteEscalations` does); a session collapsed onto one still open
+        is counted once."""
         checked_open(record)
         key, message = escalation_message(record)
         keys = [
@@ -158,14 +179,19 @@ class RedisEscalations:
             self._head + "seq",
             *self._tenant_lists(record.tenant, "all", "open"),
             self._head + "resolved",
+            self._collapsed_key(record.tenant, record.session),
         ]
         now = self.clock()
+        alert = json_up_to_escalation(capped_message(record, self.max_open_per_tenant, now))
         args = ["escalate", self._head, record.id, to_json(record.to_dict()), repr(record.created_at), key, to_json(message)]
         args += [
             repr(now),
             _tenant_part(record.tenant),
             self._who(record.tenant, record.session),
             repr(now - self.retain_resolved_s),
+            str(self.max_open_per_tenant),
+            capped_key(""),
+            alert,
         ]
         with self._errors():
             existing = self._script(keys=keys, args=args)
@@ -173,10 +199,12 @@ class RedisEscalations:
 
     def frozen(self, tenant: str | None, session: str) -> Escalation | None:
         """The escalation that keeps this session frozen, or None: an open one (the oldest, if
-        several heuristics escalated it), else the latest aborted one. One round trip, so a
-        resolution made by another process counts at once."""
+        several heuristics escalated it), else the latest aborted one; one the session was
+        collapsed onto counts as its own. One round trip, so a resolution made by another
+        process counts at once."""
+        keys = [*self._session_keys(tenant, session), self._collapsed_key(tenant, session)]
         with self._errors():
-            found = self._script(keys=self._session_keys(tenant, session), args=["frozen", self._head])
+            found = self._script(keys=keys, args=["frozen", self._head])
         return None if found is None else _escalation(found)
 
     def resolve(self, escalation_id: str, decision: Decision, note: str | None = None) -> Escalation:
@@ -223,14 +251,14 @@ class RedisEscalations:
         listed = self._head + "list:" + (status or "all") if tenant is None else self._tenant_lists(tenant, status or "all")[0]
         with self._errors():
             found = self._script(keys=[listed], args=["list", self._head, limit])
-        return [_escalation(raw) for raw in found if raw is not None]
+        return [_escalation(raw) for raw in found]
 
     def get(self, escalation_id: str) -> Escalation | None:
         """One escalation, or None; a malformed id raises InvalidEscalation."""
         key = self._record_key(checked_id(escalation_id))
         with self._errors():
-            raw = self.redis.hget(key, "record")
-        return None if raw is None else _escalation(raw)
+            raw = self.redis.hmget(key, "record", "collapsed")
+        return None if raw[0] is None else _escalation(raw)
 
     def add_incident(self, incident: Mapping[str, Any]) -> str:
         """Put an incident (`Incident.to_dict()`, `BreakerIncident.to_dict()`) on the outbox;
@@ -307,6 +335,9 @@ class RedisEscalations:
         who = self._who(tenant, session)
         return [self._head + "open:" + who, self._head + "aborted:" + who]
 
+    def _collapsed_key(self, tenant: str | None, session: str) -> str:
+        return self._head + "collapsed:" + self._who(tenant, session)
+
     def _tenant_lists(self, tenant: str | None, *statuses: str) -> builtins.list[str]:
         return [self._head + "tenant:" + _tenant_part(tenant) + ":" + status for status in statuses]
 
@@ -326,8 +357,10 @@ def _tenant_part(tenant: str | None) -> str:
     return "%" if tenant is None else escape_key_part(tenant)
 
 
-def _escalation(raw: bytes | str) -> Escalation:
-    return Escalation.from_dict(json.loads(raw))
+def _escalation(raw: builtins.list[Any]) -> Escalation:
+    """A record as the script hands it out: its JSON, and the sessions collapsed onto it (None: none)."""
+    record, collapsed = raw
+    return Escalation.from_dict({**json.loads(record), "collapsed": int(collapsed or 0)})
 
 
 def _described(client: redis_lib.Redis | redis_lib.RedisCluster) -> str:

@@ -15,12 +15,18 @@ the write lock up front (`BEGIN IMMEDIATE`), so two writers wait for each other 
 timeout of 5 s) instead of failing mid-transaction, and a check-then-update (two operators
 resolving one escalation) happens once.
 
+A tenant has at most `max_open_per_tenant` open escalations (`EscalationsConfig`): past it, a
+new escalation is collapsed onto the tenant's newest open one in the same transaction (a row of
+`collapsed_sessions` names its session, which `frozen()` reads; the record's `collapsed` counts
+it), and the first collapse onto an escalation puts one alert on the outbox (`capped:<id>`).
+
 Resolved escalations are deleted `retain_resolved_s` (30 days) after their resolution, a batch
-at each write. A full disk must not leave a frozen session without a way out, so the file keeps
-a reserve of free space (`RESERVE_BYTES` of filler rows written at creation): a resolution that
-finds the disk full releases the reserve in its own transaction and writes into the pages it
-freed; the reserve is written again at the next open that finds room. The WAL file is reused in
-place after each checkpoint, so it needs no new space for a resolution either.
+at each write, with the sessions collapsed onto them. A full disk must not leave a frozen
+session without a way out, so the file keeps a reserve of free space (`RESERVE_BYTES` of filler
+rows written at creation): a resolution that finds the disk full releases the reserve in its own
+transaction and writes into the pages it freed; the reserve is written again at the next open
+that finds room. The WAL file is reused in place after each checkpoint, so it needs no new space
+for a resolution either.
 """
 
 from __future__ import annotations
@@ -35,12 +41,23 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
 from .._sqlite import wal_mode, write_transaction
-from ..config import EscalationsConfig, default_db_path
-from .outbox import OutboxKind, OutboxRow, escalation_message, incident_message, resolution_message, to_json
+from ..config import DEFAULT_MAX_OPEN_PER_TENANT, EscalationsConfig, default_db_path
+from .outbox import (
+    OutboxKind,
+    OutboxRow,
+    capped_key,
+    capped_message,
+    escalation_message,
+    incident_message,
+    resolution_message,
+    to_json,
+    with_escalation,
+)
 from .records import (
     DEFAULT_LIST_LIMIT,
     RETAIN_RESOLVED_S,
@@ -53,6 +70,7 @@ from .records import (
     checked_decision,
     checked_id,
     checked_listing,
+    checked_max_open,
     checked_note,
     checked_open,
     checked_retention,
@@ -60,7 +78,7 @@ from .records import (
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2  # 2: the reserve, and the index retention reads
+SCHEMA_VERSION = 3  # 2: the reserve, and the index retention reads; 3: collapsed escalations
 BUSY_TIMEOUT_S = 5.0
 
 _SCHEMA = """
@@ -74,7 +92,8 @@ CREATE TABLE IF NOT EXISTS escalations (
     decision TEXT CHECK (decision IN ('resume', 'abort')),
     note TEXT,
     resolved_at REAL,
-    record TEXT NOT NULL
+    record TEXT NOT NULL,
+    collapsed INTEGER NOT NULL DEFAULT 0
 );
 -- one open escalation per key, whoever writes: the idempotency of escalate() holds across processes
 CREATE UNIQUE INDEX IF NOT EXISTS escalations_open_key ON escalations (key) WHERE status = 'open';
@@ -82,6 +101,16 @@ CREATE INDEX IF NOT EXISTS escalations_session ON escalations (session, tenant);
 CREATE INDEX IF NOT EXISTS escalations_created ON escalations (created_at);
 CREATE INDEX IF NOT EXISTS escalations_tenant ON escalations (tenant, created_at);
 CREATE INDEX IF NOT EXISTS escalations_resolved ON escalations (resolved_at) WHERE status != 'open';
+-- a tenant's open escalations: how many (its cap), and the newest (what the next ones collapse onto)
+CREATE INDEX IF NOT EXISTS escalations_open_tenant ON escalations (tenant, created_at) WHERE status = 'open';
+-- the sessions collapsed onto an escalation past their tenant's cap: frozen by it, without a record
+CREATE TABLE IF NOT EXISTS collapsed_sessions (
+    escalation_id TEXT NOT NULL,
+    tenant TEXT,
+    session TEXT NOT NULL,
+    PRIMARY KEY (escalation_id, session)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS collapsed_sessions_session ON collapsed_sessions (session, tenant);
 -- filler rows whose pages a resolution frees when the disk is full
 CREATE TABLE IF NOT EXISTS reserve (n INTEGER PRIMARY KEY, filler BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS outbox (
@@ -95,7 +124,7 @@ CREATE TABLE IF NOT EXISTS outbox (
 );
 CREATE INDEX IF NOT EXISTS outbox_pending ON outbox (seq) WHERE delivered_at IS NULL;
 """
-_COLUMNS = "status, decision, note, resolved_at, record"
+_COLUMNS = "status, decision, note, resolved_at, collapsed, record"
 #: the free space a resolution may use on a full disk: rows of one page each
 RESERVE_BYTES = 256 * 1024
 _RESERVE_ROW = 3072
@@ -128,11 +157,13 @@ class SqliteEscalations:
         *,
         synchronous: Literal["FULL", "NORMAL"] = "FULL",
         retain_resolved_s: float = RETAIN_RESOLVED_S,
+        max_open_per_tenant: int = DEFAULT_MAX_OPEN_PER_TENANT,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if synchronous not in ("FULL", "NORMAL"):
             raise ValueError(f"synchronous must be FULL or NORMAL, but was {synchronous!r}")
         self.retain_resolved_s = checked_retention(retain_resolved_s)
+        self.max_open_per_tenant = checked_max_open(max_open_per_tenant)
         self.path = Path(path).expanduser().resolve()
         self.exclusive_file: Path | None = self.path  # one relay per file (relay.py)
         self.synchronous = synchronous
@@ -159,6 +190,8 @@ class SqliteEscalations:
                     for statement in _SCHEMA.split(";"):
                         if statement.strip():
                             c.execute(statement)
+                    if 0 < version < 3:  # a table made before collapsing
+                        c.execute("ALTER TABLE escalations ADD COLUMN collapsed INTEGER NOT NULL DEFAULT 0")
                     c.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         except sqlite3.Error as exc:
             raise EscalationStorageError(f"escalations db {self.path}: {exc}") from None
@@ -168,12 +201,25 @@ class SqliteEscalations:
 
     def escalate(self, record: Escalation) -> Escalation:
         """Open `record` and its outbox row in one transaction, or return the escalation already
-        open for its key (same tenant, session and heuristic) untouched: no second row."""
+        open for its key (same tenant, session and heuristic) untouched: no second row. Past
+        the tenant's cap of open escalations, collapse it onto the tenant's newest open one and
+        return that one (`_collapse`); a session collapsed onto one still open is counted once."""
         checked_open(record)
         with self._write() as c:
             row = c.execute(f"SELECT {_COLUMNS} FROM escalations WHERE key = ? AND status = 'open'", (record.key,)).fetchone()
+            if row is None:
+                row = c.execute(
+                    f"SELECT {_COLUMNS} FROM escalations WHERE status = 'open' AND id IN "
+                    "(SELECT escalation_id FROM collapsed_sessions WHERE session = ? AND tenant IS ?)",
+                    (record.session, record.tenant),
+                ).fetchone()
             if row is not None:
                 return _escalation(row)
+            (open_now,) = c.execute(
+                "SELECT count(*) FROM escalations WHERE tenant IS ? AND status = 'open'", (record.tenant,)
+            ).fetchone()
+            if open_now >= self.max_open_per_tenant:
+                return self._collapse(c, record)
             c.execute(
                 "INSERT INTO escalations (id, key, tenant, session, created_at, status, record) "
                 "VALUES (?, ?, ?, ?, ?, 'open', ?)",
@@ -186,10 +232,12 @@ class SqliteEscalations:
     def frozen(self, tenant: str | None, session: str) -> Escalation | None:
         """The escalation that keeps this session frozen, or None: an open one (waiting for a
         human; the oldest, if several heuristics escalated it), else an aborted one (a human
-        closed the session for good). A resumed escalation freezes nothing. Read from the file
-        on each call, so a resolution made by another process (the CLI, the server) counts at once."""
+        closed the session for good). A resumed escalation freezes nothing; one the session was
+        collapsed onto counts as its own. Read from the file on each call, so a resolution made
+        by another process (the CLI, the server) counts at once."""
         row = self._read_one(
-            f"SELECT {_COLUMNS} FROM escalations WHERE session = ? AND tenant IS ? AND status IN ('open', 'aborted') "
+            f"SELECT {_COLUMNS} FROM escalations WHERE status IN ('open', 'aborted') AND ((session = ?1 AND tenant IS ?2) "
+            "OR id IN (SELECT escalation_id FROM collapsed_sessions WHERE session = ?1 AND tenant IS ?2)) "
             # open before aborted; the oldest open one, the latest aborted one
             "ORDER BY status = 'aborted', CASE status WHEN 'open' THEN created_at ELSE -created_at END, rowid LIMIT 1",
             (session, tenant),
@@ -301,13 +349,34 @@ class SqliteEscalations:
 
     # ------------------------------------------------------------------ internals
 
-    def _prune(self, c: sqlite3.Connection) -> None:
-        """Delete a batch of escalations resolved more than `retain_resolved_s` ago."""
-        c.execute(
-            "DELETE FROM escalations WHERE rowid IN (SELECT rowid FROM escalations "
-            "WHERE status != 'open' AND resolved_at < ? LIMIT ?)",
-            (self.clock() - self.retain_resolved_s, PRUNE_BATCH),
+    def _collapse(self, c: sqlite3.Connection, record: Escalation) -> Escalation:
+        """`record`'s tenant is at its cap: its session is frozen under the tenant's newest open
+        escalation instead (a row of `collapsed_sessions`), which counts it; the first session
+        collapsed onto that escalation alerts that the tenant crossed its cap."""
+        onto = _escalation(
+            c.execute(
+                f"SELECT {_COLUMNS} FROM escalations WHERE tenant IS ? AND status = 'open' "
+                "ORDER BY created_at DESC, rowid DESC LIMIT 1",
+                (record.tenant,),
+            ).fetchone()
         )
+        c.execute("UPDATE escalations SET collapsed = collapsed + 1 WHERE id = ?", (onto.id,))
+        c.execute(
+            "INSERT INTO collapsed_sessions (escalation_id, tenant, session) VALUES (?, ?, ?)",
+            (onto.id, record.tenant, record.session),
+        )
+        if onto.collapsed == 0:
+            alert = capped_message(record, self.max_open_per_tenant, self.clock())
+            self._outbox(c, "incident", capped_key(onto.id), with_escalation(alert, onto.id))
+        return replace(onto, collapsed=onto.collapsed + 1)
+
+    def _prune(self, c: sqlite3.Connection) -> None:
+        """Delete a batch of escalations resolved more than `retain_resolved_s` ago, and the
+        sessions collapsed onto them."""
+        doomed = "SELECT id FROM escalations WHERE status != 'open' AND resolved_at < ?1 ORDER BY resolved_at, id LIMIT ?2"
+        params = (self.clock() - self.retain_resolved_s, PRUNE_BATCH)
+        c.execute(f"DELETE FROM collapsed_sessions WHERE escalation_id IN ({doomed})", params)
+        c.execute(f"DELETE FROM escalations WHERE id IN ({doomed})", params)
 
     def _fill_reserve(self) -> None:
         """Write the reserve if it is not there (a new file, or one whose reserve a full disk
@@ -380,9 +449,16 @@ class _DiskFull(EscalationStorageError):
 
 
 def _escalation(row: tuple[Any, ...]) -> Escalation:
-    status, decision, note, resolved_at, record = row
+    status, decision, note, resolved_at, collapsed, record = row
     return Escalation.from_dict(
-        {**json.loads(record), "status": status, "decision": decision, "note": note, "resolved_at": resolved_at}
+        {
+            **json.loads(record),
+            "status": status,
+            "decision": decision,
+            "note": note,
+            "resolved_at": resolved_at,
+            "collapsed": collapsed,
+        }
     )
 
 

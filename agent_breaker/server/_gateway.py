@@ -6,8 +6,10 @@ the flows', so the decisions are the same.
 
 Each worker holds at most `max_in_flight` gateway requests at once (their bodies read, queued
 or being decided, or their answers being sent); one more is answered 503 with `Retry-After` at
-once rather than queued without bound, and no token holds more than half of them. A body on its
-way holds no place (the request guard bounds those per token). The count, the refusals and
+once rather than queued without bound. A token past half of them (its share) takes a place only
+while more than a sixteenth are free: one token alone, a gateway's, is refused only when the
+worker is all but full, and another token always finds a place its clients cannot pin. A body
+on its way holds no place (the request guard bounds those per token). The count, the refusals and
 each request's time in the server are metrics."""
 
 from __future__ import annotations
@@ -141,20 +143,27 @@ class Gateway:
     def __init__(self, configs: ServedConfigs, *, max_in_flight: int) -> None:
         self.configs = configs
         self.max_in_flight = max_in_flight
-        # no tenant holds more than half the places: one whose clients stop reading their answers
-        # (each place is held until its answer is sent) leaves the other half to the others
+        # past half the places a tenant leaves the last sixteenth to the others: one whose clients
+        # stop reading their answers (each place is held until its answer is sent, or the write
+        # deadline) cannot take them all
         self.share = max(1, max_in_flight // 2)
+        self.reserve = max(1, max_in_flight // 16)
         self.in_flight = 0
         self.held: dict[str, int] = {}  # places per tenant (the token's)
         self._seconds = {path: SERVER_SECONDS.labels(path.rsplit("/", 1)[-1]) for path in self.PATHS}
 
     def admit(self, tenant: str) -> Answer | None:
         """Take a place for one request of `tenant` (give it back with `release`), or the 503
-        answer: the worker is full, or the tenant holds its share."""
-        if self.in_flight >= self.max_in_flight:
+        answer: the worker is full, or the tenant is past its share and the places left are
+        the others' reserve."""
+        free = self.max_in_flight - self.in_flight
+        if free <= 0:
             why = f"this worker holds {self.max_in_flight} gateway requests already"
-        elif self.held.get(tenant, 0) >= self.share:
-            why = f"this token holds {self.share} gateway requests already, its share of this worker's {self.max_in_flight}"
+        elif self.held.get(tenant, 0) >= self.share and free <= self.reserve:
+            why = (
+                f"this token holds {self.held[tenant]} gateway requests, past its share of this worker's "
+                f"{self.max_in_flight}, and the {free} places left are kept for other tokens"
+            )
         else:
             self.in_flight += 1
             self.held[tenant] = self.held.get(tenant, 0) + 1

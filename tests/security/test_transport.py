@@ -209,20 +209,25 @@ def test_gateway_requests_past_the_in_flight_limit_get_503_at_once_and_are_count
     from agent_breaker.metrics import REGISTRY
     from agent_breaker.server._gateway import Gateway
 
-    gateway = Gateway(None, max_in_flight=4)  # type: ignore[arg-type]  # places only: no config decides here
+    gateway = Gateway(None, max_in_flight=16)  # type: ignore[arg-type]  # places only: no config decides here
     shed_before = REGISTRY.get_sample_value("agent_breaker_gateway_shed_total") or 0.0
-    assert gateway.admit("acme") is None and gateway.admit("acme") is None
-    # a tenant holds at most half the places: one whose clients stop reading leaves the rest
+    # one token alone takes all but the last sixteenth: a gateway's one token is not held to half
+    assert all(gateway.admit("acme") is None for _ in range(15))
     refused = gateway.admit("acme")
     # busy, not a refusal of the call: 503 with Retry-After, answered without waiting for a place
     assert refused is not None and refused.status == 503 and refused.headers == {"Retry-After": "1"}
-    assert "its share" in refused.content["error"]["message"]
-    assert gateway.admit("globex") is None and gateway.admit("globex") is None
+    assert "kept for other tokens" in refused.content["error"]["message"]
+    # the reserve is another token's, which then fills the worker
+    assert gateway.admit("globex") is None
     full = gateway.admit("initech")
-    assert full is not None and full.status == 503 and "holds 4 gateway requests" in full.content["error"]["message"]
+    assert full is not None and full.status == 503 and "holds 16 gateway requests" in full.content["error"]["message"]
     assert REGISTRY.get_sample_value("agent_breaker_gateway_shed_total") == shed_before + 2
-    gateway.release("acme", CHECK, time.perf_counter())
-    assert gateway.admit("initech") is None  # a place given back is taken again
+    gateway.release("globex", CHECK, time.perf_counter())
+    # a place given back: a token under its share takes it; one past its share does not
+    assert gateway.admit("acme") is not None and gateway.admit("initech") is None
+    for _ in range(8):
+        gateway.release("acme", CHECK, time.perf_counter())
+    assert gateway.admit("globex") is None and gateway.admit("acme") is None  # 8 free: over the reserve
 
 
 @pytest.mark.parametrize("shape", ["many_headers", "one_long_header"])

@@ -1,5 +1,6 @@
-"""The benchmarks' one harness: percentiles, ports and processes, a served agent-breaker, the
-tests' helpers, and the JSON each run writes with the facts of the machine it ran on.
+"""The benchmarks' one harness: percentiles, ports and processes, a served agent-breaker, its
+clients (raw, httpx, aiohttp), the tests' helpers, and the JSON each run writes with the facts of
+the machine it ran on.
 
     from benchmarks._harness import Run, percentile, free_port, ...
 
@@ -34,12 +35,12 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from fractions import Fraction
 from importlib import metadata
 from pathlib import Path
 from types import ModuleType
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 import orjson
 
@@ -457,10 +458,31 @@ def out_argument(ap: argparse.ArgumentParser, name: str) -> None:
 # ----------------------------------------------------------------------------- clients and Redis
 
 
+class Connection(Protocol):
+    """One session's way to the server, whichever the client: `open` before the clock starts (a
+    warm pool: connecting is not deciding), `post` a JSON body for the status and the decoded
+    answer, `close`. A request that fails raises one of `errors`. A client that pools its
+    connections is `shared`: one for all the sessions."""
+
+    shared: bool
+    errors: tuple[type[BaseException], ...]
+
+    def __init__(self, base: str, token: str) -> None: ...
+
+    async def open(self) -> None: ...
+
+    async def post(self, path: str, obj: dict[str, Any]) -> tuple[int, Any]: ...
+
+    async def close(self) -> None: ...
+
+
 class RawConnection:
     """One keep-alive HTTP/1.1 connection, requests written and answers read by hand (JSON by
     orjson): a client that costs a tenth of httpx's CPU, which on a small machine is CPU the
     server gets."""
+
+    shared = False
+    errors: tuple[type[BaseException], ...] = (OSError, asyncio.IncompleteReadError, ValueError)
 
     def __init__(self, base: str, token: str) -> None:
         host_port = base.split("://", 1)[1]
@@ -490,7 +512,7 @@ class RawConnection:
                 if line[:15].lower() == b"content-length:":
                     length = int(line[15:])
             return status, orjson.loads(await self.reader.readexactly(length)) if length else None
-        except (OSError, asyncio.IncompleteReadError, ValueError):
+        except self.errors:
             await self.close()  # the next request opens a new connection
             raise
 
@@ -500,6 +522,74 @@ class RawConnection:
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
+
+
+class HttpxConnection:
+    """The sessions' requests through one httpx.AsyncClient, shared by them all as a gateway shares
+    it: its default pool (at most 100 connections, 20 kept alive), HTTP/1.1, keep-alive."""
+
+    shared = True
+
+    def __init__(self, base: str, token: str) -> None:
+        import httpx
+
+        self.client = httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=REQUEST_TIMEOUT_S)
+        self.errors: tuple[type[BaseException], ...] = (httpx.HTTPError, ValueError)  # ValueError: an answer not JSON
+
+    async def open(self) -> None:
+        """One request: the sessions opening together make the pool open a connection each, up to its limits."""
+        await self.client.get(READY_PATH)
+
+    async def post(self, path: str, obj: dict[str, Any]) -> tuple[int, Any]:
+        response = await self.client.post(path, json=obj)
+        return response.status_code, response.json()
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+
+class AiohttpConnection:
+    """The sessions' requests through one aiohttp.ClientSession, shared by them all: its default
+    TCPConnector (at most 100 connections, idle ones kept 15 s), HTTP/1.1, keep-alive."""
+
+    shared = True
+
+    def __init__(self, base: str, token: str) -> None:
+        import aiohttp
+
+        timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
+        self.session = aiohttp.ClientSession(base, headers={"Authorization": f"Bearer {token}"}, timeout=timeout)
+        self.errors: tuple[type[BaseException], ...] = (aiohttp.ClientError, asyncio.TimeoutError, ValueError)
+
+    async def open(self) -> None:
+        """One request: the sessions opening together make the pool open a connection each, up to its limits."""
+        async with self.session.get(READY_PATH) as response:
+            await response.read()
+
+    async def post(self, path: str, obj: dict[str, Any]) -> tuple[int, Any]:
+        async with self.session.post(path, json=obj) as response:
+            return response.status, await response.json()
+
+    async def close(self) -> None:
+        await self.session.close()
+
+
+#: the clients by name: HTTP written by hand, and the two a Python gateway uses
+CLIENTS: dict[str, type[Connection]] = {"raw": RawConnection, "httpx": HttpxConnection, "aiohttp": AiohttpConnection}
+
+
+@contextlib.asynccontextmanager
+async def connections(client: str, base: str, token: str, sessions: int) -> AsyncIterator[list[Connection]]:
+    """A Connection for each of `sessions` sessions, of one of CLIENTS: raw, one each; httpx and
+    aiohttp, one shared by all (its client pools the connections). Opened together before they
+    are yielded, closed on the way out."""
+    kind = CLIENTS[client]
+    conns: list[Connection] = [kind(base, token)] * sessions if kind.shared else [kind(base, token) for _ in range(sessions)]
+    try:
+        await asyncio.gather(*(c.open() for c in conns))
+        yield conns
+    finally:
+        await asyncio.gather(*(c.close() for c in dict.fromkeys(conns)))  # a shared one once
 
 
 def flush_redis(url: str, pattern: str) -> int:

@@ -1,40 +1,63 @@
 """The gateway path under load: `POST /v1/agent-breaker/check` before each tool call and
-`POST /v1/agent-breaker/result` after it, as a gateway sends them, against the engine called in
-process on the same machine in the same run.
+`POST /v1/agent-breaker/result` after it, as a gateway sends them, through the clients gateways
+use, against the engine called in process on the same machine in the same run.
 
-    python -m benchmarks.bench_gateway [--sessions 1,50,200] [--paced-sessions 50,200]
-        [--rates 100,250,500,1000] [--check-only-rates 1000] [--duration-s 10] [--warmup-s 2]
+    python -m benchmarks.bench_gateway [--clients raw,httpx,aiohttp] [--redis-clients raw]
+        [--fixed 50x40,200x10] [--sessions 1,50,200] [--paced-sessions 50,200] [--rates 250,1000]
+        [--check-only-rates 1000] [--duration-s 8] [--warmup-s 2] [--servers CONFIG:WORKERS,...]
         [--redis-url redis://127.0.0.1:6379/9] [--engine-steps 3000] [--out FILE]
 
 Servers, each started on a free loopback port and stopped by PID: the memory config
 (`config/agent_breaker`, one worker: its state lives in the worker's memory, so `serve` refuses
 more) and the Redis config (`config/agent_breaker_redis`, 1 and 2 workers; its keys emptied
-before and after). The clients run in a process of their own (asyncio, one keep-alive
-connection per session, HTTP/1.1 written by hand: about a tenth of httpx's CPU); each session
-calls `search` with new arguments (a new session every CALLS_PER_SESSION calls) and reports each
-allowed call's result, so every check is two requests, except in the check-only phases
-(--check-only-rates: /check alone, as the issue that asked for this benchmark measured it; as
-no call's result comes, a session holds at most 64 calls in flight, so these sessions end after
-CHECK_ONLY_CALLS_PER_SESSION calls). Each session's connection is opened before the clock starts.
-Two kinds of phase:
+before and after). Every request carries the one token the server was started with. The clients
+run in a process of their own (asyncio), each phase through one of three:
 
-- closed: each of --sessions sends its next check as soon as the last result is answered. What
-  it measures is capacity: checks/s at saturation. Its latency is queueing by construction:
-  N sessions always in flight wait N / throughput on average (Little's law), so 50 closed
-  sessions at 1,000 checks/s cannot see less than 50 ms.
+- raw: a keep-alive connection per session, HTTP/1.1 written by hand (about a tenth of httpx's
+  CPU: on 2 cores, the most left to the server);
+- httpx: one `httpx.AsyncClient` shared by every session, as a gateway shares it, with its
+  default pool (at most 100 connections, 20 kept alive), HTTP/1.1, keep-alive;
+- aiohttp: one `aiohttp.ClientSession` shared by every session, its default TCPConnector (at
+  most 100 connections).
+
+Every phase runs once per client of --clients (all three) on the memory config, and of
+--redis-clients (raw alone) on the Redis configs: the clients differ in their own CPU and in how
+they pool connections, not in what the store does; so the default run stays under 10 minutes on
+2 cores (3 servers, 55 phases: 45 of --duration-s and 10 fixed ones, as long as their checks
+take; a minute more to start the servers and run the engines). Before the clock starts each
+phase opens its connections (a gateway's pool is warm: connecting is not deciding): raw connects
+each session; httpx and aiohttp send one request per session at once, and their pool keeps what
+it keeps.
+
+Each session calls `search` with new arguments (a new session every CALLS_PER_SESSION calls) and
+reports each allowed call's result, so every check is two requests, except in the check-only
+phases (--check-only-rates: /check alone, as the issue that asked for this benchmark measured it;
+as no call's result comes, a session holds at most 64 calls in flight, so these sessions end
+after CHECK_ONLY_CALLS_PER_SESSION calls). Three kinds of phase:
+
+- fixed (`closed NxM`, --fixed): N sessions, each sending exactly M checks back to back: is every
+  check answered (no 503, no failure), and how long do they all take.
+- closed: each of --sessions sends its next check as soon as the last result is answered, for
+  --duration-s. What it measures is capacity: checks/s at saturation. Its latency is queueing by
+  construction: N sessions always in flight wait N / throughput on average (Little's law), so 50
+  closed sessions at 1,000 checks/s cannot see less than 50 ms.
 - paced: each of --paced-sessions sends checks at random times (Poisson), all together at the
-  offered rate (each of --rates, checks/s), as agents whose tools and models take time between
-  calls. A check's latency counts from the moment it was due, so a server (or client) that
-  falls behind is charged for the wait (no coordinated omission).
+  offered rate (each of --rates, checks/s), for --duration-s, as agents whose tools and models
+  take time between calls. A check's latency counts from the moment it was due, so a server (or
+  client) that falls behind is charged for the wait (no coordinated omission); the checks due
+  but not yet sent when the phase ends are not sent (fewer checks than offered x seconds).
 
-Reported per phase: checks answered per second (200: run it, 429: refused), p50 / p99 / max of
-/check and p99 of /result, the failed requests (connection errors, any status but 200 or 429;
-a busy server's 503 is counted apart and as failed), and the server's own CPU time per request
-(its processes' user + system time over the phase / the requests answered), and the client's.
-The clients share the 2 cores with the server: the two CPU figures say how much of the machine
-each took. Then the engine called directly (`agent_breaker.Engine` on each
-config, one process, no HTTP): --engine-steps tool calls and their results.
-Percentiles are nearest-rank. Reports figures; nothing is asserted.
+Reported per phase and client: the checks sent and answered (200: run it, 429: refused), the
+phase's seconds, checks answered per second, p50 / p99 / max of /check and p99 of /result (of
+the answers that decided: 200 or 429); the 503s apart (`busy_503`: a server too busy answered,
+Retry-After, and nothing was decided; not counted as failed); the failed requests (`failed`, by
+type in `failures`: the client's exceptions, such as a connection lost, a timeout or an answer
+not JSON, and any status but 200, 429 or 503); and the server's own CPU time per request
+answered (its processes' user + system time, /proc, read right before and after the clock), and
+the client's. The clients share the 2 cores with the server: the two CPU figures say how much of
+the machine each took, and a client that takes a core bounds what it can offer. Then the engine
+called directly (`agent_breaker.Engine` on each config, one process, no HTTP): --engine-steps
+tool calls and their results. Percentiles are nearest-rank. Reports figures; nothing is asserted.
 """
 
 from __future__ import annotations
@@ -43,6 +66,8 @@ import argparse
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
+import math
 import multiprocessing as mp
 import os
 import random
@@ -56,9 +81,11 @@ from typing import Any
 
 from benchmarks._harness import (
     CALLS_PER_SESSION,
-    RawConnection,
+    CLIENTS,
+    Connection,
     Run,
     args_for,
+    connections,
     cpu_s,
     flush_redis,
     free_port,
@@ -81,6 +108,27 @@ SERVERS = (("agent_breaker", (1,)), ("agent_breaker_redis", (1, 2)))
 KEY_PATTERN = "ab:*"  # the Redis config's key prefix (storage.key_prefix: ab)
 #: the check-only phases' sessions: under the engine's 64 calls in flight a session (MAX_PENDING)
 CHECK_ONLY_CALLS_PER_SESSION = 50
+#: the answers that decide: the call may run or its result is taken (200), or refused (429); a busy server's 503 decides nothing
+DECIDED = (200, 429)
+BUSY = 503
+
+
+@dataclasses.dataclass(frozen=True)
+class Phase:
+    """One phase's load: `sessions` sessions of one client, each sending its checks back to back
+    (closed) or at random times, `rate` checks/s offered by all together (paced); for the phase's
+    duration, or `checks` checks each."""
+
+    client: str
+    sessions: int
+    rate: float | None = None
+    checks: int | None = None
+    results: bool = True  # each allowed check followed by its result
+
+    @property
+    def name(self) -> str:
+        count = f"x{self.checks}" if self.checks else ""
+        return f"{'paced' if self.rate else 'closed'} {self.sessions}{count}"
 
 
 def gateway_body(config_id: str, session: str, event: dict[str, Any]) -> dict[str, Any]:
@@ -88,108 +136,52 @@ def gateway_body(config_id: str, session: str, event: dict[str, Any]) -> dict[st
 
 
 class Tally:
-    """What one phase's clients saw."""
+    """What one phase's clients saw: latencies, statuses and the clients' exceptions, by request ("check", "result")."""
 
     def __init__(self) -> None:
-        self.check: list[float] = []
-        self.result: list[float] = []
-        self.counts: Counter = Counter()
+        self.latency: dict[str, list[float]] = {"check": [], "result": []}
+        self.statuses: Counter[str] = Counter()
+        self.errors: Counter[str] = Counter()
+
+    async def post(self, conn: Connection, what: str, path: str, body: dict[str, Any], since: float) -> int | None:
+        """One request, counted, its latency from `since` when it was decided; its status, None when it failed."""
+        try:
+            status, _ = await conn.post(path, body)
+        except conn.errors as exc:
+            self.errors[f"{what} {type(exc).__name__}"] += 1
+            return None
+        if status in DECIDED:  # a busy server's 503 comes at once: its latency would flatter the figures
+            self.latency[what].append(time.perf_counter() - since)
+        self.statuses[f"{what} {status}"] += 1
+        return status
 
     async def call(
-        self, conn: RawConnection, config_id: str, session: str, rng: random.Random, n: int, due: float, results: bool
+        self, conn: Connection, config_id: str, session: str, rng: random.Random, n: int, due: float, results: bool
     ) -> None:
         """One check, timed from `due`, and its result when the call may run (and `results`)."""
-        try:
-            status, _ = await conn.post(CHECK_PATH, gateway_body(config_id, session, tool_call(n, args_for(rng, n))))
-            self.check.append(time.perf_counter() - due)
-            self.counts[f"check {status}"] += 1
-            if status != 200 or not results:
-                return  # refused (429) or failed: no result to report
-            t = time.perf_counter()
-            status, _ = await conn.post(RESULT_PATH, gateway_body(config_id, session, tool_result(n, result_for(rng, n))))
-            self.result.append(time.perf_counter() - t)
-            self.counts[f"result {status}"] += 1
-        except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
-            self.counts[f"error {type(exc).__name__}"] += 1
+        status = await self.post(conn, "check", CHECK_PATH, gateway_body(config_id, session, tool_call(n, args_for(rng, n))), due)
+        if status == 200 and results:  # refused (429), busy (503) or failed: no result to report
+            body = gateway_body(config_id, session, tool_result(n, result_for(rng, n)))
+            await self.post(conn, "result", RESULT_PATH, body, time.perf_counter())
 
 
-async def session_client(
-    conn: RawConnection, config_id: str, name: str, deadline: float, tally: Tally, mean_gap_s: float | None, results: bool
-) -> None:
-    """One session's calls until `deadline`: back to back (closed), or at random times averaging
-    one per `mean_gap_s` (paced)."""
+async def session_client(conn: Connection, config_id: str, name: str, phase: Phase, deadline: float, tally: Tally) -> None:
+    """One session's checks until `deadline` or its phase's count: back to back (closed), or at
+    random times averaging one per sessions / rate seconds (paced)."""
     rng = random.Random(name)
+    mean_gap_s = phase.sessions / phase.rate if phase.rate else None
     due = time.perf_counter() + (rng.expovariate(1 / mean_gap_s) if mean_gap_s else 0.0)
+    # without results every call stays in flight: a session holds at most MAX_PENDING
+    per_session = CALLS_PER_SESSION if phase.results else CHECK_ONLY_CALLS_PER_SESSION
     n = 0
-    try:
-        while time.perf_counter() < deadline:
-            if mean_gap_s:
-                await asyncio.sleep(max(0.0, due - time.perf_counter()))
-            else:
-                due = time.perf_counter()
-            n += 1
-            # without results every call stays in flight: a session holds at most MAX_PENDING
-            per_session = CALLS_PER_SESSION if results else CHECK_ONLY_CALLS_PER_SESSION
-            await tally.call(conn, config_id, f"{name}-s{n // per_session}", rng, n, due, results)
-            if mean_gap_s:
-                due += rng.expovariate(1 / mean_gap_s)
-    finally:
-        await conn.close()
-
-
-async def drive_async(
-    base: str, token: str, config_id: str, sessions: int, seconds: float, tag: str, rate: float | None, results: bool
-) -> dict[str, Any]:
-    tally = Tally()
-    conns = [RawConnection(base, token) for _ in range(sessions)]
-    await asyncio.gather(*(c.open() for c in conns))  # a gateway's pool is warm: connecting is not deciding
-    mean_gap_s = sessions / rate if rate else None
-    t0, cpu0 = time.perf_counter(), time.process_time()
-    deadline = t0 + seconds
-    await asyncio.gather(
-        *(session_client(c, config_id, f"{tag}-{i}", deadline, tally, mean_gap_s, results) for i, c in enumerate(conns))
-    )
-    return {
-        "check": tally.check,
-        "result": tally.result,
-        "counts": dict(tally.counts),
-        "elapsed": time.perf_counter() - t0,
-        "client_cpu_s": time.process_time() - cpu0,
-    }
-
-
-def drive(
-    base: str,
-    token: str,
-    config_id: str,
-    sessions: int,
-    seconds: float,
-    tag: str,
-    rate: float | None = None,
-    results: bool = True,
-) -> dict[str, Any]:
-    """One phase, in the client process."""
-    return asyncio.run(drive_async(base, token, config_id, sessions, seconds, tag, rate, results))
-
-
-def phase_figures(raw: dict[str, Any], cpu_seconds: float) -> dict[str, Any]:
-    counts = raw["counts"]
-    # decided: the call let through (200) or refused (429); anything else failed the gateway
-    decided = counts.get("check 200", 0) + counts.get("check 429", 0)
-    requests = sum(n for k, n in counts.items() if not k.startswith("error"))
-    failed = sum(n for k, n in counts.items() if k.startswith("error") or k.split()[-1] not in ("200", "429"))
-    return {
-        "checks_per_s": round(decided / raw["elapsed"], 1),
-        "check_p50_ms": ms_percentile(raw["check"], 50),
-        "check_p99_ms": ms_percentile(raw["check"], 99),
-        "check_max_ms": ms_percentile(raw["check"], 100),
-        "result_p99_ms": ms_percentile(raw["result"], 99),
-        "refused_429": counts.get("check 429", 0),
-        "busy_503": sum(n for k, n in counts.items() if k.endswith(" 503")),
-        "failed": failed,
-        "server_cpu_ms_per_request": round(1000 * cpu_seconds / requests, 3) if requests else None,
-        "client_cpu_ms_per_request": round(1000 * raw["client_cpu_s"] / requests, 3) if requests else None,
-    }
+    # the phase ends on time: a paced check due after the deadline is not waited for, and one due
+    # before it but not sent by then (the client or the server fell behind) is not sent
+    while n < (phase.checks or math.inf) and max(due, time.perf_counter()) < deadline:
+        if mean_gap_s:
+            await asyncio.sleep(max(0.0, due - time.perf_counter()))
+        n += 1
+        await tally.call(conn, config_id, f"{name}-s{n // per_session}", rng, n, due, phase.results)
+        due = due + rng.expovariate(1 / mean_gap_s) if mean_gap_s else time.perf_counter()
 
 
 def server_cpu_s(pid: int) -> float:
@@ -198,6 +190,71 @@ def server_cpu_s(pid: int) -> float:
         with contextlib.suppress(OSError):  # a worker gone between the listing and the read
             total += cpu_s(p)
     return total
+
+
+async def drive_async(
+    base: str, token: str, config_id: str, phase: Phase, seconds: float, tag: str, server_pid: int
+) -> dict[str, Any]:
+    tally = Tally()
+    async with connections(phase.client, base, token, phase.sessions) as conns:
+        # the server's CPU read here, after the connections opened: the requests' alone
+        server0 = server_cpu_s(server_pid)
+        t0, cpu0 = time.perf_counter(), time.process_time()
+        deadline = math.inf if phase.checks else t0 + seconds
+        await asyncio.gather(*(session_client(c, config_id, f"{tag}-{i}", phase, deadline, tally) for i, c in enumerate(conns)))
+        elapsed, client_cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        server_cpu = server_cpu_s(server_pid) - server0
+    return {
+        **tally.latency,
+        "statuses": dict(tally.statuses),
+        "errors": dict(tally.errors),
+        "elapsed": elapsed,
+        "client_cpu_s": client_cpu,
+        "server_cpu_s": server_cpu,
+    }
+
+
+def drive(base: str, token: str, config_id: str, phase: Phase, seconds: float, tag: str, server_pid: int) -> dict[str, Any]:
+    """One phase, in the client process."""
+    return asyncio.run(drive_async(base, token, config_id, phase, seconds, tag, server_pid))
+
+
+def phase_figures(raw: dict[str, Any]) -> dict[str, Any]:
+    statuses, errors = raw["statuses"], raw["errors"]
+    answered = sum(statuses.get(f"check {s}", 0) for s in DECIDED)
+    requests = sum(statuses.values())
+    # a 503 is the server answering that it is busy (Retry-After), apart: anything else not decided failed
+    failures = {**errors, **{k: n for k, n in statuses.items() if int(k.split()[1]) not in (*DECIDED, BUSY)}}
+    return {
+        "checks": sum(n for k, n in (*statuses.items(), *errors.items()) if k.startswith("check ")),
+        "answered": answered,
+        "elapsed_s": round(raw["elapsed"], 2),
+        "checks_per_s": round(answered / raw["elapsed"], 1),
+        "check_p50_ms": ms_percentile(raw["check"], 50),
+        "check_p99_ms": ms_percentile(raw["check"], 99),
+        "check_max_ms": ms_percentile(raw["check"], 100),
+        "result_p99_ms": ms_percentile(raw["result"], 99),
+        "refused_429": statuses.get("check 429", 0),
+        "busy_503": sum(n for k, n in statuses.items() if k.endswith(f" {BUSY}")),
+        "failed": sum(failures.values()),
+        "failures": ", ".join(f"{k} x{n}" for k, n in sorted(failures.items())),
+        "server_cpu_ms_per_request": round(1000 * raw["server_cpu_s"] / requests, 3) if requests else None,
+        "client_cpu_ms_per_request": round(1000 * raw["client_cpu_s"] / requests, 3) if requests else None,
+    }
+
+
+def plan(clients: list[str], args: argparse.Namespace) -> list[Phase]:
+    """Every phase, once per client."""
+    return [
+        phase
+        for client in clients
+        for phase in (
+            *(Phase(client, sessions, checks=checks) for sessions, checks in args.fixed),
+            *(Phase(client, sessions) for sessions in args.sessions),
+            *(Phase(client, sessions, rate) for sessions in args.paced_sessions for rate in args.rates),
+            *(Phase(client, sessions, rate, results=False) for sessions in args.paced_sessions for rate in args.check_only_rates),
+        )
+    ]
 
 
 def run_server(config: str, workers: int, args: argparse.Namespace, pool: concurrent.futures.Executor) -> dict[str, Any]:
@@ -211,31 +268,31 @@ def run_server(config: str, workers: int, args: argparse.Namespace, pool: concur
         "REDIS_URL": args.redis_url,
         "AGENT_BREAKER_ESCALATIONS_DB": os.path.join(tempfile.mkdtemp(prefix="bench-gateway-"), "escalations.db"),
     }
+    clients = args.redis_clients if redis else args.clients
     phases: list[dict[str, Any]] = []
-    plan = (
-        [("closed", s, None, True) for s in args.sessions]
-        + [("paced", s, r, True) for s in args.paced_sessions for r in args.rates]
-        + [("paced", s, r, False) for s in args.paced_sessions for r in args.check_only_rates]
-    )
     with tempfile.TemporaryFile() as log:
         proc = serve(port, token, log, "--config", str(ROOT / "config" / config), "--workers", str(workers), env=env)
         try:
             wait_ready(proc, base, token, log)
-            pool.submit(drive, base, token, config, 1, args.warmup_s, f"{config}-{workers}-warm").result()
-            for i, (mode, sessions, rate, results) in enumerate(plan):
-                offered = f" at {rate:g} checks/s" if rate else ""
-                alone = "" if results else ", checks only"
+            warm = Phase(clients[0], 1)
+            pool.submit(drive, base, token, config, warm, args.warmup_s, f"{config}-{workers}-warm", proc.pid).result()
+            for i, phase in enumerate(plan(clients, args)):
+                offered = f" at {phase.rate:g} checks/s" if phase.rate else ""
+                alone = "" if phase.results else ", checks only"
                 print(
-                    f"bench_gateway: {config}, {workers} worker(s), {sessions} {mode} sessions{offered}{alone} ...",
+                    f"bench_gateway: {config}, {workers} worker(s), {phase.client}, {phase.name}{offered}{alone} ...",
                     file=sys.stderr,
                     flush=True,
                 )
-                before = server_cpu_s(proc.pid)
                 tag = f"{config}-{workers}-{i}"
-                raw = pool.submit(drive, base, token, config, sessions, args.duration_s, tag, rate, results).result()
-                figures = phase_figures(raw, server_cpu_s(proc.pid) - before)
-                phase = {"phase": f"{mode} {sessions}", "offered_checks_per_s": rate, "results": results}
-                phases.append({**phase, **figures})
+                raw = pool.submit(drive, base, token, config, phase, args.duration_s, tag, proc.pid).result()
+                named = {
+                    "client": phase.client,
+                    "phase": phase.name,
+                    "offered_checks_per_s": phase.rate,
+                    "results": phase.results,
+                }
+                phases.append({**named, **phase_figures(raw)})
         finally:
             stop_process(proc)
             if redis:
@@ -295,15 +352,37 @@ def numbers(text: str, kind: type) -> list[Any]:
     return [kind(s) for s in text.split(",") if s.strip()]
 
 
+def client_names(ap: argparse.ArgumentParser, option: str, text: str) -> list[str]:
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    unknown = [n for n in names if n not in CLIENTS]
+    if unknown or not names:
+        ap.error(f"{option} takes clients among {', '.join(CLIENTS)}, but was {text!r}")
+    return names
+
+
+def fixed_counts(ap: argparse.ArgumentParser, text: str) -> list[tuple[int, int]]:
+    """--fixed's "50x40,200x10": (sessions, checks each)."""
+    pairs = []
+    for item in (s.strip() for s in text.split(",")):
+        sessions, _, checks = item.partition("x")
+        if not (sessions.isdigit() and checks.isdigit() and int(sessions) > 0 and int(checks) > 0):
+            ap.error(f"--fixed takes SESSIONSxCHECKS pairs such as 50x40,200x10, but was {item!r}")
+        pairs.append((int(sessions), int(checks)))
+    return pairs
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--clients", default=",".join(CLIENTS), help=f"clients on the memory config (default {','.join(CLIENTS)})")
+    ap.add_argument("--redis-clients", default="raw", help="clients on the Redis configs (default raw)")
+    ap.add_argument("--fixed", default="50x40,200x10", help="closed phases of SESSIONSxCHECKS each (default 50x40,200x10)")
     ap.add_argument("--sessions", default="1,50,200", help="closed-loop sessions per phase (default 1,50,200)")
     ap.add_argument("--paced-sessions", default="50,200", help="paced sessions per phase (default 50,200)")
-    ap.add_argument("--rates", default="100,250,500,1000", help="offered checks/s of the paced phases (default 100,250,500,1000)")
+    ap.add_argument("--rates", default="250,1000", help="offered checks/s of the paced phases (default 250,1000)")
     ap.add_argument(
         "--check-only-rates", default="1000", help="offered checks/s of the paced phases without results (default 1000)"
     )
-    ap.add_argument("--duration-s", type=float, default=10.0, help="seconds per phase (default 10)")
+    ap.add_argument("--duration-s", type=float, default=8.0, help="seconds per phase but the fixed ones (default 8)")
     ap.add_argument("--warmup-s", type=float, default=2.0, help="one client before the phases (default 2)")
     ap.add_argument("--redis-url", default="redis://127.0.0.1:6379/9", help="the Redis config's database (emptied of ab:*)")
     ap.add_argument("--engine-steps", type=int, default=3000, help="calls of each in-process engine (default 3000)")
@@ -314,6 +393,9 @@ def main() -> None:
     )
     out_argument(ap, "gateway")
     args = ap.parse_args()
+    args.clients = client_names(ap, "--clients", args.clients)
+    args.redis_clients = client_names(ap, "--redis-clients", args.redis_clients)
+    args.fixed = fixed_counts(ap, args.fixed)
     args.sessions, args.paced_sessions = numbers(args.sessions, int), numbers(args.paced_sessions, int)
     args.rates, args.check_only_rates = numbers(args.rates, float), numbers(args.check_only_rates, float)
     run = Run("bench_gateway", args)
@@ -324,15 +406,20 @@ def main() -> None:
         for spec in args.servers.split(","):
             config, workers = spec.split(":")
             servers.append(run_server(config, int(workers), args, pool))
-    head = f"{'config':<20} {'w':>2} {'phase':<11} {'offered':>8} {'results':>7} {'checks/s':>9} {'p50 ms':>7} {'p99 ms':>7}"
-    print(head + f" {'max ms':>7} {'failed':>6} {'server cpu ms/req':>17} {'client':>6}")
+    print(
+        f"{'config':<20} {'w':>2} {'client':<7} {'phase':<12} {'offered':>7} {'results':>7} {'checks':>6} {'answered':>8} "
+        f"{'s':>5} {'checks/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} {'503':>4} {'failed':>6} "
+        f"{'server cpu ms/req':>17} {'client':>6}"
+    )
     for s in servers:
         for ph in s["phases"]:
             offered = "" if ph["offered_checks_per_s"] is None else f"{ph['offered_checks_per_s']:g}"
             print(
-                f"{s['config']:<20} {s['workers']:>2} {ph['phase']:<11} {offered:>8} {'yes' if ph['results'] else 'no':>7} "
-                f"{ph['checks_per_s']:>9} {ph['check_p50_ms']!s:>7} {ph['check_p99_ms']!s:>7} {ph['check_max_ms']!s:>7} "
-                f"{ph['failed']:>6} {ph['server_cpu_ms_per_request']!s:>17} {ph['client_cpu_ms_per_request']!s:>6}"
+                f"{s['config']:<20} {s['workers']:>2} {ph['client']:<7} {ph['phase']:<12} {offered:>7} "
+                f"{'yes' if ph['results'] else 'no':>7} {ph['checks']:>6} {ph['answered']:>8} {ph['elapsed_s']:>5.1f} "
+                f"{ph['checks_per_s']:>8} {ph['check_p50_ms']!s:>7} {ph['check_p99_ms']!s:>7} {ph['check_max_ms']!s:>7} "
+                f"{ph['busy_503']:>4} {ph['failed']:>6} {ph['server_cpu_ms_per_request']!s:>17} "
+                f"{ph['client_cpu_ms_per_request']!s:>6}{'  ' + ph['failures'] if ph['failures'] else ''}"
             )
     for e in engines:
         print(

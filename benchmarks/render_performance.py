@@ -52,8 +52,9 @@ BENCHMARKS = (
     ("bench_attacks", "hostile load against the server: does each defence hold", "Redis; the tests' helpers (pytest)"),
     (
         "bench_gateway",
-        "`/check` and `/result`: capacity at 1, 50 and 200 sessions, latency at paced rates; memory, Redis, the engine",
-        "Redis",
+        "`/check` and `/result` by a hand-written client, httpx and aiohttp: 50 x 40 and 200 x 10 checks answered, "
+        "capacity at 1, 50 and 200 sessions, latency at paced rates; memory, Redis, the engine",
+        "Redis, aiohttp",
     ),
     ("bench_hooks", "`agent-breaker hook` wall time per call; the hook endpoint at 50 paced sessions", ""),
     (

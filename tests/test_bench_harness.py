@@ -1,14 +1,18 @@
-"""The benchmarks' harness: its one percentile definition (nearest rank), the results file every
-benchmark writes through it, and the performance page rendered from those files."""
+"""The benchmarks' harness: its one percentile definition (nearest rank), its clients, the results
+file every benchmark writes through it, and the performance page rendered from those files."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import importlib.util
 import json
 import math
+from collections.abc import AsyncIterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -121,3 +125,70 @@ def test_the_page_has_a_section_per_results_file_with_its_machine_and_load(tmp_p
     assert "| phases[quiet].counts.ok | 3 |" in page
     assert page.count("at the start,") == 2  # each section shows its run's load average
     assert "`python -m benchmarks.bench_engine --events 10`" in page
+
+
+class Server:
+    """An HTTP/1.1 server of a few lines: each request's connection, head and body noted; POST
+    /busy answered 503, POST /drop with the connection closed, any other request 200 with its
+    body echoed as JSON."""
+
+    def __init__(self) -> None:
+        self.connections = 0
+        self.requests: list[tuple[int, bytes, bytes]] = []  # (connection, head, body)
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        number = self.connections
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lengths = [int(line[15:]) for line in head.split(b"\r\n") if line[:15].lower() == b"content-length:"]
+                body = await reader.readexactly(lengths[0]) if lengths else b""
+                self.requests.append((number, head, body))
+                if head.startswith(b"POST /drop "):
+                    break
+                status = 503 if head.startswith(b"POST /busy ") else 200
+                answer = json.dumps({"echo": json.loads(body) if body else None}).encode()
+                writer.write(
+                    f"HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {len(answer)}\r\n\r\n".encode()
+                    + answer
+                )
+        writer.close()
+
+
+@contextlib.asynccontextmanager
+async def local_server() -> AsyncIterator[tuple[Server, str]]:
+    server = Server()
+    listener = await asyncio.start_server(server.serve, "127.0.0.1", 0)
+    async with listener:
+        yield server, f"http://127.0.0.1:{listener.sockets[0].getsockname()[1]}"
+
+
+@pytest.mark.parametrize("client", list(harness.CLIENTS))
+def test_every_client_posts_json_with_the_token_on_connections_it_keeps(client: str):
+    async def scenario() -> tuple[Server, list[Any]]:
+        async with local_server() as (server, base), harness.connections(client, base, "t0k", 3) as conns:
+            opened = server.connections
+            answers = [await conns[i % 3].post("/v1/agent-breaker/check", {"n": i}) for i in range(6)]
+            answers.append(await conns[0].post("/busy", {}))
+            return server, [opened, *answers]
+
+    server, (opened, *answers) = asyncio.run(scenario())
+
+    assert answers == [(200, {"echo": {"n": i}}) for i in range(6)] + [(503, {"echo": {}})]
+    assert 1 <= opened <= 3  # opened before the clock: a connection a session, or a pool warmed
+    assert server.connections == opened  # every request after on a connection kept alive
+    for _, head, _ in server.requests[-7:]:
+        assert b"authorization: bearer t0k" in head.lower()
+        assert b"content-type: application/json" in head.lower()
+
+
+@pytest.mark.parametrize("client", list(harness.CLIENTS))
+def test_a_connection_lost_raises_one_of_the_clients_errors(client: str):
+    async def scenario() -> None:
+        async with local_server() as (_, base), harness.connections(client, base, "t0k", 1) as (conn,):
+            with pytest.raises(conn.errors):
+                await conn.post("/drop", {})
+            assert await conn.post("/v1/agent-breaker/check", {}) == (200, {"echo": {}})  # and the next one works
+
+    asyncio.run(scenario())

@@ -32,8 +32,8 @@ settings are the server's defaults (head timeout 10 s, body timeout 30 s, 16 bod
    payments_api breaker opens. Was globex's breaker incident delivered; the sink's counts.
 6. escalation_flood: `enrich` escalates when its breaker is open (fallback tier `escalate`);
    acme's --escalations sessions escalate, half before and half after one escalation of globex.
-   Is globex's listed on the first page of GET /v1/agent-breaker/escalations?status=open, and
-   with ?tenant=globex.
+   Is globex's listed on the first page of GET /v1/agent-breaker/escalations?status=open (the
+   default listing; with ?tenant=globex too), and how many open records acme's flood left.
 7. metrics_labels: acme opens the breakers of --junk-tools made-up tools, then globex's
    payments_api (a tool of the config) opens: has /metrics a breaker-state series for it?
 8. refused_bodies (besides the seven): --refused connections with no token declare a 1 MiB
@@ -894,9 +894,15 @@ def escalation_flood(bench: Bench, config: str) -> None:
         "tenant_filter_status": filtered.status_code,
         "tenant_filter_rows": len(ids(filtered)),
         "victim_in_tenant_filter": in_filtered,
+        "open_records_of_acme": sum(1 for e in widest.json().get("escalations", []) if e.get("tenant") == "acme")
+        if widest.status_code == 200
+        else None,
+        "collapsed_onto_acmes": sum(int(e.get("collapsed") or 0) for e in widest.json().get("escalations", []))
+        if widest.status_code == 200
+        else None,
     }
-    held = victim_id is not None and (victim_id in first_page or in_filtered)
-    criterion = "globex's escalation (made mid-flood) is listed on the first page of ?status=open, or with ?tenant=globex"
+    held = victim_id is not None and victim_id in first_page
+    criterion = "globex's escalation (made mid-flood) is listed on the default first page of ?status=open"
     bench.record("escalation_flood", config, criterion, held, figures)
 
 
@@ -1233,7 +1239,8 @@ def short(rec: dict[str, Any]) -> str:
         return (
             f"{f['flood_escalated']} escalated; victim on first page {f['victim_in_first_page']} "
             f"(position {f['victim_position_in_newest_1000']}); tenant filter {f['tenant_filter']}, victim listed "
-            f"{f['victim_in_tenant_filter']}"
+            f"{f['victim_in_tenant_filter']}; acme's open records {f['open_records_of_acme']}, "
+            f"collapsed {f['collapsed_onto_acmes']}"
         )
     if name == "refused_bodies":
         return (

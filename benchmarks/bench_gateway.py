@@ -55,7 +55,10 @@ type in `failures`: the client's exceptions, such as a connection lost, a timeou
 not JSON, and any status but 200, 429 or 503); and the server's own CPU time per request
 answered (its processes' user + system time, /proc, read right before and after the clock), and
 the client's. The clients share the 2 cores with the server: the two CPU figures say how much of
-the machine each took, and a client that takes a core bounds what it can offer. Then the engine
+the machine each took, and a client that takes a core bounds what it can offer. With one worker,
+also the server's own p99 of /check, from its histogram `agent_breaker_gateway_seconds` scraped
+before and after the phase (`server_check_p99_ms_at_most`: the bound of the bucket holding it;
+the pooled clients' warm-up requests are in it too): what the server took, whatever the client. Then the engine
 called directly (`agent_breaker.Engine` on each config, one process, no HTTP): --engine-steps
 tool calls and their results. Percentiles are nearest-rank. Reports figures; nothing is asserted.
 """
@@ -243,6 +246,32 @@ def phase_figures(raw: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def check_buckets(base: str, token: str) -> dict[float, float]:
+    """The server's histogram of its own time per /check (agent_breaker_gateway_seconds):
+    cumulative count per bucket bound, from /metrics."""
+    import httpx
+
+    text = httpx.get(base + "/metrics", headers={"Authorization": f"Bearer {token}"}, timeout=30).text
+    out = {}
+    for line in text.splitlines():
+        if line.startswith('agent_breaker_gateway_seconds_bucket{endpoint="check",'):
+            le = line.split('le="', 1)[1].split('"', 1)[0]
+            out[float(le)] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def server_check_p99_ms(before: dict[float, float], after: dict[float, float]) -> float | None:
+    """The bound of the bucket that holds the 99th percentile of the checks between two scrapes
+    (an upper bound of the server's own p99: the time from the request guard to the answer)."""
+    total = after.get(math.inf, 0.0) - before.get(math.inf, 0.0)
+    if total <= 0:
+        return None
+    for le in sorted(after):
+        if after[le] - before.get(le, 0.0) >= 0.99 * total:
+            return le * 1000
+    return None
+
+
 def plan(clients: list[str], args: argparse.Namespace) -> list[Phase]:
     """Every phase, once per client."""
     return [
@@ -285,14 +314,17 @@ def run_server(config: str, workers: int, args: argparse.Namespace, pool: concur
                     flush=True,
                 )
                 tag = f"{config}-{workers}-{i}"
+                # one worker answers a scrape: with more, its histogram is that worker's alone
+                buckets = check_buckets(base, token) if workers == 1 else None
                 raw = pool.submit(drive, base, token, config, phase, args.duration_s, tag, proc.pid).result()
+                server_p99 = server_check_p99_ms(buckets, check_buckets(base, token)) if buckets is not None else None
                 named = {
                     "client": phase.client,
                     "phase": phase.name,
                     "offered_checks_per_s": phase.rate,
                     "results": phase.results,
                 }
-                phases.append({**named, **phase_figures(raw)})
+                phases.append({**named, **phase_figures(raw), "server_check_p99_ms_at_most": server_p99})
         finally:
             stop_process(proc)
             if redis:
@@ -409,7 +441,7 @@ def main() -> None:
     print(
         f"{'config':<20} {'w':>2} {'client':<7} {'phase':<12} {'offered':>7} {'results':>7} {'checks':>6} {'answered':>8} "
         f"{'s':>5} {'checks/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} {'503':>4} {'failed':>6} "
-        f"{'server cpu ms/req':>17} {'client':>6}"
+        f"{'server cpu ms/req':>17} {'client':>6} {'server p99 <=':>13}"
     )
     for s in servers:
         for ph in s["phases"]:
@@ -419,7 +451,8 @@ def main() -> None:
                 f"{'yes' if ph['results'] else 'no':>7} {ph['checks']:>6} {ph['answered']:>8} {ph['elapsed_s']:>5.1f} "
                 f"{ph['checks_per_s']:>8} {ph['check_p50_ms']!s:>7} {ph['check_p99_ms']!s:>7} {ph['check_max_ms']!s:>7} "
                 f"{ph['busy_503']:>4} {ph['failed']:>6} {ph['server_cpu_ms_per_request']!s:>17} "
-                f"{ph['client_cpu_ms_per_request']!s:>6}{'  ' + ph['failures'] if ph['failures'] else ''}"
+                f"{ph['client_cpu_ms_per_request']!s:>6} {ph['server_check_p99_ms_at_most']!s:>13}"
+                f"{'  ' + ph['failures'] if ph['failures'] else ''}"
             )
     for e in engines:
         print(

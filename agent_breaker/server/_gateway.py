@@ -14,11 +14,13 @@ each request's time in the server are metrics."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client import Counter, Gauge, Histogram
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -34,7 +36,13 @@ from ._errors import error_body
 from ._logging import log
 from ._paths import CHECK_PATH, CONFIG_ID_DESCRIPTION, HOOK_PATHS, RESULT_PATH
 
+R = TypeVar("R")
+
 ID_PATTERN = r"^[^\x00-\x1f\x7f]+$"
+#: a tenant's store calls in the worker threads at once (a Redis config's): the threads take
+#: calls first come, first served, so one tenant's hundreds of requests would queue every other
+#: tenant's behind them; past it a tenant's calls wait in its own line
+STORE_CALLS_PER_TENANT = 8
 #: a refused call's reason in a response header: printable ASCII, one line, bounded
 MAX_HEADER_REASON = 256
 
@@ -150,6 +158,7 @@ class Gateway:
         self.reserve = max(1, max_in_flight // 16)
         self.in_flight = 0
         self.held: dict[str, int] = {}  # places per tenant (the token's)
+        self._lines: dict[str, tuple[asyncio.Semaphore, list[int]]] = {}  # per tenant: its store calls, and waiters
         self._seconds = {path: SERVER_SECONDS.labels(path.rsplit("/", 1)[-1]) for path in self.PATHS}
 
     def admit(self, tenant: str) -> Answer | None:
@@ -228,7 +237,7 @@ class Gateway:
             return True  # an unknown config: `decide` answers it
         session = hook.event["session_id"]
         try:
-            in_flight = await without_blocking(engine, lambda: engine.in_flight(session, tenant=caller.tenant))
+            in_flight = await self._store_call(caller, engine, lambda: engine.in_flight(session, tenant=caller.tenant))
         except InvalidEventError:
             return True  # an id the engine cannot read: `decide` refuses it
         return hooks.users_turn(hook, in_flight, None)
@@ -240,7 +249,29 @@ class Gateway:
             return ready
         _, [prepared] = ready
         engine = self.configs.engines[config_id]
-        return await without_blocking(engine, verdict_event, engine, prepared, caller)
+        return await self._store_call(caller, engine, verdict_event, engine, prepared, caller)
+
+    async def _store_call(self, caller: Caller, engine: Any, fn: Callable[..., R], *args: Any) -> R:
+        """`fn(*args)` for the engine (`without_blocking`), in the caller's tenant's line when
+        the store is remote."""
+        if not engine.store.remote:
+            return fn(*args)
+        async with self._line(caller.tenant or "*"):
+            return await without_blocking(engine, fn, *args)
+
+    @contextlib.asynccontextmanager
+    async def _line(self, tenant: str) -> AsyncIterator[None]:
+        line = self._lines.get(tenant)
+        if line is None:
+            line = self._lines[tenant] = (asyncio.Semaphore(STORE_CALLS_PER_TENANT), [0])
+        line[1][0] += 1
+        try:
+            async with line[0]:
+                yield
+        finally:
+            line[1][0] -= 1
+            if not line[1][0]:
+                del self._lines[tenant]
 
 
 def checked(verdict: dict[str, Any]) -> Answer:

@@ -230,6 +230,39 @@ def test_gateway_requests_past_the_in_flight_limit_get_503_at_once_and_are_count
     assert gateway.admit("globex") is None and gateway.admit("acme") is None  # 8 free: over the reserve
 
 
+def test_one_tenants_store_calls_do_not_queue_another_tenants_behind_them():
+    """On a remote store (Redis) each decision waits in a worker thread, and the threads take
+    calls first come, first served: 100 of one tenant's checks, then one of another's. The other
+    tenant's call runs after at most STORE_CALLS_PER_TENANT of the first's, not after all 100."""
+    import asyncio
+    import threading
+    from types import SimpleNamespace
+
+    from agent_breaker.dispatch import Caller
+    from agent_breaker.server._gateway import STORE_CALLS_PER_TENANT, Gateway
+
+    ran: list[str] = []
+    store_answers = threading.Event()  # the store holds every call until the other tenant's is queued
+    engine = SimpleNamespace(store=SimpleNamespace(remote=True))
+
+    def decide(tenant: str) -> None:
+        store_answers.wait(10)
+        ran.append(tenant)
+
+    async def scenario() -> None:
+        gateway = Gateway(None, max_in_flight=256)  # type: ignore[arg-type]
+        calls = [asyncio.create_task(gateway._store_call(Caller("acme"), engine, decide, "acme")) for _ in range(100)]
+        await asyncio.sleep(0)  # each has queued or waits in its tenant's line
+        calls.append(asyncio.create_task(gateway._store_call(Caller("globex"), engine, decide, "globex")))
+        await asyncio.sleep(0)
+        store_answers.set()
+        await asyncio.gather(*calls)
+
+    asyncio.run(scenario())
+    assert len(ran) == 101
+    assert ran.index("globex") <= STORE_CALLS_PER_TENANT, ran.index("globex")
+
+
 @pytest.mark.parametrize("shape", ["many_headers", "one_long_header"])
 def test_a_head_past_its_size_bound_is_refused_at_once_not_at_the_head_timeout(server, shape):
     """The parser keeps an unfinished head in memory: past MAX_HEAD_BYTES it is refused (431)

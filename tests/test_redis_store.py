@@ -134,7 +134,8 @@ def test_operator_reads_and_moves_do_not_leak_driver_errors_when_redis_is_down()
 
 def test_a_workers_copies_of_fleet_sessions_stay_within_its_byte_budget():
     """The mirror a worker keeps of sessions it used (for an outage) holds at most a quarter of
-    sessions.max_bytes, however many heavy sessions one tenant makes; the outage state the rest."""
+    sessions.max_bytes, and the last written states it decides from (as objects) an eighth by
+    weight, however many heavy sessions one tenant makes; the outage state the rest."""
     redis_or_skip()
     from agent_breaker.store.redis import RedisStore
 
@@ -143,12 +144,16 @@ def test_a_workers_copies_of_fleet_sessions_stay_within_its_byte_budget():
     clock = FakeClock(1_000_000.0)
     engine = Engine(store=store, clock=clock, listeners=[], receipt_keys=ReceiptKeys.parse("k1:" + "ab" * 32, source="test"))
     try:
-        assert (store.mirror_bytes, store._local.max_bytes) == (budget // 4, budget - budget // 4)
+        assert (store.mirror_bytes, store.written_bytes) == (budget // 4, budget // 8)
+        assert store._local.max_bytes == budget - budget // 4 - budget // 8
         for i in range(150):  # each session cites 1,000 ids: about 20 KB encoded, 3 MB in all
             ids = " ".join(f"ORD-{i * 1000 + j}" for j in range(1000))
             run(engine, clock, "get_orders", {"page": i}, True, {"text": ids}, session=f"heavy-{i}")
         assert 0 < store._sessions_seen_bytes <= budget // 4
         assert len(store._sessions_seen) < 150  # the oldest went
+        assert 0 < store._written_weight <= budget // 8
+        assert store._written_weight == sum(weight for _, weight in store._written.values())
+        assert len(store._written) < 128  # the weight bound, before the count
     finally:
         store.delete_all()
         store.close()

@@ -19,7 +19,8 @@
 An outage without amnesia (`on_error="local"`):
 - Mirror: the store keeps the last state it read from or wrote to Redis for the most recently
   used MIRROR_SESSIONS sessions (at most MIRROR_SESSION_BYTES of them, and a quarter of
-  `max_bytes`: the outage state gets the rest of that budget), MIRROR_BREAKERS
+  `max_bytes`; the last written state of WRITTEN_SESSIONS, an eighth by weight: the outage
+  state gets the rest of that budget), MIRROR_BREAKERS
   breakers and MIRROR_SPEND_WINDOWS spend keys.
   During an outage a key's in-process state starts from its mirror on first use, so a halted
   session stays halted, an open breaker stays open and a spend window keeps its total. A
@@ -103,7 +104,7 @@ CHANNEL = "agent-breaker:breaker-transitions"
 MAX_CAS_ATTEMPTS = 32
 CAS_BACKOFF_S = 0.0005  # doubled per conflict, with jitter, capped at 20 ms
 KEY_LOCK_STRIPES = 64
-WRITTEN_SESSIONS = 128  # sessions whose last written state a worker keeps as objects
+WRITTEN_SESSIONS = 128  # sessions whose last written state a worker keeps as objects (by count)
 NEAR_CACHE_MAX = 10_000  # breakers in the near-cache (it is cleared when full)
 SCAN_COUNT = 500  # keys per SCAN step, and per pipeline of GETs, when breakers are listed
 # the last Redis state of this many keys (least recently used go first) seeds the in-process
@@ -227,7 +228,10 @@ class RedisStore:
         # what this worker holds of sessions, within sessions.max_bytes: the mirror (encoded, a
         # quarter at most) and what an outage keeps in process (the rest)
         self.mirror_bytes = min(MIRROR_SESSION_BYTES, max_bytes // 4)
-        self._local = MemoryStore(ttl_s=ttl_s, max_sessions=max_sessions, max_bytes=max_bytes - self.mirror_bytes)
+        # the sessions last written, kept as objects, by weight: heavy ones held 3x the budget
+        self.written_bytes = max_bytes // 8
+        local_bytes = max_bytes - self.mirror_bytes - self.written_bytes
+        self._local = MemoryStore(ttl_s=ttl_s, max_sessions=max_sessions, max_bytes=local_bytes)
         self._rng = rng or random.Random()
         self._cfg_json: dict[BreakerConfig, str] = {}
         # breaker key -> (state, open until (event time), fresh until (monotonic))
@@ -243,7 +247,8 @@ class RedisStore:
         self._key_locks = [threading.Lock() for _ in range(KEY_LOCK_STRIPES)]
         # the last state this worker wrote of its most recent sessions, as objects: the next
         # update of one starts from it without a read or a decode (taken out while in use)
-        self._written: OrderedDict[str, SessionState] = OrderedDict()
+        self._written: OrderedDict[str, tuple[SessionState, int]] = OrderedDict()  # key -> (state, weight)
+        self._written_weight = 0
         self._sessions_seen: OrderedDict[str, tuple[float, bytes]] = OrderedDict()  # key -> (last used, value)
         self._sessions_seen_bytes = 0
         self._breakers_seen: OrderedDict[str, dict[str, Any]] = OrderedDict()  # key -> the script's `raw`
@@ -308,6 +313,7 @@ class RedisStore:
         self.failures += 1
         with self._lock:
             self._written.clear()  # what Redis holds after the outage is read again
+            self._written_weight = 0
         self._down_until = time.monotonic() + self.retry_s
         log.warning(
             "agent-breaker: Redis at %s failed (%s); %s for %.1fs",
@@ -418,13 +424,20 @@ class RedisStore:
 
     def _take_written(self, key: str) -> SessionState | None:
         with self._lock:
-            return self._written.pop(key, None)
+            kept = self._written.pop(key, None)
+            if kept is None:
+                return None
+            self._written_weight -= kept[1]
+            return kept[0]
 
     def _keep_written(self, key: str, state: SessionState) -> None:
+        weight = state.weight()
         with self._lock:
-            self._written[key] = state
-            if len(self._written) > WRITTEN_SESSIONS:
-                self._written.popitem(last=False)
+            old = self._written.pop(key, None)
+            self._written_weight += weight - (old[1] if old else 0)
+            self._written[key] = (state, weight)
+            while self._written and (len(self._written) > WRITTEN_SESSIONS or self._written_weight > self.written_bytes):
+                self._written_weight -= self._written.popitem(last=False)[1][1]
 
     def _mirrored(self, key: str) -> bytes | None:
         with self._lock:

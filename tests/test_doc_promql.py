@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
 
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("nemoguardrails")
@@ -44,12 +45,27 @@ def test_a_promql_block_is_read_query_by_query():
     assert queries(code) == [("first", "sum(a) / b"), ("second", "c > 0")]
 
 
+#: the shipped config, with a step ceiling a test reaches and one open escalation per tenant:
+#: a second session past the ceiling is collapsed onto the first's escalation
+STEPS = 8
+
+
 @pytest.fixture(scope="module")
-def server() -> Iterator[Server]:
+def server(tmp_path_factory) -> Iterator[Server]:
     # an on-call webhook that is down (nothing listens on its port): incidents that never arrive
     webhook = f"http://127.0.0.1:{free_port()}/incidents"
-    env = {"AGENT_BREAKER_ADMIN_TOKEN": ADMIN, "AGENT_BREAKER_INCIDENT_WEBHOOK": webhook}
-    srv = start(env, args=("--config", str(ROOT / "config" / "agent_breaker")))
+    escalations = tmp_path_factory.mktemp("escalations")
+    env = {
+        "AGENT_BREAKER_ADMIN_TOKEN": ADMIN,
+        "AGENT_BREAKER_INCIDENT_WEBHOOK": webhook,
+        "AGENT_BREAKER_ESCALATIONS_DB": str(escalations / "escalations.db"),
+    }
+    config = tmp_path_factory.mktemp("config") / "agent_breaker"
+    shutil.copytree(ROOT / "config" / "agent_breaker", config)
+    tree = yaml.safe_load((config / "config.yml").read_text())
+    tree["custom_data"]["agent_breaker"].update({"step_limit": {"max_steps": STEPS}, "escalations": {"max_open_per_tenant": 1}})
+    (config / "config.yml").write_text(yaml.safe_dump(tree, sort_keys=False))
+    srv = start(env, args=("--config", str(config)))
     try:
         yield srv
     finally:
@@ -122,6 +138,15 @@ def test_every_query_of_the_operating_guide_runs_on_what_the_server_exports(serv
         timeout=30,
     )
     assert forced.status_code == 200, forced.text
+    # two sessions past the step ceiling: the second's escalation is collapsed onto the first's
+    for session in ("S1", "S2"):
+        for n in range(1, STEPS + 2):
+            r = server.post("/v1/agent-breaker/check", {"session_id": session, "event": call(n, args={"q": f"{session}-{n}"})})
+            if r.status_code == 429:
+                break
+            server.verdicts(session, result(n, ok=True, payload={"rows": [f"{session}-{n}"]}))
+        assert r.status_code == 429 and r.headers["X-Agent-Breaker-Heuristic"] == "step_limit", r.text
+    until_scraped(prometheus, "agent_breaker_escalations_collapsed_total")
     until_scraped(prometheus, 'agent_breaker_decisions_total{verdict="blocked"}')
     # a rate needs a counter that moved between scrapes: the cut session calls again, refused again
     assert server.post("/v1/agent-breaker/check", {"session_id": "P", "event": call(9)}).status_code == 429

@@ -305,22 +305,34 @@ def legit_held(legit: dict[str, Any]) -> bool:
 
 
 class LegitLoop:
-    """Legitimate requests back to back on a thread while in the block (at least `minimum`)."""
+    """Legitimate requests back to back on a thread while in the block (at least `minimum`):
+    globex's events, each on a new connection (`request` says which)."""
 
     def __init__(self, server: Server, config_id: str, tag: str, minimum: int = 5) -> None:
         self.server, self.config_id, self.tag, self.minimum = server, config_id, tag, minimum
         self.latencies: list[float] = []
+        self.statuses: Counter = Counter()
         self.failed = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def request(self, http: httpx.Client, i: int) -> tuple[int | str, bool]:
+        """One request: its status, and whether it was answered as a good call is."""
+        _, ok = legit_request(http, self.config_id, f"{self.tag}-{i}")
+        return ("ok" if ok else "failed"), ok
 
     def _run(self) -> None:
         with legit_client(self.server) as http:
             for i in itertools.count():
                 if self._stop.is_set() and i >= self.minimum:
                     return
-                seconds, ok = legit_request(http, self.config_id, f"{self.tag}-{i}")
-                self.latencies.append(seconds)
+                started = time.perf_counter()
+                try:
+                    status, ok = self.request(http, i)
+                except (httpx.HTTPError, ValueError) as exc:
+                    status, ok = type(exc).__name__, False
+                self.latencies.append(time.perf_counter() - started)
+                self.statuses[str(status)] += 1
                 self.failed += not ok
 
     def __enter__(self) -> LegitLoop:
@@ -953,20 +965,11 @@ def metrics_labels(bench: Bench, config: str) -> None:
 # ----------------------------------------------------------------------------- 9. unread answers
 
 
-class GatewayLegit:
-    """globex's checks and coding-agent hooks, alternately, back to back on a thread while in the
-    block, each on a new connection: latencies, and the answers by status (a 503 is a busy
-    worker: the gateway would retry, and a hook error lets the call run)."""
+class GatewayLegit(LegitLoop):
+    """globex's checks and coding-agent hooks, alternately: the answers by status too (a 503 is
+    a busy worker: the gateway would retry, and a hook error lets the call run)."""
 
-    def __init__(self, server: Server, config_id: str, tag: str, minimum: int = 10) -> None:
-        self.server, self.config_id, self.tag, self.minimum = server, config_id, tag, minimum
-        self.latencies: list[float] = []
-        self.statuses: Counter = Counter()
-        self.failed = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def request(self, http: httpx.Client, i: int) -> tuple[int, bool]:
+    def request(self, http: httpx.Client, i: int) -> tuple[int | str, bool]:
         session = f"legit-{self.tag}-{i}"
         if i % 2:
             hook = {
@@ -980,28 +983,6 @@ class GatewayLegit:
         body = {"config_id": self.config_id, "session_id": session, "event": call(1, "search", {"q": session})}
         r = http.post(CHECK, json=body)
         return r.status_code, r.status_code == 200 and r.json().get("allowed") is True
-
-    def _run(self) -> None:
-        with legit_client(self.server) as http:
-            for i in itertools.count():
-                if self._stop.is_set() and i >= self.minimum:
-                    return
-                started = time.perf_counter()
-                try:
-                    status, ok = self.request(http, i)
-                except (httpx.HTTPError, ValueError) as exc:
-                    status, ok = type(exc).__name__, False
-                self.latencies.append(time.perf_counter() - started)
-                self.statuses[str(status)] += 1
-                self.failed += not ok
-
-    def __enter__(self) -> GatewayLegit:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
     def figures(self) -> dict[str, Any]:
         return {**summary(self.latencies), "failed": self.failed, "statuses": dict(self.statuses)}
@@ -1115,7 +1096,7 @@ def unread_answers(bench: Bench, config: str) -> None:
                         places.append(in_flight(srv))
 
             sampler = threading.Thread(target=sample, daemon=True)
-            with PeakRss(srv) as memory, GatewayLegit(srv, config_id, f"unread-{form}") as legit:
+            with PeakRss(srv) as memory, GatewayLegit(srv, config_id, f"unread-{form}", minimum=10) as legit:
                 sampler.start()
                 sent = send_while(streams, args.unread_s, repeat=True, every_s=every_s)
             sampling.set()
@@ -1158,7 +1139,7 @@ def pipelined_head(bench: Bench, config: str) -> None:
             + f"POST {CHECK} HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: ".encode()
             for i, c in enumerate(conns)
         }
-        with PeakRss(srv) as memory, GatewayLegit(srv, config_id, "head") as legit:
+        with PeakRss(srv) as memory, GatewayLegit(srv, config_id, "head", minimum=10) as legit:
             send_while(lead, args.head_s, repeat=False)
             # then the head that never ends, on every connection at once
             sent = send_while(dict.fromkeys(conns, b"v" * 65_536), args.head_s, repeat=True)

@@ -3,6 +3,7 @@ from it once (canonicalizers, the claim checker, the ordered tables of enabled c
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
@@ -16,6 +17,7 @@ from ._churn import ChurnMask, is_timing_key
 from ._claims import ClaimChecker
 from ._state import CallFacts, SessionState
 from ._text import caseless_matcher
+from ._work import Commands
 from .config import DEFAULT_AUTO_REPLY_PATTERNS, AgentBreakerConfig, Mode
 from .detectors import failures, loops
 from .governor import budget
@@ -162,6 +164,8 @@ class Policy:
     churn: ChurnMask
     in_progress: frozenset[str]
     claims: ClaimChecker
+    commands: Commands  # done_claim: what a call runs and edits
+    named: Callable[[str], int]  # done_claim: the keyed hash of a file or command head it keeps
     nudge_words: frozenset[str]
     confirmation_words: frozenset[str]
     auto_reply: Callable[[str], bool] | None  # is a user turn an auto-reply
@@ -184,6 +188,8 @@ class Policy:
             ChurnMask(cfg.progress.result_churn_patterns, builtin=cfg.progress.builtin_churn_patterns),
             frozenset(cfg.stuck_polling.in_progress_values),
             ClaimChecker(cfg, fingerprints),
+            Commands(cfg.done_claim.commands),
+            functools.partial(fingerprints.labeled, "done"),
             frozenset(w.lower() for w in cfg.user_turns.nudge_words),
             frozenset(w.lower() for w in cfg.user_turns.confirmation_words),
             auto_reply_matcher(cfg.user_turns.auto_reply_patterns),

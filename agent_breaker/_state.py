@@ -14,6 +14,7 @@ from typing import Any
 
 from ._ledger import Ledger
 from ._windows import BucketWindow
+from ._work import Work
 from .breaker import BreakerState
 
 # caps on per-session collections: together they bound a session's stored size (the codec's
@@ -470,6 +471,8 @@ class SessionState:
     # set only on the pseudo-sessions that hold a tool view, and a tenant's effects
     churn: ChurnView | None = None
     effects: Effects | None = None
+    # done_claim: what the session's tools did (set on a coding agent's first command or edit)
+    work: Work | None = None
     version: int = 0
 
     def weight(self) -> int:
@@ -494,12 +497,14 @@ class SessionState:
             w += sum(_CHAIN + _INT * len(c.common) + _ENTRY * len(c.members) for c in self.churn.chains)
         if self.effects is not None:
             w += _DONE * (len(self.effects.inflight) + len(self.effects.done))
+        if self.work is not None:
+            w += self.work.weight()
         return w
 
     def compacted(self) -> SessionState:
         """The same session with its detectors' state dropped: its halt, escalation, spend and
         breakers stay. What an in-process store keeps of a halted session it must make room for."""
-        return replace(self, loops=Loops(), failures=Failures(), turns=[], ledger=Ledger(), churn=None, effects=None)
+        return replace(self, loops=Loops(), failures=Failures(), turns=[], ledger=Ledger(), churn=None, effects=None, work=None)
 
     @property
     def sid(self) -> str:

@@ -53,6 +53,8 @@ DEFAULT_TRANSIENT_FAILURES = 5
 DEFAULT_RETRY_SIMILARITY = 0.8
 DEFAULT_IDENTICAL_REPEATS = 3
 DEFAULT_IDENTICAL_WINDOW_S = 600.0
+#: stops a coding agent is sent back to work in one turn for an unsupported claim (done_claim)
+DEFAULT_MAX_DONE_REFUSALS = 2
 DEFAULT_MAX_POLLS = 15
 DEFAULT_POLL_WINDOW_S = 600.0
 DEFAULT_MAX_WAIT_S = 1800.0
@@ -563,6 +565,36 @@ class IdenticalCallConfig(_Frozen):
     window_s: float = Field(DEFAULT_IDENTICAL_WINDOW_S, gt=0, description="Repeats further apart than this start over.")
 
 
+class DoneClaimConfig(_Frozen):
+    """done_claim: a coding agent's last message checked against what its tools did."""
+
+    max_refusals_per_turn: int = Field(
+        DEFAULT_MAX_DONE_REFUSALS,
+        ge=0,
+        le=100,
+        description="Stops refused per turn: past this many the agent stops, its unsupported claim recorded (incident, report).",
+    )
+    commands: dict[str, tuple[str, ...]] = Field(
+        default_factory=dict,
+        description="Your own commands by kind (test, build, typecheck, lint, commit, push): regular expressions matched "
+        "against each command of a shell line, beside the common tools' (pytest, npm test, cargo test, tsc, git push...).",
+    )
+
+    @field_validator("commands")
+    @classmethod
+    def _known_kinds(cls, commands: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+        kinds = ("test", "build", "typecheck", "lint", "commit", "push")
+        for kind, patterns in commands.items():
+            if kind not in kinds:
+                raise ValueError(f"done_claim.commands: unknown kind {kind!r}; one of {', '.join(kinds)}")
+            for pattern in patterns:
+                try:
+                    re.compile(pattern)
+                except re.error as exc:
+                    raise ValueError(f"done_claim.commands.{kind}: {pattern!r} is not a regular expression: {exc}") from None
+        return commands
+
+
 class StuckPollingConfig(_Frozen):
     """stuck_polling: a poll whose result never changes."""
 
@@ -1040,6 +1072,7 @@ class AgentBreakerConfig(_Frozen):
     identical_failure: IdenticalFailureConfig = IdenticalFailureConfig()
     identical_call: IdenticalCallConfig = IdenticalCallConfig()
     stuck_polling: StuckPollingConfig = StuckPollingConfig()
+    done_claim: DoneClaimConfig = DoneClaimConfig()
     near_duplicate: NearDuplicateConfig = NearDuplicateConfig()
     oscillation: OscillationConfig = OscillationConfig()
     same_answer: SameAnswerConfig = SameAnswerConfig()

@@ -153,6 +153,9 @@ class Final(_Event):
 
     type: Literal["final"] = "final"
     text: _Text = ""
+    # the agent's own word that a stop hook already sent it back to work this turn (Claude Code's
+    # `stop_hook_active`): False starts the turn's count of refused stops anew (done_claim)
+    continued: bool | None = None
 
 
 Event = Annotated[ToolCall | ToolResult | Assistant | User | Final, Field(discriminator="type")]

@@ -27,6 +27,9 @@ STEP_LIMIT = "step_limit"
 DEPTH_LIMIT = "depth_limit"
 
 UNVERIFIED_CLAIM = "unverified_claim"
+#: a coding agent's last message claims work (tests pass, a build, a commit, a push, a file
+#: changed, a command run) that its session's tool outcomes contradict or never show
+DONE_CLAIM = "done_claim"
 #: arguments (before the call) or a result (after it) that break the tool's schema or model
 SCHEMA_VIOLATION = "schema_violation"
 #: a tool whose results met its schema starts returning another shape
@@ -64,6 +67,7 @@ CONFIGURABLE: tuple[str, ...] = (
     STEP_LIMIT,
     DEPTH_LIMIT,
     UNVERIFIED_CLAIM,
+    DONE_CLAIM,
     EMPTY_MUTATION_RESULT,
     GLOBAL_BUDGET,
     SCHEMA_VIOLATION,

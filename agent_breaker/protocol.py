@@ -123,7 +123,7 @@ KINDS: tuple[EventKind, ...] = (
         "FinalAnswerVerdict",
         "verify_final",
         "verify_final_answer",
-        {**COMMON_FIELDS, "text": "text"},
+        {**COMMON_FIELDS, "text": "text", "continued": "continued"},
         (),
         ("session_id", "accepted", "heuristic", "reason"),
         "final",

@@ -2,9 +2,11 @@
 Gemini API (Gemini CLI) and the OpenAI Responses API (Codex), streamed as each agent reads them.
 
 Each request of the agent's main loop (one that offers a shell tool) is answered with the
-scenario's next shell command, until the scenario has no more: then a closing text. Which call
-comes next is counted from the tool results the request carries, so an agent that retries a
-request gets the same answer. Requests of the agent's own side tasks (a title, a routing
+scenario's next shell command, until the scenario has no more: then a closing text (the
+scenario's `closing(k)` the k-th time it ends its turn, when it has one: an end-of-turn hook may
+send the agent back to work). Which call comes next is counted from the tool results the request
+carries, and which closing from the model's text-only answers it carries, so an agent that
+retries a request gets the same answer. Requests of the agent's own side tasks (a title, a routing
 choice, a summary: no shell tool offered) get a short text. Every request body is kept, so a
 test can read what reached the model after each call (a hook's warning, a denial's reason).
 """
@@ -26,20 +28,26 @@ CLOSING = "I am done."
 
 @dataclass
 class Scenario:
-    """`command(n)`: the n-th shell command the model asks for (from 0), or (Claude Code) another
-    tool's call, {"tool": name, "input": {...}}; `turns` of them."""
+    """`command(n)`: the n-th shell command the model asks for (from 0), or (Claude Code, Gemini
+    CLI) another tool's call, {"tool": name, "input": {...}} (Claude Code adds a description to
+    its input unless it has "verbatim": True); `turns` of them."""
 
     command: Callable[[int], Any]
     turns: int
+    #: the text the model ends its turn with, given how many times it did already in this
+    #: conversation (its text-only answers the request carries); None: CLOSING every time
+    closing: Callable[[int], str] | None = None
 
 
 @dataclass
 class Seen:
     """One request of the agent's main loop: how many tool results it carried, and its
-    conversation (messages, contents or input items, as the API names them)."""
+    conversation (messages, contents or input items, as the API names them); `closings`: how
+    many text-only answers of the model (turns it ended) it carried."""
 
     results: int
     conversation: list[Any]
+    closings: int = 0
 
 
 @dataclass
@@ -52,6 +60,25 @@ class ScriptedModel:
     def answer(self, results: int) -> str | None:
         """The command to ask for after `results` tool results, or None: say the closing text."""
         return self.scenario.command(results) if results < self.scenario.turns else None
+
+    def closing_text(self, closings: int) -> str:
+        """What the model says when it ends its turn after `closings` earlier ends."""
+        return self.scenario.closing(closings) if self.scenario.closing is not None else CLOSING
+
+    def after_closing(self, k: int) -> str | None:
+        """What the model read first after it ended its turn for the k-th time (from 1): the
+        conversation items of the first request that carried k of its closings, past those of
+        the first request that carried k - 1, as JSON text. None: no request carried it (the
+        agent stopped there)."""
+        with self.lock:
+            now = next((s.conversation for s in self.seen if s.closings == k), None)
+            before = next((s.conversation for s in self.seen if s.closings == k - 1), [])
+        return None if now is None else json.dumps(now[len(before) :], ensure_ascii=False)
+
+    def closings_read(self) -> int:
+        """How many of its closings the model was sent back from (the most any request carried)."""
+        with self.lock:
+            return max((s.closings for s in self.seen), default=0)
 
     def commands_asked(self) -> int:
         """How many distinct calls the model asked for (retried requests counted once)."""
@@ -80,6 +107,16 @@ def _sse(events: list[tuple[str | None, dict[str, Any]]]) -> bytes:
     return "".join(out).encode()
 
 
+def _text_only(content: Any) -> bool:
+    """An assistant message of text and no tool call (Anthropic content: a string or blocks)."""
+    if isinstance(content, str):
+        return bool(content.strip())
+    blocks = [b for b in content or [] if isinstance(b, dict)]
+    return any(b.get("type") == "text" and (b.get("text") or "").strip() for b in blocks) and not any(
+        b.get("type") == "tool_use" for b in blocks
+    )
+
+
 # ---------------------------------------------------------------- Anthropic (Claude Code)
 def _anthropic(model: ScriptedModel, body: dict[str, Any]) -> tuple[bytes, str]:
     tools = [t.get("name") for t in body.get("tools") or []]
@@ -90,10 +127,11 @@ def _anthropic(model: ScriptedModel, body: dict[str, Any]) -> tuple[bytes, str]:
         for b in m["content"]
         if isinstance(b, dict) and b.get("type") == "tool_result"
     )
+    closings = sum(1 for m in body.get("messages", []) if m.get("role") == "assistant" and _text_only(m.get("content")))
     command = model.answer(results) if "Bash" in tools else None
     if "Bash" in tools:
         with model.lock:
-            model.seen.append(Seen(results, list(body.get("messages", []))))
+            model.seen.append(Seen(results, list(body.get("messages", [])), closings))
     usage = {"input_tokens": 100, "output_tokens": 10, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
     message = {
         "id": f"msg_{results}",
@@ -109,11 +147,14 @@ def _anthropic(model: ScriptedModel, body: dict[str, Any]) -> tuple[bytes, str]:
         # a command, or another tool's call: {"tool": name, "input": {...}}
         name, arguments = (command["tool"], command["input"]) if isinstance(command, dict) else ("Bash", {"command": command})
         block: dict[str, Any] = {"type": "tool_use", "id": f"toolu_{results:04d}", "name": name, "input": {}}
-        delta = {"type": "input_json_delta", "partial_json": json.dumps({**arguments, "description": "Run it"})}
+        # a call marked "verbatim" goes as given: tools such as Edit take no description
+        if not (isinstance(command, dict) and command.get("verbatim")):
+            arguments = {**arguments, "description": "Run it"}
+        delta = {"type": "input_json_delta", "partial_json": json.dumps(arguments)}
         stop = "tool_use"
     else:
         block = {"type": "text", "text": ""}
-        delta = {"type": "text_delta", "text": CLOSING if "Bash" in tools else "ok"}
+        delta = {"type": "text_delta", "text": model.closing_text(closings) if "Bash" in tools else "ok"}
         stop = "end_turn"
     if not body.get("stream"):
         full = dict(block)
@@ -148,14 +189,23 @@ def _gemini(model: ScriptedModel, body: dict[str, Any], path: str) -> tuple[byte
         1 for c in body.get("contents", []) for p in c.get("parts") or [] if isinstance(p, dict) and "functionResponse" in p
     )
     main = "run_shell_command" in tools
+    closings = sum(
+        1
+        for c in body.get("contents", [])
+        if c.get("role") == "model"
+        and any(isinstance(p, dict) and (p.get("text") or "").strip() and not p.get("thought") for p in c.get("parts") or [])
+        and not any(isinstance(p, dict) and "functionCall" in p for p in c.get("parts") or [])
+    )
     command = model.answer(results) if main else None
     if main:
         with model.lock:
-            model.seen.append(Seen(results, list(body.get("contents", []))))
-    if command is not None:
-        parts: list[dict[str, Any]] = [{"functionCall": {"name": "run_shell_command", "args": {"command": command}}}]
+            model.seen.append(Seen(results, list(body.get("contents", [])), closings))
+    if isinstance(command, dict):  # another tool's call: {"tool": name, "input": {...}}
+        parts: list[dict[str, Any]] = [{"functionCall": {"name": command["tool"], "args": command["input"]}}]
+    elif command is not None:
+        parts = [{"functionCall": {"name": "run_shell_command", "args": {"command": command}}}]
     else:
-        parts = [{"text": CLOSING if main else '{"reasoning": "scripted", "model_choice": "flash"}'}]
+        parts = [{"text": model.closing_text(closings) if main else '{"reasoning": "scripted", "model_choice": "flash"}'}]
     chunk = {
         "candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}],
         "usageMetadata": {"promptTokenCount": 100, "candidatesTokenCount": 10, "totalTokenCount": 110},
@@ -179,10 +229,15 @@ def _responses(model: ScriptedModel, body: dict[str, Any]) -> tuple[bytes, str]:
         for item in body.get("input") or []
         if isinstance(item, dict) and item.get("type") in ("function_call_output", "custom_tool_call_output")
     )
+    closings = sum(
+        1
+        for item in body.get("input") or []
+        if isinstance(item, dict) and item.get("type") == "message" and item.get("role") == "assistant"
+    )
     command = model.answer(results) if shell else None
     if shell:
         with model.lock:
-            model.seen.append(Seen(results, list(body.get("input") or [])))
+            model.seen.append(Seen(results, list(body.get("input") or []), closings))
     rid = f"resp_{results}"
     events: list[tuple[str | None, dict[str, Any]]] = [
         ("response.created", {"type": "response.created", "response": {"id": rid}}),
@@ -206,7 +261,7 @@ def _responses(model: ScriptedModel, body: dict[str, Any]) -> tuple[bytes, str]:
             "type": "message",
             "id": f"msg_{results}",
             "role": "assistant",
-            "content": [{"type": "output_text", "text": CLOSING if shell else "ok", "annotations": []}],
+            "content": [{"type": "output_text", "text": model.closing_text(closings) if shell else "ok", "annotations": []}],
         }
     events.append(("response.output_item.done", {"type": "response.output_item.done", "output_index": 0, "item": item}))
     usage = {

@@ -47,6 +47,7 @@ def call_input(p: Policy, tool: str = "search", args: dict[str, Any] | None = No
         call_id=ev.call_id,
         result_promised=ev.result_promised,
         f=f,
+        did=p.commands.did(tool, ev.args, p.named),
         p=p,
         now=NOW,
         tenant=None,

@@ -853,5 +853,7 @@ def test_hooks_trust_prints_the_codex_config_lines_for_each_printed_hook(tmp_pat
     assert main(["hooks", "trust", "codex", "--fail", "closed"]) == 0
     state = tomllib.loads(capsys.readouterr().out)["hooks"]["state"]
     hooks_file = str(tmp_path / "hooks.json")
-    assert sorted(state) == sorted(f"{hooks_file}:{e}:0:0" for e in ("pre_tool_use", "post_tool_use", "user_prompt_submit"))
+    assert sorted(state) == sorted(
+        f"{hooks_file}:{e}:0:0" for e in ("pre_tool_use", "post_tool_use", "user_prompt_submit", "stop")
+    )
     assert all(v["trusted_hash"].startswith("sha256:") and len(v["trusted_hash"]) == 71 for v in state.values())

@@ -28,6 +28,7 @@ from .._state import (
     SessionState,
     put_bounded,
 )
+from .._work import Did, Work, check, claims
 from ..breaker import BreakerStateName, Permission
 from ..breaker import core as breaker_core
 from ..config import AgentBreakerConfig
@@ -65,6 +66,7 @@ class CallInput:
     call_id: str | None
     result_promised: bool  # see ToolCall.result_promised
     f: CallFacts
+    did: Did | None  # done_claim: the commands it runs and the files it edits
     p: Policy
     now: float
     tenant: str | None
@@ -181,6 +183,9 @@ def decide_tool_call(s: SessionState, x: CallInput) -> tuple[SessionState | None
     decided.verdict = settle(s, decided, None, warn, f.tool, escalation_id=x.escalation_id, call_id=call_id)
     if decided.verdict.heuristic is not None:
         s.loops.pending[call_id].warning = decided.verdict.observation
+    if x.did is not None:
+        s.work = s.work or Work()
+        s.work.await_call(call_id, x.did)
     return s, decided
 
 
@@ -320,6 +325,8 @@ def decide_tool_result(s: SessionState, x: ResultInput) -> tuple[SessionState | 
         decided.effects.append(Report(trip, "block" if trip.heuristic == H.SCHEMA_VIOLATION and out.failed else "warn"))
         heuristic, reason = trip.heuristic, trip.reason
     f = pending.facts
+    if s.work is not None:
+        s.work.record(pending.call_id, out.failed, ev.error, ev.result if ev.result is not None else ev.error)
     if ev.mutating and not f.mutating:
         f.mutating = True  # the result says so (the facts were taken out of the state: a copy)
     if r.references is not None:
@@ -465,6 +472,8 @@ def decide_user(s: SessionState, references: Refs, said: int | None) -> tuple[Se
     restarts nothing."""
     s.ledger.observe(references)  # the user's own references may be quoted back
     decided = Decided(ALLOW)
+    if s.work is not None:
+        s.work.refused = 0  # the user's turn: the agent's stops may be refused anew
     # after stopping a call, whatever the user says ("continue" too) is theirs to decide: a
     # harness only hands the turn back to them; an agent's own retries never reach here
     if s.loops.interrupted or (said is not None and said not in s.loops.said):
@@ -482,17 +491,40 @@ def decide_user(s: SessionState, references: Refs, said: int | None) -> tuple[Se
 
 
 def decide_final(
-    s: SessionState, p: Policy, text: str, escalation_id: str | None
+    s: SessionState, p: Policy, text: str, escalation_id: str | None, continued: bool | None = None
 ) -> tuple[SessionState | None, Decided[Verdict]]:
     """A final answer: every reference it cites must come from a tool result of this session,
-    every completed action it claims needs a receipt. A frozen session's answers are still
-    checked (an honest one may reach the user); a rejected one escalates nothing more."""
+    every completed action it claims needs a receipt, and every claim of work done (done_claim)
+    the session's tool outcomes. A frozen session's answers are still checked (an honest one
+    may reach the user); a rejected one escalates nothing more. A stop refused for done_claim
+    sends the agent back to work: at most done_claim.max_refusals_per_turn times a turn, then
+    the claim is let through as a warning (recorded; the user is told)."""
     decided = Decided(ALLOW)
-    block, warn = judge(p.cfg, [p.claims.check(text, s.ledger)])
+    trips = [p.claims.check(text, s.ledger)] if p.cfg.mode_of(H.UNVERIFIED_CLAIM) != "off" else []
+    work, counted = s.work, False
+    if p.cfg.mode_of(H.DONE_CLAIM) != "off":
+        if continued is False and work is not None and work.refused:
+            work.refused, counted = 0, True  # the agent's word: a new turn
+        found = check(claims(text), work or Work(), p.named)
+        if found is not None:
+            # the reason says what to do: a final answer's verdict event carries no observation
+            trip = Trip(H.DONE_CLAIM, "session", f"{found[0]}. {found[1]}", "")
+            cap = p.cfg.done_claim.max_refusals_per_turn
+            if (work.refused if work is not None else 0) >= cap:
+                trip = replace(trip, reason=f"{found[0]} (let through: {cap} stops refused this turn)")
+                decided.verdict = settle(s, decided, None, trip, None, escalation_id=None)
+                return s if counted else None, decided
+            trips.append(trip)
+    block, warn = judge(p.cfg, trips)
     decided.verdict = settle(s, decided, block, warn, None, escalation_id=escalation_id)
-    # reading an answer changes no state, unless it froze the session for a human
+    if block is not None and block.heuristic == H.DONE_CLAIM:
+        s.work = work or Work()
+        s.work.refused += 1
+        counted = True
+    # reading an answer changes no state, unless it froze the session for a human or counted a
+    # refused stop
     froze = any(isinstance(e, Escalate) for e in decided.effects)
-    return (s if froze else None), decided
+    return (s if froze or counted else None), decided
 
 
 # ----------------------------------------------------------------- shared by the deciders

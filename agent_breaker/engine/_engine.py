@@ -27,6 +27,7 @@ from .._sinks import sinks_for
 from .._state import SessionState
 from .._text import normalize_name
 from .._tracing import configured_tracer
+from .._work import sent_back
 from ..clock import Clock, SystemClock
 from ..config import FINGERPRINT_SECRET_ENV, AgentBreakerConfig, ConfigError, parse_config
 from ..escalations import EscalationStore
@@ -255,6 +256,8 @@ class Engine:
         if p.cfg.mode == "off":
             return ALLOW
         text = step.ev.text
+        if sent_back(text):
+            return ALLOW  # a refused stop's reason, sent back by the agent as a prompt: not the user's
         references = p.claims.references_in(text)
         said = p.user_turn(text)
         said_as = None if said is None else said_hash(self.fingerprints, said)
@@ -265,10 +268,12 @@ class Engine:
         """Check a final answer before it reaches the user: every reference it cites must come
         from a tool result of this session, every completed action it claims needs a receipt."""
         step = self._begin(event, Final)
-        if step.p.cfg.mode_of(H.UNVERIFIED_CLAIM) == "off":
+        cfg = step.p.cfg
+        if cfg.mode_of(H.UNVERIFIED_CLAIM) == "off" and cfg.mode_of(H.DONE_CLAIM) == "off":
             return ALLOW
         escalation_id = self.reads.escalation_id()
-        return self._commit(step, lambda s: decide_final(s, step.p, step.ev.text, escalation_id), None)
+        ev = step.ev
+        return self._commit(step, lambda s: decide_final(s, step.p, ev.text, escalation_id, ev.continued), None)
 
     def process(self, event: Mapping[str, Any] | AnyEvent) -> Verdict | ResultVerdict:
         """Dispatch one event (a trace line or a typed event) to its handler."""

@@ -111,6 +111,7 @@ class Reads:
             call_id=ev.call_id,
             result_promised=ev.result_promised,
             f=f,
+            did=p.commands.did(ev.tool, ev.args, p.named) if p.mode(H.DONE_CLAIM) != "off" else None,
             p=p,
             now=now,
             tenant=ev.tenant,

@@ -42,6 +42,7 @@ from ..heuristics import INVALID_EVENT
 from ..protocol import BY_NAME, TOOL_CALL_EVENT, TOOL_RESULT_EVENT
 
 USER_EVENT = BY_NAME["user"].colang
+FINAL_EVENT = BY_NAME["final"].colang
 
 # a hook event's name where it is a key of the input (inside a string its quotes are escaped)
 _EVENT_NAME = re.compile(rb'"hook_event_name"\s*:\s*"([A-Za-z]+)"')
@@ -51,6 +52,11 @@ _BEFORE = {"PreToolUse", "BeforeTool"}
 _AFTER = {"PostToolUse", "AfterTool"}
 _FAILED = {"PostToolUseFailure"}
 _USER = {"UserPromptSubmit", "BeforeAgent"}
+# the end of a turn: the agent's last message, checked against what its tools did (done_claim)
+_STOP = {"Stop", "SubagentStop", "AfterAgent"}
+# where each agent sends its last message: Claude Code and Codex `last_assistant_message`, Gemini
+# CLI `prompt_response` (all the model's text for the prompt)
+_LAST_MESSAGE = ("last_assistant_message", "prompt_response")
 #: result fields that carry an exit status
 _EXIT_KEYS = ("exit_code", "exitCode", "returncode", "return_code")
 # Codex and Gemini CLI print a shell command's status in its output text
@@ -121,8 +127,8 @@ def read_hook(agent: str, payload: Any) -> Hook:
         raise HookInputError("the hook input must be a JSON object")
     name = _text(payload, "hook_event_name")
     assert name is not None
-    if name not in _BEFORE | _AFTER | _FAILED | _USER:
-        return Hook(agent, name, None)  # Stop, SessionStart, Notification...: nothing to decide
+    if name not in _BEFORE | _AFTER | _FAILED | _USER | _STOP:
+        return Hook(agent, name, None)  # SessionStart, Notification...: nothing to decide
     session = _text(payload, "session_id")
     subagent = payload.get("agent_id")
     base: dict[str, Any] = {"session_id": session}
@@ -132,6 +138,13 @@ def read_hook(agent: str, payload: Any) -> Hook:
         base.update(session_id=f"{session}/{subagent}", parent_session_id=session)
     named = payload.get("transcript_path")
     transcript = named if isinstance(named, str) and named else None
+    if name in _STOP:
+        said = next((v for k in _LAST_MESSAGE if isinstance(v := payload.get(k), str) and v.strip()), None)
+        if said is None:
+            return Hook(agent, name, None)  # a turn that ends with no message claims nothing
+        # the agent's own flag that a stop hook already sent it back to work in this turn
+        continued = payload.get("stop_hook_active") is True
+        return Hook(agent, name, {**base, "type": FINAL_EVENT, "text": said, "continued": continued}, transcript)
     if name in _USER:
         prompt, turn = payload.get("prompt"), payload.get("turn_id")
         event = {**base, "type": USER_EVENT, "text": prompt if isinstance(prompt, str) else ""}
@@ -321,6 +334,8 @@ def answer(hook: Hook, verdict: Mapping[str, Any] | None) -> HookAnswer:
     tool = hook.event.get("tool_name")
     if hook.event["type"] == TOOL_RESULT_EVENT:
         return _after(hook, verdict, tool)
+    if hook.event["type"] == FINAL_EVENT:
+        return _stop(hook, verdict)
     if not verdict.get("heuristic"):
         return HookAnswer()
     text = message(verdict, tool)
@@ -359,15 +374,30 @@ def _after(hook: Hook, verdict: Mapping[str, Any], tool: str | None) -> HookAnsw
     return _context(hook, "\n".join(said)) if said else HookAnswer()
 
 
+def _stop(hook: Hook, verdict: Mapping[str, Any]) -> HookAnswer:
+    """The answer to the end of a turn: a refused stop sends the agent back to work with the
+    reason (Claude Code and Codex: exit 2, the reason on stderr, or a "block" decision in JSON;
+    Gemini CLI: a "deny" decision, which it sends back as the agent's next prompt). A claim let
+    through unsupported (the turn's refusals spent) stops, and the user is told."""
+    if not verdict.get("heuristic"):
+        return HookAnswer()
+    text = message(verdict)
+    if verdict.get("accepted") or verdict.get("allowed"):
+        return HookAnswer({"systemMessage": text})
+    if hook.agent == GEMINI_CLI:
+        return HookAnswer({"decision": "deny", "reason": text})
+    return refused(text)
+
+
 def _context(hook: Hook, text: str) -> HookAnswer:
     return HookAnswer({"hookSpecificOutput": {"hookEventName": hook.name, "additionalContext": text}})
 
 
 #: the hook events each agent sends the guard, and how its settings match every tool
 _SETTINGS = {
-    CLAUDE_CODE: (("PreToolUse", "PostToolUse", "PostToolUseFailure"), ("UserPromptSubmit",), "*"),
-    CODEX: (("PreToolUse", "PostToolUse"), ("UserPromptSubmit",), ".*"),
-    GEMINI_CLI: (("BeforeTool", "AfterTool"), ("BeforeAgent",), ".*"),
+    CLAUDE_CODE: (("PreToolUse", "PostToolUse", "PostToolUseFailure"), ("UserPromptSubmit", "Stop", "SubagentStop"), "*"),
+    CODEX: (("PreToolUse", "PostToolUse"), ("UserPromptSubmit", "Stop"), ".*"),
+    GEMINI_CLI: (("BeforeTool", "AfterTool"), ("BeforeAgent", "AfterAgent"), ".*"),
 }
 
 
@@ -429,7 +459,7 @@ def codex_trust(hooks: Mapping[str, Any], hooks_file: str) -> str:
                         }
                     ],
                 }
-                if "matcher" in group and event != "UserPromptSubmit":  # Codex ignores a prompt's matcher
+                if "matcher" in group and event not in ("UserPromptSubmit", "Stop"):  # Codex ignores their matcher
                     identity["matcher"] = group["matcher"]
                 digest = hashlib.sha256(json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
                 key = json.dumps(f"{hooks_file}:{label}:{g}:{h}")  # a TOML basic string

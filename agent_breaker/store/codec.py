@@ -1,6 +1,9 @@
 """A compact, versioned JSON encoding of session state for shared stores (Redis).
 
-Only plain numbers, hashes, names and ids go in (the engine keeps no payload text). The value
+Only plain numbers, hashes, names and ids go in (the engine keeps no payload text), but for
+done_claim's quotes: the last command of each kind a coding agent ran (a test run, a build, a
+commit...; up to 120 characters, environment assignments dropped), its output's summary line,
+and the path of its last edited file. The value
 is `[FORMAT, version, {slice: wire}]`: each slice of the state (spend, loops, turns, ledger,
 breakers, tool views) writes and reads its own part (`to_wire` / `from_wire`); this module only
 composes them. `FORMAT` changes whenever a layout does, and a stored session of another format
@@ -14,6 +17,7 @@ from typing import Any
 
 from .._ledger import Ledger
 from .._state import ChurnView, Effects, Failures, Loops, SessionState, Spend, turns_from_wire, turns_to_wire
+from .._work import Work
 from ..breaker import BreakerState
 
 FORMAT = 3  # 3: named slices, each with its own wire form
@@ -30,6 +34,7 @@ def encode(s: SessionState) -> bytes:
         "breakers": {name: b.to_wire() for name, b in s.breakers.items()},
         "churn": None if s.churn is None else s.churn.to_wire(),
         "effects": None if s.effects is None else s.effects.to_wire(),
+        "work": None if s.work is None else s.work.to_wire(),
     }
     # the standard library's JSON, not orjson: with orjson a Redis worker's memory per heavy
     # session was three times as large (RSS 56 -> 180 KiB, bench_attacks session_memory), past
@@ -61,5 +66,6 @@ def decode(raw: bytes | str) -> SessionState | None:
         ledger=Ledger.from_wire(slices["ledger"]),
         churn=None if churn is None else ChurnView.from_wire(churn),
         effects=None if slices.get("effects") is None else Effects.from_wire(slices["effects"]),
+        work=None if slices.get("work") is None else Work.from_wire(slices["work"]),
         version=version,
     )

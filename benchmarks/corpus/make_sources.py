@@ -25,6 +25,8 @@ LICENSE = {
     "503821c at both commits)",
     "ysymyth/ReAct": "MIT, Copyright (c) 2023 Shunyu Yao (`LICENSE`)",
     "noahshinn/reflexion": "MIT, Copyright (c) 2023 Noah Shinn (`LICENSE`)",
+    "All-Hands-AI/OpenHands": "MIT for everything outside enterprise/ (`LICENSE`; the files used are outside it)",
+    "OpenHands/benchmarks": "MIT, Copyright (c) 2025 All Hands AI (`LICENSE`)",
     "THUDM/AgentBench": "Apache-2.0 (`LICENSE`, the plain Apache License 2.0 text; no copyright line or NOTICE file in the "
     "repository)",
 }
@@ -68,6 +70,15 @@ over 5 trials and ReAct + Reflexion over 7 trials (reflections on earlier failur
 logs. An agent block whose text already appeared in an earlier trial of the same file is converted once.
 ok=false when the action could not be parsed or the docstore raised ("Could not find that page, please
 try again."). Outcome: success = listed under CORRECT (HALTED = step limit reached).""",
+    "openhands": """OpenHands coding sessions on repository issues, with shell commands and their exit codes, file
+edits (str_replace_editor) and the agent's closing message (`finish` -> `final`): CodeActAgent v0.15 +
+claude-3-5-sonnet on 50 SWE-bench Verified instances (All-Hands-AI/OpenHands 4ce8594, llm_completions; the
+same run as shared/traces/real-openhands-codeact.jsonl), CodeActAgent + llama-4-maverick on 3 Multi-SWE-bench
+ponyc instances (the example output.jsonl; also in shared/traces/real-openhands.jsonl), and 29
+software-agent-sdk conversations on SWE-bench instances (OpenHands/benchmarks, workspace/conversations,
+committed and removed again in September 2025). ok = exit code == 0 where recorded (`exit_code` in the
+result), else not an error. Outputs and finals cut head + tail (980 + marker + the end). Outcome: SWE-bench
+Verified resolved (output.swebench_eval.md) for the first 50; success null for the others.""",
     "medagentbench": """MedAgentBench inside AgentBench: gpt-4o, gpt-4o-mini, deepseek-v3, llama-3.3, gemini-2.0 on 100 FHIR
 tasks each (GET / POST against a FHIR server, then FINISH), from pull request 171. Short runs (0-3 tool
 calls): mostly a check that good runs are left alone. ok = the reply is "Here is the response ..." /

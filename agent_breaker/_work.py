@@ -1,0 +1,937 @@
+"""done_claim: what a coding agent's tools did, and whether its last message claims more.
+
+Three readings, all pure:
+- `Commands.did(tool, args)`: what one call does, from its tool's name and arguments: the
+  commands it runs (a test run, a build, a type check, a lint, a commit, a push, a program), the
+  files it edits, or a subagent it starts;
+- `reading(result)`: what a command's output says of its run (a test summary: "3 failed, 10
+  passed"; whether tests ran at all), whatever its exit status says (`pytest | tail` exits 0);
+- `claims(text)`: the claims of work done in an agent's last message ("all tests pass", "the
+  build succeeds", "I committed and pushed", "I updated src/app.ts", "I ran `make lint`").
+  A plan, a question, a hedge and a report of failure claim nothing.
+
+`check(claims, work, hashed)` holds the claims to the session's record (`_state.Work`) and gives
+the refusal's reason, quoting the evidence, or None. A claim is refused only on evidence against
+it or on none at all; where the record cannot tell (a subagent did part of the work, a program
+that may be a test ran after the last edit), it passes.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ._text import normalize_name
+
+TEST, BUILD, TYPECHECK, LINT, COMMIT, PUSH = "test", "build", "typecheck", "lint", "commit", "push"
+#: what a command may be, in the order a reason names them
+KINDS = (TEST, BUILD, TYPECHECK, LINT, COMMIT, PUSH)
+#: claims: each kind of command said to have passed, plus these
+CHANGED, RAN, TESTS_RAN = "changed", "ran", "tests_ran"
+
+MAX_SHOWN = 120  # characters of a command a reason quotes
+MAX_PATH = 160
+MAX_SUMMARY = 100
+MAX_READ = 8_000  # of a command's output: its head and its tail (summaries come last)
+MAX_MESSAGE = 100_000  # characters of a last message read for claims
+
+# tools, by their normalized names
+_SHELLS = frozenset(
+    {
+        "bash",
+        "shell",
+        "sh",
+        "zsh",
+        "execute_bash",
+        "run_shell_command",
+        "exec_command",
+        "local_shell",
+        "terminal",
+        "run_terminal_cmd",
+        "run_command",
+        "execute_command",
+        "container.exec",
+        "bash_tool",
+        "cmd",
+        "powershell",
+    }
+)
+_EDITORS = frozenset(
+    {
+        "edit",
+        "multiedit",
+        "write",
+        "notebookedit",
+        "write_file",
+        "replace",
+        "edit_file",
+        "create_file",
+        "str_replace_editor",
+        "str_replace_based_edit_tool",
+        "apply_patch",
+        "insert",
+        "append",
+    }
+)
+_DELEGATES = frozenset(
+    {"task", "agent", "spawn_agent", "delegate", "delegate_to_agent", "subagent", "dispatch_agent", "run_subagent"}
+)
+# str_replace_editor's commands that only read
+_VIEWS = frozenset({"view", "read"})
+_COMMAND_KEYS = ("command", "cmd", "script", "commands")
+_PATH_KEYS = ("file_path", "path", "notebook_path", "filename", "file", "target_file")
+_PATCH_PATH = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.+)$|^\*\*\* Move to: (.+)$|^\+\+\+ (?:b/)?(\S+)", re.MULTILINE)
+
+# what runs a command under another: skipped to find the program
+_WRAPPERS = frozenset({"sudo", "time", "env", "nohup", "nice", "exec", "command", "builtin", "xargs", "stdbuf", "unbuffer"})
+_RUNNERS = {
+    ("uv", "run"),
+    ("poetry", "run"),
+    ("pipenv", "run"),
+    ("bundle", "exec"),
+    ("pdm", "run"),
+    ("hatch", "run"),
+    ("rye", "run"),
+}
+_INTERPRETERS = frozenset(
+    {"python", "python3", "python2", "py", "node", "deno", "bun", "ruby", "perl", "php", "bash", "sh", "zsh", "java", "dotnet"}
+)
+_PACKAGE_MANAGERS = frozenset({"npm", "pnpm", "yarn", "bun"})
+_TEST_PROGRAMS = frozenset(
+    {
+        "pytest",
+        "py.test",
+        "tox",
+        "nox",
+        "jest",
+        "vitest",
+        "mocha",
+        "ava",
+        "karma",
+        "phpunit",
+        "rspec",
+        "ctest",
+        "unittest",
+        "nosetests",
+        "nose2",
+        "bats",
+        "behave",
+        "trial",
+        "playwright",
+        "cypress",
+        "runtests",
+    }
+)
+_TEST_SUBCOMMANDS = frozenset(
+    {
+        "cargo",
+        "go",
+        "deno",
+        "bun",
+        "dotnet",
+        "mix",
+        "swift",
+        "zig",
+        "flutter",
+        "dart",
+        "stack",
+        "cabal",
+        "lein",
+        "sbt",
+        "bazel",
+        "just",
+        "task",
+        "hatch",
+        "rake",
+        "nx",
+    }
+)
+_TEST_TARGET = re.compile(r"^(?:test|tests|check|spec|specs|unittest|unit|e2e|integration|test[:_-]\w+)$")
+_BUILD_TARGET = re.compile(r"^(?:build|all|compile|dist|package|install|assemble|release|build[:_-]\w+)$")
+_TYPE_TARGET = re.compile(r"^(?:typecheck|type-check|types|tsc|check-types|typecheck[:_-]\w+|mypy|pyright)$")
+_LINT_TARGET = re.compile(r"^(?:lint|linter|lint[:_-]\w+|fmt-check|format-check|style)$")
+_TYPE_PROGRAMS = frozenset({"tsc", "mypy", "pyright", "pytype", "flow", "vue-tsc", "basedpyright"})
+_LINT_PROGRAMS = frozenset(
+    {
+        "ruff",
+        "eslint",
+        "flake8",
+        "pylint",
+        "rubocop",
+        "shellcheck",
+        "golangci-lint",
+        "stylelint",
+        "biome",
+        "oxlint",
+        "pycodestyle",
+        "pyflakes",
+        "clippy",
+    }
+)
+_BUILD_PROGRAMS = frozenset({"ninja", "webpack", "rollup", "esbuild", "vite", "next", "tsup", "msbuild", "scons", "meson"})
+# a script whose name says it tests (`python test_parse.py`, `./run_tests.sh`, `node tests/all.js`)
+_TEST_FILE = re.compile(r"(?:^|[/_.-])(?:tests?|spec|specs|runtests)(?:[/_.-]|$)", re.IGNORECASE)
+# what only reads: a segment of these is no evidence of anything, and edits nothing
+_READERS = frozenset(
+    {
+        "ls", "cat", "head", "tail", "less", "more", "grep", "rg", "ag", "find", "fd", "pwd", "echo", "printf", "wc", "sort",
+        "uniq", "cut", "awk", "diff", "tree", "stat", "file", "which", "type", "cd", "true", "false", "sleep", "date", "whoami",
+        "env", "export", "set", "source", ".", "history", "clear", "jq", "nl", "od", "xxd", "basename", "dirname", "realpath",
+    }
+)  # fmt: skip
+# (a file deleted is no edit: tests that passed before a scratch file went pass after)
+_GIT_EDITS = frozenset(
+    {"apply", "checkout", "restore", "am", "cherry-pick", "merge", "rebase", "reset", "stash", "pull", "mv", "revert", "switch"}
+)
+_FILE_EDITS = frozenset({"patch", "mv", "cp", "touch", "truncate", "tee", "install", "ln", "unzip", "tar"})
+# files whose edit changes no code: docs, logs, scratch output
+_NOT_CODE = re.compile(r"(?:\.(?:md|markdown|rst|txt|log|out|adoc|org)$|^/tmp/|^/dev/|^/proc/)", re.IGNORECASE)
+# what ends a command in a shell line, and what redirects its input or output (with its target)
+_SEPARATORS = frozenset({";", "&&", "||", "|", "&", ";;", "(", ")", "|&", ";&"})
+_REDIRECTIONS = frozenset({">", ">>", ">|", "&>", "&>>", ">&", "<", "<<", "<<<", "<&", "<>", "<<-"})
+_WRITES = frozenset({">", ">>", ">|", "&>", "&>>"})
+_ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+# a here-document's body is data, not commands: dropped, its first line kept
+_HEREDOC = re.compile(r"(<<-?\s*(['\"]?)(\w+)\2[^\n]*)\n.*?\n\s*\3[ \t]*(?=\n|$)", re.DOTALL)
+# a refusal's reason names a file at most this long
+_EXIT_IN_ERROR = re.compile(r"exit (?:code|status)[: ]\s*(-?\d+)", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One command of a call: its kinds (of KINDS; none for a program run that may be a test),
+    how a reason quotes it, and whether it runs a program at all (a script, an interpreter)."""
+
+    kinds: tuple[str, ...]
+    shown: str
+    program: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Did:
+    """What one call does: the commands it runs, the files it edits ("" for one it cannot
+    name), the keyed hashes of the files and command heads it names, and whether it starts a
+    subagent (whose work the session's record cannot see)."""
+
+    runs: tuple[Run, ...] = ()
+    edits: tuple[str, ...] = ()
+    names: tuple[int, ...] = ()
+    heads: tuple[int, ...] = ()
+    delegates: bool = False
+
+    def to_wire(self) -> list[Any]:
+        return [
+            [[list(r.kinds), r.shown, r.program] for r in self.runs],
+            list(self.edits),
+            list(self.names),
+            list(self.heads),
+            self.delegates,
+        ]
+
+    @classmethod
+    def from_wire(cls, d: list[Any]) -> Did:
+        runs = tuple(Run(tuple(k), shown, program) for k, shown, program in d[0])
+        return cls(runs, tuple(d[1]), tuple(d[2]), tuple(d[3]), d[4])
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """What a command's output says of its run: failures counted or reported (whatever the exit
+    status), whether it ran no tests, and the summary line a reason quotes ("" for none)."""
+
+    failed: bool = False
+    no_tests: bool = False
+    summary: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """One claim of a last message: its kind (a command kind: passed; CHANGED: a file edited;
+    RAN: a command run; TESTS_RAN), what it names (a file, a command; "" for none), and its
+    words as written (quoted in the reason)."""
+
+    kind: str
+    subject: str
+    quote: str
+
+
+class Commands:
+    """Which commands are tests, builds, type checks, lints, commits and pushes: the common
+    tools', plus a config's own patterns (`done_claim.commands`: kind -> regular expressions,
+    matched against each command of a shell line, wrappers and environment assignments
+    dropped)."""
+
+    def __init__(self, extra: Mapping[str, Iterable[str]] | None = None) -> None:
+        self._extra = [(kind, re.compile(p)) for kind, patterns in (extra or {}).items() for p in patterns]
+
+    def did(self, tool: str, args: Mapping[str, Any], hashed: Callable[[str], int]) -> Did | None:
+        """What a call of `tool` with `args` does (None: it runs nothing and edits nothing);
+        `hashed` keys the names it keeps."""
+        name = normalize_name(tool)
+        if name in _DELEGATES:
+            return Did(delegates=True)
+        if name in _EDITORS:
+            return _edit(name, args, hashed)
+        if name in _SHELLS or name.endswith(("bash", "shell", "_command")):
+            line = _command_text(args)
+            return None if line is None else self._shell(line, hashed)
+        return None
+
+    def _shell(self, line: str, hashed: Callable[[str], int]) -> Did | None:
+        runs: list[Run] = []
+        edits: list[str] = []
+        names: set[int] = set()
+        heads: set[int] = set()
+        commands, targets = _commands(line)
+        edits += [t[:MAX_PATH] for t in targets if not t.startswith("/dev/")]
+        for words in commands:
+            segment = shlex.join(words)
+            program, rest = _program(words)
+            if program is None:
+                continue
+            for word in words:
+                base = _basename(word)
+                if base and "." in base.strip("."):
+                    names.add(hashed(base.lower()))
+            heads.add(hashed(_head(program, rest)))
+            edited = _shell_edit(program, rest)
+            edits += edited
+            if program in _READERS and not edited:
+                continue
+            kinds = self._kinds(program, rest, segment)
+            runs.append(Run(kinds, _shown(program, rest), program in _INTERPRETERS or program.startswith("./") or bool(kinds)))
+        if not runs and not edits:
+            return Did(names=tuple(sorted(names)), heads=tuple(sorted(heads))) if heads else None
+        return Did(tuple(runs), tuple(edits), tuple(sorted(names)), tuple(sorted(heads)))
+
+    def _kinds(self, program: str, rest: list[str], segment: str) -> tuple[str, ...]:
+        found = [kind for kind, pattern in self._extra if pattern.search(segment.strip())]
+        found += _known_kinds(program, rest)
+        return tuple(k for k in KINDS if k in found)
+
+
+def _known_kinds(program: str, rest: list[str]) -> list[str]:
+    sub = next((w for w in rest if not w.startswith("-")), "")
+    base = program.rsplit("/", 1)[-1]
+    if base == "git":
+        return _git_kind(rest)
+    if base in _TEST_PROGRAMS or base.startswith(("pytest", "runtests")):
+        return [TEST]
+    if base in _TYPE_PROGRAMS:
+        return [TYPECHECK, BUILD] if base in ("tsc", "vue-tsc") else [TYPECHECK]
+    if base in _LINT_PROGRAMS:
+        return [LINT]
+    if base in _BUILD_PROGRAMS:
+        return [BUILD] if base not in ("vite", "next") or sub == "build" else []
+    if base in _PACKAGE_MANAGERS:
+        script = rest[1] if sub == "run" and len(rest) > 1 else sub
+        return _target_kinds(script) or ([TEST] if sub in ("t", "tst") else [])
+    if base in ("make", "gmake", "just", "task", "invoke", "nx", "turbo"):
+        targets = [w for w in rest if not w.startswith("-") and "=" not in w]
+        if not targets and base in ("make", "gmake"):
+            return [BUILD]
+        return sorted({k for t in targets for k in _target_kinds(t)})
+    if base in ("mvn", "mvnw", "gradle", "gradlew"):
+        goals = {w.rsplit(":", 1)[-1] for w in rest if not w.startswith("-")}
+        kinds = [TEST] if goals & {"test", "verify", "check", "integrationtest"} else []
+        return kinds + ([BUILD] if goals & {"compile", "package", "install", "build", "assemble", "verify"} else [])
+    if base == "cargo":
+        return {"test": [TEST], "nextest": [TEST], "build": [BUILD], "check": [BUILD, TYPECHECK], "clippy": [LINT]}.get(sub, [])
+    if base == "go":
+        return {"test": [TEST], "build": [BUILD], "vet": [TYPECHECK]}.get(sub, [])
+    if base in _TEST_SUBCOMMANDS and _TEST_TARGET.match(sub):
+        return [TEST]
+    if base in _TEST_SUBCOMMANDS and sub == "build":
+        return [BUILD]
+    if base in ("cmake",) and "--build" in rest:
+        return [BUILD]
+    if base in ("black", "prettier", "isort") and {"--check", "-c"} & set(rest):
+        return [LINT]
+    if base in _INTERPRETERS or base.startswith("python"):
+        script = next((w for w in rest if not w.startswith("-")), "")
+        return [TEST] if script and _TEST_FILE.search(script) else []
+    if program.startswith(("./", "/")) or "/" in program:
+        return [TEST] if _TEST_FILE.search(base) else []
+    return []
+
+
+def _target_kinds(target: str) -> list[str]:
+    return [
+        kind
+        for kind, pattern in ((TEST, _TEST_TARGET), (BUILD, _BUILD_TARGET), (TYPECHECK, _TYPE_TARGET), (LINT, _LINT_TARGET))
+        if pattern.match(target)
+    ]
+
+
+def _git_kind(rest: list[str]) -> list[str]:
+    words = iter(rest)
+    for word in words:
+        if word in ("-C", "-c", "--git-dir", "--work-tree"):
+            next(words, None)  # its value
+            continue
+        if word.startswith("-"):
+            continue
+        return [COMMIT] if word == "commit" else [PUSH] if word == "push" else []
+    return []
+
+
+def _shell_edit(program: str, rest: list[str]) -> list[str]:
+    """The files a command edits ("" for one it cannot name), by its program: sed -i, a patch,
+    a git command that rewrites the tree, a file moved, copied or deleted."""
+    base = program.rsplit("/", 1)[-1]
+    files = [w for w in rest if not w.startswith("-")]
+    if base in ("sed", "perl") and any(w.startswith("-i") or w == "--in-place" for w in rest):
+        return [files[-1][:MAX_PATH] if files else ""]
+    if base == "git":
+        sub = next((w for w in rest if not w.startswith("-")), "")
+        return [""] if sub in _GIT_EDITS else []
+    if base in _FILE_EDITS:
+        return [f[:MAX_PATH] for f in files[-1:]] or [""]
+    return []
+
+
+def _edit(name: str, args: Mapping[str, Any], hashed: Callable[[str], int]) -> Did | None:
+    command = args.get("command")
+    if name in ("str_replace_editor", "str_replace_based_edit_tool") and isinstance(command, str) and command in _VIEWS:
+        return None
+    paths: list[str] = []
+    if name == "apply_patch":
+        patch = next((v for k in ("input", "patch", "command", "content") if isinstance(v := args.get(k), str)), "")
+        if isinstance(command, list):  # ["apply_patch", "<patch>"]
+            patch = next((w for w in command if isinstance(w, str) and "***" in w), patch)
+        paths = [next(p for p in m if p).strip() for m in _PATCH_PATH.findall(patch)]
+    else:
+        paths = [v for k in _PATH_KEYS if isinstance(v := args.get(k), str) and v]
+        edits = args.get("edits")
+        if not paths and isinstance(edits, list):
+            paths = [e[k] for e in edits if isinstance(e, Mapping) for k in _PATH_KEYS if isinstance(e.get(k), str)]
+    paths = [p[:MAX_PATH] for p in paths] or [""]
+    return Did(edits=tuple(paths), names=tuple(sorted({hashed(_basename(p).lower()) for p in paths if p})))
+
+
+def _command_text(args: Mapping[str, Any]) -> str | None:
+    for key in _COMMAND_KEYS:
+        value = args.get(key)
+        if isinstance(value, str) and value.strip():
+            return value
+        if isinstance(value, list) and value and all(isinstance(w, str) for w in value):
+            # ["bash", "-lc", "<line>"]: the line; else the words joined
+            if len(value) >= 3 and value[-2] in ("-c", "-lc", "-ic", "/c"):
+                return str(value[-1])
+            return shlex.join(value)
+    return None
+
+
+def _commands(line: str) -> tuple[list[list[str]], list[str]]:
+    """The commands of a shell line, each as its words (redirections dropped), and the files it
+    writes by redirection. Quoted text stays one word (`python -c "print(a > b)"` redirects
+    nothing); a here-document's body is dropped."""
+    text = _HEREDOC.sub(r"\1", line[:100_000])[:20_000].replace("\n", " ; ")
+    lexer = shlex.shlex(text, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    try:
+        tokens = list(lexer)
+    except ValueError:  # an unclosed quote: the words as typed
+        tokens = text.split()
+    commands: list[list[str]] = []
+    targets: list[str] = []
+    current: list[str] = []
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        if token in _SEPARATORS:
+            if current:
+                commands.append(current)
+            current = []
+        elif token in _REDIRECTIONS:
+            if current and current[-1].isdigit():
+                current.pop()  # the descriptor of `2>`
+            target = tokens[i + 1] if i + 1 < len(tokens) else ""
+            if token in _WRITES and target and not target.isdigit() and target not in _SEPARATORS:
+                targets.append(target)
+            i += 1  # the target is no word of the command
+        else:
+            current.append(token)
+        i += 1
+    if current:
+        commands.append(current)
+    return commands, targets
+
+
+def _program(words: list[str]) -> tuple[str | None, list[str]]:
+    """The program a command runs and its arguments: environment assignments, wrappers
+    (sudo, time, timeout N, npx, uv run...) and `python -m` dropped."""
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if _ENV_ASSIGNMENT.match(word) or word in _WRAPPERS:
+            i += 1
+        elif word == "timeout":
+            i += 2 if i + 1 < len(words) and words[i + 1][:1].isdigit() else 1
+        elif word in ("npx", "pnpx", "bunx") or (word == "pnpm" and i + 1 < len(words) and words[i + 1] == "exec"):
+            i += 2 if word == "pnpm" else 1
+        elif i + 1 < len(words) and (word, words[i + 1]) in _RUNNERS:
+            i += 2
+        else:
+            break
+    if i >= len(words):
+        return None, []
+    program, rest = words[i], words[i + 1 :]
+    if (program.rsplit("/", 1)[-1].startswith("python")) and len(rest) >= 2 and rest[0] == "-m":
+        return rest[1], rest[2:]
+    return program, rest
+
+
+def _head(program: str, rest: list[str]) -> str:
+    """A command's head, as a claim names it: its program and first word that is no option."""
+    words = [w for w in rest if not w.startswith("-")]
+    base = program.rsplit("/", 1)[-1]
+    if base in _PACKAGE_MANAGERS and words[:1] == ["run"]:
+        words = words[1:]  # `npm run test` is `npm test`
+    return f"{base} {words[0] if words else ''}".strip().lower()
+
+
+def _shown(program: str, rest: list[str]) -> str:
+    text = shlex.join([program, *rest])
+    return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 3] + "..."
+
+
+def _basename(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[-1].strip("`'\",:;()[]{}<>")
+
+
+def is_code(path: str) -> bool:
+    """Whether an edit of `path` changes code (a doc, a log, a scratch file changes none; an
+    edit whose file is unknown may)."""
+    return not _NOT_CODE.search(path)
+
+
+def exit_status(error: str | None) -> int | None:
+    """The exit status an error text reports ("exit code 1"), or None."""
+    found = _EXIT_IN_ERROR.search(error or "")
+    return int(found.group(1)) if found else None
+
+
+# ----------------------------------------------------------------------------- outputs
+_PYTEST_COUNTS = re.compile(
+    r"(?m)^[=\s]*((?:\d+ (?:failed|passed|errors?|skipped|xfailed|xpassed|deselected|warnings?|rerun)(?:, )?)+) in [\d.]+\s?s"
+)
+_COUNT = re.compile(r"(\d+) (failed|passed|errors?|failures?|failing|passing|pending|skipped)")
+_SUMMARIES = (
+    # unittest, Django: "Ran 12 tests in 0.3s" .. "FAILED (failures=1)" / "OK"
+    re.compile(r"(?m)^Ran (\d+) tests? in [\d.]+s\s*\n+\s*(OK|FAILED[^\n]*)"),
+    # jest / vitest
+    re.compile(r"(?m)^\s*Tests?:?\s+((?:\d+ (?:failed|passed|skipped|todo|total)(?:, | \| )?)+[^\n]*)"),
+    # cargo
+    re.compile(r"(?m)^test result: (ok|FAILED)\. (\d+ passed; \d+ failed[^\n]*)"),
+    # mocha
+    re.compile(r"(?m)^\s*(\d+ passing[^\n]*)(?:\n\s*\d+ pending[^\n]*)?(?:\n\s*(\d+ failing))?"),
+    # rspec
+    re.compile(r"(?m)^(\d+ examples?, \d+ failures?[^\n]*)"),
+    # maven / gradle
+    re.compile(r"(?m)(Tests run: \d+, Failures: \d+, Errors: \d+[^\n]*)"),
+)
+_FAILURE_MARKS = re.compile(
+    r"(?m)^(?:FAIL\b|FAILED\b|--- FAIL:|BUILD FAILURE|BUILD FAILED|make(?:\[\d+\])?: \*\*\* |npm ERR!|"
+    r"error(?:\[E\d+\])?: (?:could not compile|aborting)|"
+    r"Found [1-9]\d* errors?|error TS\d+|\S+\.\w+:\d+:\d+: error)|\b\d+ failing\b|✖ \d+ problems?"
+)
+_NO_TESTS = re.compile(
+    r"no tests ran|collected 0 items|No tests found|running 0 tests|\[no test files\]|Ran 0 tests|0 passing|no test specified|"
+    r"No test files found|0 examples, 0 failures|Tests run: 0,",
+    re.IGNORECASE,
+)
+_CLEAN = re.compile(r"(?m)^(?:Success: no issues found[^\n]*|All checks passed!|BUILD SUCCESS(?:FUL)?[^\n]*|ok\s+\S+[^\n]*)$")
+
+
+def output_text(result: Any) -> str:
+    """A shell result's text (its output fields, or the result itself), head and tail."""
+    if isinstance(result, Mapping):
+        parts = [
+            result[k]
+            for k in ("stdout", "stderr", "output", "llmContent", "content", "aggregated_output")
+            if isinstance(result.get(k), str)
+        ]
+        text = "\n".join(parts)
+    elif isinstance(result, str):
+        text = result
+    else:
+        return ""
+    return text if len(text) <= MAX_READ else text[: MAX_READ // 4] + "\n" + text[-(MAX_READ * 3 // 4) :]
+
+
+def reading(result: Any) -> Reading:
+    """What a command's output says of its run (see Reading)."""
+    text = output_text(result)
+    if not text:
+        return Reading()
+    summary, failed = "", False
+    counts = _PYTEST_COUNTS.findall(text)
+    if counts:
+        summary = counts[-1].strip().rstrip(",")
+        failed = any(int(n) > 0 and word.startswith(("failed", "error")) for n, word in _COUNT.findall(summary))
+    else:
+        for pattern in _SUMMARIES:
+            found = list(pattern.finditer(text))
+            if found:
+                summary = " ".join(found[-1].group(0).split())
+                failed = _says_failed(summary)
+                break
+    failed = failed or bool(_FAILURE_MARKS.search(text))
+    if not summary:
+        marks = _FAILURE_MARKS.findall(text) or _CLEAN.findall(text)
+        summary = marks[-1].strip() if marks else ""
+    no_tests = bool(_NO_TESTS.search(text)) and not any(
+        int(n) > 0 for n, word in _COUNT.findall(summary) if word.startswith(("pass", "fail"))
+    )
+    return Reading(failed, no_tests, summary[:MAX_SUMMARY])
+
+
+def _says_failed(summary: str) -> bool:
+    if "FAILED" in summary or re.search(r"Failures: [1-9]|Errors: [1-9]", summary):
+        return True
+    return any(int(n) > 0 and word.startswith(("fail", "error")) for n, word in _COUNT.findall(summary))
+
+
+# ----------------------------------------------------------------------------- claims
+_FENCE = re.compile(r"```.*?(?:```|$)", re.DOTALL)
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z`*\-(\[])|\n+|;\s+")
+# a plan, a condition, a hope: what follows claims nothing
+_HEDGES = re.compile(
+    r"\b(?:should|shall|will|would|could|might|may|once|if|unless|until|when|whenever|need|needs|needed|ensure|expect|expected|"
+    r"hopefully|let me|let's|i'll|we'll|i'd|next|try|trying|to make|to verify|to confirm|to check|to see|whether|in order|"
+    r"intend|plan|planned|going to|want|wants|can you|please|must|suppose|assum\w*|ideally|probably|likely|seems?|appears?)\b"
+)
+# a negation or a failure: a report of what failed, or did not happen
+_NEGATIONS = re.compile(
+    r"\b(?:not|no|never|nothing|none|nor|cannot|can't|couldn't|didn't|don't|doesn't|wasn't|weren't|isn't|aren't|haven't|"
+    r"hasn't|hadn't|won't|unable|fail\w*|error\w*|broken|break\w*|except|excluding|but|however|although|though|still|"
+    r"remain\w*|yet|blocked|skip\w*|flaky|partial\w*|some|most|mostly|almost|unrelated|pre-existing|preexisting|already)\b"
+)
+# ... and what says the opposite: no failures, zero errors
+_ALL_CLEAR = re.compile(
+    r"\b(?:no|zero|0|without(?: any)?) (?:new )?"
+    r"(?:failures?|failed|errors?|regressions?|issues?|problems?|warnings?|type errors?|lint errors?)\b"
+    r"|\bwith no (?:failures?|errors?)\b|\bnothing (?:failed|broke)\b|\bno longer\b(?=[^.]*\b(?:fail|error|crash|raise)\w*)"
+)
+_TESTS_PASS = re.compile(
+    r"\b(?:tests?|test suites?|suites?|test cases?|specs?|unit tests?|testcases?)\b(?:[\s,:*-]+[\w'()]+){0,5}?[\s,:*-]+"
+    r"(?:pass(?:es|ed|ing)?|succeed(?:s|ed)?|successful(?:ly)?|green|ok)\b"
+    r"|\bpass(?:es|ed|ing)? (?:all|every|each|the)(?: \w+){0,3} (?:tests?|test suites?|test cases?|specs?)\b"
+    r"|(?:✅|✓|✔)\s*(?:all )?(?:\w+ )?tests?\b"
+)
+_TESTS_RAN = re.compile(
+    r"\b(?:i|we)(?: \w+){0,2}? (?:ran|executed|re-ran|reran) (?:the |all )?(?:\w+ )?(?:tests?|test suite|specs?)\b"
+)
+_CHECKER = (
+    r"(build|builds|compil\w*|type ?checks?|type-check\w*|typecheck\w*|types|lint\w*|"
+    r"tsc|mypy|pyright|ruff|eslint|flake8|clippy|pylint)"
+)
+# "the build passes", "no type errors", "it compiles cleanly", "mypy reports no errors": group 1
+# names the check
+_CHECK_PASSES = (
+    re.compile(
+        rf"\b{_CHECKER}\b(?:[\s,:*-]+[\w'()]+){{0,4}}?[\s,:*-]+"
+        r"(?:pass(?:es|ed|ing)?|succeed(?:s|ed)?|successful(?:ly)?|clean(?:ly)?|green|works?|ok)\b"
+    ),
+    re.compile(r"\b(?:no|zero|0) (type|lint|compil\w*|build|tsc|mypy|ruff|eslint) (?:errors?|issues?|warnings?|problems?)\b"),
+    re.compile(r"\b(?:it|code|project|everything|crate|package|app) (builds|compiles) (?:cleanly|successfully|fine|without)\b"),
+    re.compile(
+        rf"\b{_CHECKER}\b(?:[\s,:*-]+[\w'()]+){{0,2}}?[\s,:*-]+(?:reports?|shows?|finds?|found|gives?|returns?) "
+        r"(?:no|zero|0) (?:errors?|issues?|problems?)\b"
+    ),
+)
+_COMMITTED = re.compile(
+    r"\b(?:committed|commited)\b|\b(?:created|made|added) (?:a |the |one |two |\d+ )?(?:new )?commits?\b"
+    r"|\bcommit [0-9a-f]{7,40}\b"
+)
+_PUSHED = re.compile(
+    r"\bpushed\b(?:[^.\n]{0,60})\b(?:origin|remote|upstream|branch|main|master|github|gitlab|repo(?:sitory)?|pr|pull request)\b"
+    r"|\b(?:changes|commits?|branch|it|them|everything|work) (?:ha(?:s|ve) been |was |were |are |is )?pushed\b"
+)
+_CHANGE_VERBS = re.compile(
+    r"\b(?:updated|modified|changed|edited|created|added|wrote|written|rewrote|rewritten|fixed|patched|refactored|"
+    r"implemented|deleted|removed|renamed|moved|adjusted|amended|extended|introduced|replaced|adapted)\b"
+)
+_PATH = re.compile(
+    r"(?<![\w@/.-])((?:[\w.-]+/)*[\w-]+(?:\.[\w-]+)*\.(?:py|pyi|js|jsx|ts|tsx|mjs|cjs|go|rs|java|kt|kts|c|h|cc|cpp|hpp|cs|rb|php|"
+    r"swift|scala|sh|bash|json|ya?ml|toml|cfg|ini|md|rst|html|css|scss|sql|vue|svelte|lock|xml|gradle|proto|ex|exs|erl|hs|ml|"
+    r"lua|pl|r|jl|dart|tf|ipynb|txt|mk|cmake|dockerfile))(?![\w/-])"
+)
+_RAN_COMMAND = re.compile(r"\b(?:ran|executed|re-ran|reran|run)\b(?: the)?(?: command)?:? `([^`\n]{2,200})`")
+_FIRST_PERSON_OR_PASSIVE = re.compile(r"\b(?:i|we|i've|we've|i have|we have|has been|have been|was|were|is now|are now)\b")
+
+
+def claims(text: str) -> list[Claim]:
+    """The claims of work done in a last message (see the module's docstring)."""
+    found: list[Claim] = []
+    seen: set[tuple[str, str]] = set()
+    for raw in _SENTENCE.split(_FENCE.sub("\n", text[:MAX_MESSAGE])):
+        sentence = raw.strip(" \t*-#>•").replace("’", "'")
+        if not sentence or sentence.endswith("?"):
+            continue
+        lowered = sentence.lower()
+        if _HEDGES.search(lowered):
+            continue
+        bare = _ALL_CLEAR.sub(" ", lowered)
+        negated = bool(_NEGATIONS.search(bare))
+        for claim in _sentence_claims(sentence, lowered, negated):
+            if (claim.kind, claim.subject) not in seen:
+                seen.add((claim.kind, claim.subject))
+                found.append(claim)
+    return found
+
+
+def _sentence_claims(sentence: str, lowered: str, negated: bool) -> Iterable[Claim]:
+    quote = sentence if len(sentence) <= 160 else sentence[:157] + "..."
+    if not negated:
+        if _TESTS_PASS.search(lowered):
+            yield Claim(TEST, "", quote)
+        for pattern in _CHECK_PASSES:
+            for m in pattern.finditer(lowered):
+                yield Claim(_check_kind(m.group(1)), "", quote)
+        if _COMMITTED.search(lowered) and _FIRST_PERSON_OR_PASSIVE.search(lowered):
+            yield Claim(COMMIT, "", quote)
+        if _PUSHED.search(lowered):
+            yield Claim(PUSH, "", quote)
+        if _TESTS_RAN.search(lowered):
+            yield Claim(TESTS_RAN, "", quote)
+        if _CHANGE_VERBS.search(lowered):
+            for path in _PATH.findall(sentence):
+                if not _product_name(path):
+                    yield Claim(CHANGED, path, quote)
+    for m in _RAN_COMMAND.finditer(sentence):
+        if not negated:
+            yield Claim(RAN, m.group(1), quote)
+
+
+def _check_kind(word: str) -> str:
+    if word.startswith(("type", "tsc", "mypy", "pyright")):
+        return TYPECHECK
+    if word.startswith(("lint", "ruff", "eslint", "flake8", "clippy", "pylint")):
+        return LINT
+    return BUILD
+
+
+def _product_name(path: str) -> bool:
+    """Node.js, Vue.js, Chart.js: a product's name, not a file."""
+    return path[:1].isupper() and "/" not in path and path.lower().endswith(".js")
+
+
+#: how a done_claim refusal begins, as the agent reads it (hooks.message)
+_SENT_BACK = re.compile(r"^\W{0,8}agent-breaker \(done_claim\):")
+
+
+def sent_back(prompt: str) -> bool:
+    """Whether a prompt is a done_claim refusal the agent sent back as its own next prompt
+    (Gemini CLI continues a refused stop so): the agent's turn, not its user's."""
+    return _SENT_BACK.match(prompt[:64]) is not None
+
+
+def claim_head(command: str, hashed: Callable[[str], int]) -> int | None:
+    """The keyed head of a command a claim names (as `Did.heads` keeps them)."""
+    for words in _commands(command)[0]:
+        program, rest = _program(words)
+        if program is not None and program not in _READERS:
+            return hashed(_head(program, rest))
+    return None
+
+
+def claim_name(path: str, hashed: Callable[[str], int]) -> int:
+    return hashed(_basename(path).lower())
+
+
+# ----------------------------------------------------------------------------- the record
+#: files and command heads a session's record keeps (keyed hashes), and calls awaiting a result
+MAX_NAMES = 512
+MAX_AWAITED = 64
+
+
+@dataclass(slots=True)
+class Last:
+    """The last run of a kind of command: how a reason quotes it, when (the record's step),
+    whether it failed (its exit status, or failures its output counts), its exit status when
+    told, the summary its output ends with, and whether it ran no tests."""
+
+    shown: str
+    step: int
+    failed: bool
+    status: int | None
+    summary: str
+    no_tests: bool
+
+    def outcome(self) -> str:
+        said = "failed" if self.status is None else f"exited {self.status}"
+        if not self.failed:
+            said = "ran no tests" if self.no_tests else "passed" if self.status is None else "exited 0"
+        return f"{said}: {self.summary}" if self.summary else said
+
+
+@dataclass(slots=True)
+class Work:
+    """done_claim's slice of a session: what its tools did, as `check` reads it. `step` counts
+    the results recorded; `edit` is the last edit of code (its step and file, "" when the
+    command that made it named none); `program_ok` / `program_run` the steps of the last
+    program run that passed / of any (a program may be a test); `delegated` the step of the
+    last subagent started; `names` / `heads` the files and command heads named (keyed hashes);
+    `awaited` the calls let through whose result is due; `refused` the stops refused this turn."""
+
+    step: int = 0
+    runs: dict[str, Last] | None = None
+    edit: tuple[int, str] | None = None
+    program_ok: int = -1
+    program_run: int = -1
+    delegated: int = -1
+    names: list[int] | None = None
+    heads: list[int] | None = None
+    awaited: dict[str, Did] | None = None
+    refused: int = 0
+
+    def await_call(self, key: str, did: Did) -> None:
+        awaited = self.awaited = self.awaited or {}
+        while len(awaited) >= MAX_AWAITED:
+            del awaited[next(iter(awaited))]
+        awaited[key] = did
+
+    def record(self, key: str, failed: bool, error: str | None, result: Any) -> bool:
+        """Record the result of the call awaited under `key` (False: none was)."""
+        did = (self.awaited or {}).pop(key, None)
+        if did is None:
+            return False
+        self.step += 1
+        step = self.step
+        self.names = _kept(self.names, did.names)
+        self.heads = _kept(self.heads, did.heads)
+        if did.delegates:
+            self.delegated = step
+        read = reading(result) if did.runs else Reading()
+        broke = failed or read.failed
+        status = exit_status(error) if failed else 0
+        for run in did.runs:
+            for kind in run.kinds:
+                self.runs = self.runs or {}
+                self.runs[kind] = Last(run.shown, step, broke, status, read.summary, read.no_tests)
+            if run.program:
+                self.program_run = step
+                if not broke:
+                    self.program_ok = step
+        if not failed:
+            code = [p for p in did.edits if is_code(p)]
+            if code:
+                self.edit = (step, code[-1])
+        return True
+
+    def to_wire(self) -> list[Any]:
+        runs = {k: [r.shown, r.step, r.failed, r.status, r.summary, r.no_tests] for k, r in (self.runs or {}).items()}
+        awaited = {k: d.to_wire() for k, d in (self.awaited or {}).items()}
+        edit = None if self.edit is None else list(self.edit)
+        return [
+            self.step,
+            runs,
+            edit,
+            self.program_ok,
+            self.program_run,
+            self.delegated,
+            self.names or [],
+            self.heads or [],
+            awaited,
+            self.refused,
+        ]
+
+    @classmethod
+    def from_wire(cls, d: list[Any]) -> Work:
+        runs = {k: Last(*r) for k, r in d[1].items()} or None
+        awaited = {k: Did.from_wire(w) for k, w in d[8].items()} or None
+        edit = None if d[2] is None else (d[2][0], d[2][1])
+        return cls(d[0], runs, edit, d[3], d[4], d[5], d[6] or None, d[7] or None, awaited, d[9])
+
+    def weight(self) -> int:
+        """Roughly its bytes in memory (see SessionState.weight)."""
+        texts = sum(len(r.shown) + len(r.summary) + 120 for r in (self.runs or {}).values())
+        return 200 + texts + 36 * (len(self.names or ()) + len(self.heads or ())) + 400 * len(self.awaited or ())
+
+
+def _kept(pool: list[int] | None, new: Iterable[int]) -> list[int] | None:
+    """A pool of at most MAX_NAMES hashes, the newest kept."""
+    fresh = [h for h in new if not pool or h not in pool]
+    if not fresh:
+        return pool
+    kept = (pool or []) + fresh
+    return kept[-MAX_NAMES:]
+
+
+#: what the agent is told to do instead, by the claim refused
+_INSTEAD = {
+    TEST: "Run the tests after your last change and report what they say; do not say they pass unless they do.",
+    BUILD: "Run the build after your last change and report what it says.",
+    TYPECHECK: "Run the type check after your last change and report what it says.",
+    LINT: "Run the linter after your last change and report what it says.",
+    COMMIT: "Commit the changes, or tell the user they are not committed.",
+    PUSH: "Push the commits, or tell the user they are not pushed.",
+    CHANGED: "Say only what your tools changed.",
+    RAN: "Say only what your tools ran.",
+    TESTS_RAN: "Run the tests, or tell the user they were not run.",
+}
+_NAMED = {TEST: "test", BUILD: "build", TYPECHECK: "type check", LINT: "lint", COMMIT: "`git commit`", PUSH: "`git push`"}
+
+
+def check(found: Iterable[Claim], work: Work, hashed: Callable[[str], int]) -> tuple[str, str] | None:
+    """The reason a last message's claims are refused, and what to do instead (None: every
+    claim is backed, or the record cannot tell)."""
+    problems: list[tuple[Claim, str]] = []
+    for claim in found:
+        why = _unbacked(claim, work, hashed)
+        if why is not None:
+            problems.append((claim, why))
+    if not problems:
+        return None
+    said = "; ".join(f'"{c.quote}", but {why}' for c, why in problems[:3])
+    return f"your last message says {said}", _INSTEAD[problems[0][0].kind]
+
+
+def _unbacked(claim: Claim, work: Work, hashed: Callable[[str], int]) -> str | None:
+    runs = work.runs or {}
+    edit_step, edit_path = work.edit if work.edit is not None else (-1, "")
+    after = f", after your last edit of {edit_path}," if edit_path else ","
+    if claim.kind in (TEST, BUILD, TYPECHECK, LINT):
+        last = runs.get(claim.kind)
+        if claim.kind == BUILD and (last is None or last.step < edit_step):
+            # a test run compiles what it tests: one that passed after the last edit backs a build
+            tested = runs.get(TEST)
+            last = tested if tested is not None and tested.step > edit_step and not tested.failed else last
+        if work.delegated > max(edit_step, last.step if last is not None else -1):
+            return None  # a subagent worked after: the record cannot tell
+        if last is not None and last.step > edit_step:
+            if last.failed or (last.no_tests and claim.kind == TEST):
+                return f"the last `{last.shown}`{after} {last.outcome()}"
+            return None
+        if claim.kind == TEST and work.program_ok > edit_step:
+            return None  # a program ran after the last edit and passed: it may be the test
+        if last is not None:
+            edited, named = edit_path or "the code", _NAMED[claim.kind]
+            return f"your last edit of {edited} came after the last {named} run (`{last.shown}`, which {last.outcome()})"
+        return f"no {_NAMED[claim.kind]} command ran in this session" + (
+            f" after your last edit of {edit_path}" if edit_path else ""
+        )
+    if claim.kind in (COMMIT, PUSH):
+        last = runs.get(claim.kind)
+        if work.delegated > (last.step if last is not None else -1):
+            return None
+        if last is None:
+            return f"no {_NAMED[claim.kind]} ran in this session"
+        return f"the last `{last.shown}` {last.outcome()}" if last.failed else None
+    if claim.kind == TESTS_RAN:
+        if TEST in runs or work.program_run >= 0 or work.delegated >= 0:
+            return None
+        return "no test command ran in this session"
+    if claim.kind == CHANGED:
+        if work.delegated >= 0 or claim_name(claim.subject, hashed) in (work.names or ()):
+            return None
+        return f"no tool of this session edited or named {_basename(claim.subject)}"
+    head = claim_head(claim.subject, hashed)
+    if head is None or work.delegated >= 0 or head in (work.heads or ()):
+        return None
+    return f"no command of this session ran `{claim.subject}`"

@@ -33,6 +33,8 @@ KINDS = (TEST, BUILD, TYPECHECK, LINT, COMMIT, PUSH)
 CHANGED, RAN, TESTS_RAN = "changed", "ran", "tests_ran"
 
 MAX_SHOWN = 120  # characters of a command a reason quotes
+MAX_CALL_RUNS = 8  # commands of one shell line followed (and their heads)
+MAX_CALL_NAMES = 64  # files one call names, kept as keyed hashes
 MAX_PATH = 160
 MAX_SUMMARY = 100
 MAX_READ = 8_000  # of a command's output: its head and its tail (summaries come last)
@@ -188,7 +190,14 @@ _GIT_EDITS = frozenset(
 )
 _FILE_EDITS = frozenset({"patch", "mv", "cp", "touch", "truncate", "tee", "install", "ln", "unzip", "tar"})
 # files whose edit changes no code: docs, logs, scratch output
-_NOT_CODE = re.compile(r"(?:\.(?:md|markdown|rst|txt|log|out|adoc|org)$|^/tmp/|^/dev/|^/proc/)", re.IGNORECASE)
+# what a redirect writes that is code (`cat > fix.py`); `> $LOG`, `> report.json` are output
+_SOURCE = re.compile(
+    r"\.(?:py|pyi|js|jsx|ts|tsx|mjs|cjs|go|rs|java|kt|kts|c|h|cc|cpp|hpp|cs|rb|php|swift|scala|sh|bash|toml|ya?ml|cfg|ini|"
+    r"sql|vue|svelte|ex|exs|erl|hs|ml|lua|pl|r|jl|dart|tf|gradle|proto|mk)$",
+    re.IGNORECASE,
+)
+_HIDDEN_FOLDER = re.compile(r"(?:^|/)\.(?!\.?/)[^/]+/")
+_NOT_CODE = re.compile(r"(?:\.(?:md|markdown|rst|txt|log|out|adoc|org)$|(?:^|/)(?:tmp|temp)/|^/dev/|^/proc/)", re.IGNORECASE)
 # what ends a command in a shell line, and what redirects its input or output (with its target)
 _SEPARATORS = frozenset({";", "&&", "||", "|", "&", ";;", "(", ")", "|&", ";&"})
 _REDIRECTIONS = frozenset({">", ">>", ">|", "&>", "&>>", ">&", "<", "<<", "<<<", "<&", "<>", "<<-"})
@@ -212,9 +221,10 @@ class Run:
 
 @dataclass(frozen=True, slots=True)
 class Did:
-    """What one call does: the commands it runs, the files it edits ("" for one it cannot
-    name), the keyed hashes of the files and command heads it names, and whether it starts a
-    subagent (whose work the session's record cannot see)."""
+    """What one call does: the commands it runs, the last file of code it edits ("" for one it
+    cannot name; none when it edits no code), the keyed hashes of the files and command heads it
+    names, and whether it starts a subagent (whose work the session's record cannot see). Made by
+    `_did`, which bounds each part."""
 
     runs: tuple[Run, ...] = ()
     edits: tuple[str, ...] = ()
@@ -286,7 +296,7 @@ class Commands:
         names: set[int] = set()
         heads: set[int] = set()
         commands, targets = _commands(line)
-        edits += [t[:MAX_PATH] for t in targets if not t.startswith("/dev/")]
+        edits += [t for t in targets if _SOURCE.search(t) and "$" not in t]
         for words in commands:
             segment = shlex.join(words)
             program, rest = _program(words)
@@ -303,9 +313,7 @@ class Commands:
                 continue
             kinds = self._kinds(program, rest, segment)
             runs.append(Run(kinds, _shown(program, rest), program in _INTERPRETERS or program.startswith("./") or bool(kinds)))
-        if not runs and not edits:
-            return Did(names=tuple(sorted(names)), heads=tuple(sorted(heads))) if heads else None
-        return Did(tuple(runs), tuple(edits), tuple(sorted(names)), tuple(sorted(heads)))
+        return _did(runs, edits, names, heads) if runs or edits or heads else None
 
     def _kinds(self, program: str, rest: list[str], segment: str) -> tuple[str, ...]:
         found = [kind for kind, pattern in self._extra if pattern.search(segment.strip())]
@@ -408,8 +416,18 @@ def _edit(name: str, args: Mapping[str, Any], hashed: Callable[[str], int]) -> D
         edits = args.get("edits")
         if not paths and isinstance(edits, list):
             paths = [e[k] for e in edits if isinstance(e, Mapping) for k in _PATH_KEYS if isinstance(e.get(k), str)]
-    paths = [p[:MAX_PATH] for p in paths] or [""]
-    return Did(edits=tuple(paths), names=tuple(sorted({hashed(_basename(p).lower()) for p in paths if p})))
+    return _did([], paths or [""], {hashed(_basename(p).lower()) for p in paths if p}, set())
+
+
+def _did(runs: list[Run], edits: list[str], names: set[int], heads: set[int]) -> Did:
+    """A call's Did, bounded: a call in flight is kept in its session until its result."""
+    code = [p for p in edits if is_code(p)]
+    return Did(
+        tuple(runs[:MAX_CALL_RUNS]),
+        tuple(p[:MAX_PATH] for p in code[-1:]),
+        tuple(sorted(names)[:MAX_CALL_NAMES]),
+        tuple(sorted(heads)[:MAX_CALL_RUNS]),
+    )
 
 
 def _command_text(args: Mapping[str, Any]) -> str | None:
@@ -504,9 +522,10 @@ def _basename(path: str) -> str:
 
 
 def is_code(path: str) -> bool:
-    """Whether an edit of `path` changes code (a doc, a log, a scratch file changes none; an
-    edit whose file is unknown may)."""
-    return not _NOT_CODE.search(path)
+    """Whether an edit of `path` changes code (a doc, a log, a scratch file, a file under a
+    hidden folder, such as a tool's own settings or CI's, changes none; an edit whose file is
+    unknown may)."""
+    return not _NOT_CODE.search(path) and not _HIDDEN_FOLDER.search(path)
 
 
 def exit_status(error: str | None) -> int | None:
@@ -617,11 +636,19 @@ _ALL_CLEAR = re.compile(
     r"(?:failures?|failed|errors?|regressions?|issues?|problems?|warnings?|type errors?|lint errors?)\b"
     r"|\bwith no (?:failures?|errors?)\b|\bnothing (?:failed|broke)\b|\bno longer\b(?=[^.]*\b(?:fail|error|crash|raise)\w*)"
 )
+# what may stand between a subject and its verb in a claim: auxiliaries, adverbs, a count
+_BETWEEN = (
+    r"(?:[\s,:*-]+(?:are|is|were|was|have|has|had|been|now|all|still|also|both|again|successfully|locally|fully|"
+    r"consistently|indeed|\d+(?:/\d+)?|\(\d+[^)]{0,20}\)))*"
+)
+_TEST_SUBJECT = r"\b(?:tests?|test suites?|suites?|test cases?|specs?|testcases?)\b"
+# "all 42 tests now pass", "the suite is green", "passes all the tests": a verb, or an adjective
+# after a copula ("keeping tests green" claims nothing)
 _TESTS_PASS = re.compile(
-    r"\b(?:tests?|test suites?|suites?|test cases?|specs?|unit tests?|testcases?)\b(?:[\s,:*-]+[\w'()]+){0,5}?[\s,:*-]+"
-    r"(?:pass(?:es|ed|ing)?|succeed(?:s|ed)?|successful(?:ly)?|green|ok)\b"
+    rf"{_TEST_SUBJECT}{_BETWEEN}[\s,:*-]+(?:pass(?:es|ed)?|succeed(?:s|ed)?)\b"
+    rf"|{_TEST_SUBJECT}{_BETWEEN}[\s,:*-]+(?:are|is|were|was|been|remain|stay)(?: all| still| now)? "
+    r"(?:passing|green|ok|successful|clean)\b"
     r"|\bpass(?:es|ed|ing)? (?:all|every|each|the)(?: \w+){0,3} (?:tests?|test suites?|test cases?|specs?)\b"
-    r"|(?:✅|✓|✔)\s*(?:all )?(?:\w+ )?tests?\b"
 )
 _TESTS_RAN = re.compile(
     r"\b(?:i|we)(?: \w+){0,2}? (?:ran|executed|re-ran|reran) (?:the |all )?(?:\w+ )?(?:tests?|test suite|specs?)\b"
@@ -644,13 +671,17 @@ _CHECK_PASSES = (
         r"(?:no|zero|0) (?:errors?|issues?|problems?)\b"
     ),
 )
+# a verb said of the agent's work, not an adjective ("a pushed PR", "the committed file"): after a
+# subject or an auxiliary, opening the sentence, or joined to another such verb
+_DONE_BY = r"(?:^|\b(?:i|we|i've|we've|and|then|also|has|have|had|was|were|is|are|been|now|already|successfully)\s+)"
 _COMMITTED = re.compile(
-    r"\b(?:committed|commited)\b|\b(?:created|made|added) (?:a |the |one |two |\d+ )?(?:new )?commits?\b"
+    rf"{_DONE_BY}(?:committed|commited)\b|\b(?:created|made|added) (?:a |the |one |two |\d+ )?(?:new )?commits?\b"
     r"|\bcommit [0-9a-f]{7,40}\b"
 )
 _PUSHED = re.compile(
-    r"\bpushed\b(?:[^.\n]{0,60})\b(?:origin|remote|upstream|branch|main|master|github|gitlab|repo(?:sitory)?|pr|pull request)\b"
-    r"|\b(?:changes|commits?|branch|it|them|everything|work) (?:ha(?:s|ve) been |was |were |are |is )?pushed\b"
+    rf"{_DONE_BY}pushed\b"
+    r"|\b(?:changes|commits?|branch|pr|it|them|everything|work)(?: #?\w+)? (?:ha(?:s|ve) been |was |were |are |is )?pushed\b"
+    r"|\bpushed (?:\w+ ){0,3}to (?:origin|remote|upstream|github|gitlab|the remote|the branch|main|master|`)"
 )
 _CHANGE_VERBS = re.compile(
     r"\b(?:updated|modified|changed|edited|created|added|wrote|written|rewrote|rewritten|fixed|patched|refactored|"
@@ -661,8 +692,7 @@ _PATH = re.compile(
     r"swift|scala|sh|bash|json|ya?ml|toml|cfg|ini|md|rst|html|css|scss|sql|vue|svelte|lock|xml|gradle|proto|ex|exs|erl|hs|ml|"
     r"lua|pl|r|jl|dart|tf|ipynb|txt|mk|cmake|dockerfile))(?![\w/-])"
 )
-_RAN_COMMAND = re.compile(r"\b(?:ran|executed|re-ran|reran|run)\b(?: the)?(?: command)?:? `([^`\n]{2,200})`")
-_FIRST_PERSON_OR_PASSIVE = re.compile(r"\b(?:i|we|i've|we've|i have|we have|has been|have been|was|were|is now|are now)\b")
+_RAN_COMMAND = re.compile(r"\b(?:ran|executed|re-ran|reran)\b(?: the)?(?: command)?:? `([^`\n]{2,200})`")
 
 
 def claims(text: str) -> list[Claim]:
@@ -693,7 +723,7 @@ def _sentence_claims(sentence: str, lowered: str, negated: bool) -> Iterable[Cla
         for pattern in _CHECK_PASSES:
             for m in pattern.finditer(lowered):
                 yield Claim(_check_kind(m.group(1)), "", quote)
-        if _COMMITTED.search(lowered) and _FIRST_PERSON_OR_PASSIVE.search(lowered):
+        if _COMMITTED.search(lowered):
             yield Claim(COMMIT, "", quote)
         if _PUSHED.search(lowered):
             yield Claim(PUSH, "", quote)
@@ -747,7 +777,7 @@ def claim_name(path: str, hashed: Callable[[str], int]) -> int:
 # ----------------------------------------------------------------------------- the record
 #: files and command heads a session's record keeps (keyed hashes), and calls awaiting a result
 MAX_NAMES = 512
-MAX_AWAITED = 64
+MAX_AWAITED = 32
 
 
 @dataclass(slots=True)
@@ -818,10 +848,8 @@ class Work:
                 self.program_run = step
                 if not broke:
                     self.program_ok = step
-        if not failed:
-            code = [p for p in did.edits if is_code(p)]
-            if code:
-                self.edit = (step, code[-1])
+        if not failed and did.edits:
+            self.edit = (step, did.edits[-1])
         return True
 
     def to_wire(self) -> list[Any]:
@@ -849,9 +877,14 @@ class Work:
         return cls(d[0], runs, edit, d[3], d[4], d[5], d[6] or None, d[7] or None, awaited, d[9])
 
     def weight(self) -> int:
-        """Roughly its bytes in memory (see SessionState.weight)."""
-        texts = sum(len(r.shown) + len(r.summary) + 120 for r in (self.runs or {}).values())
-        return 200 + texts + 36 * (len(self.names or ()) + len(self.heads or ())) + 400 * len(self.awaited or ())
+        """Roughly its bytes in memory (see SessionState.weight): its objects, strings (49 bytes
+        and one a character) and ints (32 bytes and a pointer)."""
+        runs = sum(250 + len(r.shown) + len(r.summary) for r in (self.runs or {}).values())
+        awaited = sum(
+            300 + sum(180 + len(r.shown) for r in d.runs) + sum(60 + len(p) for p in d.edits) + 40 * (len(d.names) + len(d.heads))
+            for d in (self.awaited or {}).values()
+        )
+        return 300 + runs + awaited + 40 * (len(self.names or ()) + len(self.heads or ()))
 
 
 def _kept(pool: list[int] | None, new: Iterable[int]) -> list[int] | None:

@@ -34,6 +34,7 @@ TITLES = {
     "attacks": "Hostile load",
     "gateway": "The gateway path: /check and /result under load",
     "hooks": "Coding agents' hooks: the command and the endpoints",
+    "done": "done_claim: a stop with a claim, and the claims of real coding sessions",
     "detection_holdout": "Detection on held-out real runs, next to the OpenHands and Gemini CLI rules",
     "detection_dev": "Detection on the real runs tuned on (dev)",
 }
@@ -57,6 +58,11 @@ BENCHMARKS = (
         "Redis, aiohttp",
     ),
     ("bench_hooks", "`agent-breaker hook` wall time per call; the hook endpoint at 50 paced sessions", ""),
+    (
+        "bench_done",
+        "a Stop with a claim (done_claim) on the hook endpoint and through `agent-breaker hook`; its refusals on real runs",
+        "the corpus (`benchmarks/corpus/`), ../shared",
+    ),
     (
         "bench_detection",
         "loops caught and good runs cut on a labelled corpus of public runs (`--split dev|holdout`), ours and the peers'",
@@ -110,8 +116,7 @@ def figure_tables(rows: list[tuple[str, Any]]) -> list[str]:
     for name, records in rows:
         if isinstance(records, Records):
             columns = list(dict.fromkeys(k for r in records for k in r))
-            lines += ["", f"{name}:", "", "| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
-            lines += ["| " + " | ".join(shown(r.get(c, "")) for c in columns) + " |" for r in records]
+            lines += ["", f"{name}:", *table(columns, [[r.get(c, "") for c in columns] for r in records])]
     return lines
 
 
@@ -193,7 +198,50 @@ def generic_section(name: str, run: dict[str, Any]) -> list[str]:
     return lines + figure_tables(flat(figures)) + settings_table(run)
 
 
-SECTIONS = {"attacks": attacks_section}
+def table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    return [
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + " --- |" * len(header),
+        *("| " + " | ".join(map(shown, r)) + " |" for r in rows),
+    ]
+
+
+def done_section(name: str, run: dict[str, Any]) -> list[str]:
+    """bench_done: a Stop's latency on both paths, then the real sessions' finals and claims."""
+    lines = heading(name, run)
+    columns = {"phase": "path", "stops": "Stops", "stop_p50_ms": "p50 ms", "stop_p99_ms": "p99 ms", "stop_max_ms": "max ms"}
+    columns |= {"target_stop_p99_ms": "p99 target ms", "refused": "refused", "let_through_warned": "let through, warned"}
+    columns |= {"allowed": "allowed", "unexpected": "not the answer expected", "failed": "failed requests"}
+    paths = [*run["endpoint"], run["hook_command"]]
+    lines += ["", "A Stop hook carrying a claim, from when it was due (the endpoint) or from spawn to exit (the command):"]
+    lines += table(list(columns.values()), [[p.get(k, "") for k in columns] for p in paths])
+    lines += [""] + [f"- {p['phase']}: {shown(p['note'])}" for p in paths if p.get("note")]
+    lines += [f"- a refusal, {p['phase']}: {shown(p['a_refusal'])}" for p in (paths[0], paths[-1]) if p.get("a_refusal")]
+    real = run["real_sessions"]
+    lines += ["", f"Recorded real sessions replayed through the engine ({real['config']}):"]
+    rows = [[s["name"], s["finals"], s["finals_with_claim"], s["claim_share_pct"], s["refused"]] for s in real["sources"]]
+    rows.append(
+        ["all coding sessions", *(real[f"coding_{k}"] for k in ("finals", "finals_with_claim", "claim_share_pct", "refused"))]
+    )
+    lines += table(["source", "finals", "with a checkable claim", "share %", "refused"], rows)
+    lines += [""] + [f"- {source}: {why}" for source, why in real.get("skipped", {}).items()]
+    us = real.get("engine_us_per_final")
+    if us:
+        lines += [f"- the engine's time per final message, in process: p50 / p99 / max {' / '.join(map(shown, us.values()))} µs"]
+    listed = [
+        [s["name"], f["session"], f["verdict"], f["claims"], f["reason"]] for s in real["sources"] for f in s["finals_listed"]
+    ]
+    if listed:
+        lines += [
+            "",
+            "Each final with a claim, or refused:",
+            *table(["source", "session", "verdict", "claims", "reason"], listed),
+        ]
+    return lines + settings_table(run)
+
+
+SECTIONS = {"attacks": attacks_section, "done": done_section}
 
 
 def ordered(paths: list[Path]) -> list[Path]:

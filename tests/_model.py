@@ -28,9 +28,10 @@ CLOSING = "I am done."
 
 @dataclass
 class Scenario:
-    """`command(n)`: the n-th shell command the model asks for (from 0), or (Claude Code, Gemini
-    CLI) another tool's call, {"tool": name, "input": {...}} (Claude Code adds a description to
-    its input unless it has "verbatim": True); `turns` of them."""
+    """`command(n)`: the n-th shell command the model asks for (from 0), or another tool's call,
+    {"tool": name, "input": {...}} (Claude Code adds a description to its input unless it has
+    "verbatim": True; Codex: its shell's call with arguments of the test's own too); `turns` of
+    them."""
 
     command: Callable[[int], Any]
     turns: int
@@ -243,8 +244,12 @@ def _responses(model: ScriptedModel, body: dict[str, Any]) -> tuple[bytes, str]:
         ("response.created", {"type": "response.created", "response": {"id": rid}}),
     ]
     if command is not None:
-        if shell == "exec_command":
-            args: dict[str, Any] = {"cmd": command}
+        name: str | None = shell
+        args: dict[str, Any] = {}
+        if isinstance(command, dict):  # another tool's call, or the shell's with more arguments
+            name, args = command["tool"], command["input"]
+        elif shell == "exec_command":
+            args = {"cmd": command}
         elif shell == "shell_command":
             args = {"command": command}
         else:
@@ -253,7 +258,7 @@ def _responses(model: ScriptedModel, body: dict[str, Any]) -> tuple[bytes, str]:
             "type": "function_call",
             "id": f"fc_{results}",
             "call_id": f"call_{results:04d}",
-            "name": shell,
+            "name": name,
             "arguments": json.dumps(args),
         }
     else:

@@ -71,7 +71,7 @@ def test_edits_are_read_from_edit_tools_patches_and_shell_writes():
     assert c.did("Edit", {"file_path": "/w/src/app.ts", "old_string": "a", "new_string": "b"}, _hash).edits == ("/w/src/app.ts",)
     assert c.did("write_file", {"file_path": "a.py", "content": "x"}, _hash).edits == ("a.py",)
     patch = "*** Begin Patch\n*** Update File: src/a.py\n@@\n-x\n+y\n*** Add File: src/b.py\n+z\n*** End Patch"
-    assert c.did("apply_patch", {"input": patch}, _hash).edits == ("src/a.py", "src/b.py")
+    assert c.did("apply_patch", {"input": patch}, _hash).edits == ("src/b.py",)  # the last: what a reason names
     assert c.did("str_replace_editor", {"command": "view", "path": "/a.py"}, _hash) is None
     assert c.did("Bash", {"command": "sed -i 's/a/b/' src/app.py"}, _hash).edits == ("src/app.py",)
     heredoc = "cat > fix.py << 'EOF'\nimport os\npytest is not run here\nEOF\npython fix.py"
@@ -79,6 +79,7 @@ def test_edits_are_read_from_edit_tools_patches_and_shell_writes():
     assert did.edits == ("fix.py",) and [r.shown for r in did.runs] == ["python fix.py"]
     # quoted text redirects nothing; a scratch file deleted is no edit
     assert c.did("Bash", {"command": "python -c 'print(1 > 2)'"}, _hash).edits == ()
+    assert c.did("Bash", {"command": "python x.py > /tmp/out.txt 2>&1 > log.md"}, _hash).edits == ()  # no code
     assert (
         c.did("Bash", {"command": "rm test_scratch.py"}, _hash) is None or not c.did("Bash", {"command": "rm x.py"}, _hash).edits
     )
@@ -306,7 +307,9 @@ def test_work_wire_round_trip():
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.sampled_from(["stop", "stop_continued", "stop_new", "user", "pass", "fail"]), max_size=30), st.integers(0, 3))
 def test_refusals_never_exceed_the_cap_in_a_turn(steps, cap):
-    engine = Engine({"modes": {"unverified_claim": "off"}, "done_claim": {"max_refusals_per_turn": cap}}, clock=FakeClock())
+    # the loop heuristics off: a run of failing test commands is not what this test is about
+    modes = {"unverified_claim": "off", "identical_failure": "off", "circuit_open": "off"}
+    engine = Engine({"modes": modes, "done_claim": {"max_refusals_per_turn": cap}}, clock=FakeClock())
     s = Session(engine)
     refused_this_turn = 0
     for step in steps:
@@ -314,7 +317,8 @@ def test_refusals_never_exceed_the_cap_in_a_turn(steps, cap):
             s.user(f"news {s.n}")
             refused_this_turn = 0
         elif step in ("pass", "fail"):
-            s.shell("pytest", "1 passed in 0.1s" if step == "pass" else "1 failed in 0.1s", status=0 if step == "pass" else 1)
+            outcome = ("1 passed in 0.1s", 0) if step == "pass" else ("1 failed in 0.1s", 1)
+            s.shell(f"pytest -q tests/t{s.n}.py", outcome[0], status=outcome[1])  # distinct: no loop
         else:
             continued = {"stop": None, "stop_continued": True, "stop_new": False}[step]
             if continued is False:

@@ -33,8 +33,8 @@ AGENTS = [CLAUDE_CODE]
 #: the interpreter beside these tests, which has pytest, by its path: Codex runs commands in a login
 #: shell, whose profile sets PATH anew
 TEST = f"{shlex.quote(sys.executable)} -m pytest -q test_calc.py"
-#: how the guard's reason names it (the interpreter's path aside)
-NAMED = "-m pytest -q test_calc.py"
+#: how the guard's reason names it (the interpreter aside)
+NAMED = "pytest -q test_calc.py"
 BUGGY = "def add(a, b):\n    return a - b\n"
 STILL_WRONG = "def add(a, b):\n    return b\n"  # 1 failed, 1 passed
 FIXED = "def add(a, b):\n    return a + b\n"  # 2 passed
@@ -72,6 +72,9 @@ def edit_then_test(agent: str, user: Home, content: str) -> list:
         edits = [{"tool": "write_file", "input": {"file_path": path, "content": content}}]
     else:
         edits = [f"cat > calc.py <<'EOF'\n{content}EOF"]
+        # Codex hands back a command still running after 10 s with no exit status (it runs on):
+        # the test's own wait, the most its tool takes
+        return [*edits, {"tool": "exec_command", "input": {"cmd": TEST, "yield_time_ms": 30_000}}]
     return [*edits, TEST]
 
 

@@ -132,13 +132,27 @@ def _grow(engine, clock, shape: str, n: int, session: str = "s1") -> None:
                 {"r": "x" * 100 + str(i)},
                 session=session,
             )
+        elif shape == "coding":  # done_claim's record: commands, their outputs, files edited
+            line = f"cd /repo && pytest tests/t{i}.py src/m{i}.py -q | tail -5 && git commit -am 'step {i}'"
+            run(engine, clock, "Bash", {"command": line}, True, {"stdout": f"{i} passed in 0.1s"}, session=session)
+            run(
+                engine,
+                clock,
+                "Edit",
+                {"file_path": f"src/m{i}.py", "old_string": "a", "new_string": "b"},
+                True,
+                "ok",
+                session=session,
+            )
         else:
             engine.record_assistant(say(f"step {i}: I will look at the {i}th file next", session=session))
             run(engine, clock, "read_file", {"path": f"src/m{i}.py"}, True, {"text": f"def f{i}(): pass"}, session=session)
 
 
 @size_test
-@pytest.mark.parametrize(("shape", "n"), [("references", 400), ("distinct_calls", 300), ("conversation", 80), ("references", 1)])
+@pytest.mark.parametrize(
+    ("shape", "n"), [("references", 400), ("distinct_calls", 300), ("conversation", 80), ("references", 1), ("coding", 300)]
+)
 def test_a_sessions_weight_is_close_to_what_it_takes_in_memory(engine, clock, shape, n):
     _grow(engine, clock, shape, n)
     state = engine.store.peek_session("s1")

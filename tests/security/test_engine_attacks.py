@@ -290,7 +290,7 @@ def test_a_reference_quoted_inside_a_result_sentence_may_be_cited(engine, clock)
 # ----------------------------------------------------------------------------- bounded sessions
 
 #: the largest encoded session the caps allow (docs/configuration.md: "Sessions and what is kept")
-MAX_SESSION_BYTES = 704 * 1024
+MAX_SESSION_BYTES = 768 * 1024
 
 
 @size_test
@@ -319,12 +319,26 @@ def test_a_session_cannot_grow_past_its_bound(make_engine, clock):
         clock.advance(1)
         v = engine.check_tool_call(call(f"fail_{t % 40}", {"q": words(300)}, thought=words(300)))
         engine.record_tool_result(result(f"fail_{t % 40}", False, None, error=words(400), call_id=v.call_id))
+
+    def shell():  # a coding agent's longest lines: many commands, each naming many files
+        line = " && ".join(f"pytest {'/'.join(words(3).split())}/t{rng.randrange(10**9)}.py " + words(40) for _ in range(20))
+        return call("Bash", {"command": line + " > " + "/".join(words(60).split()) + ".py"})
+
+    for _ in range(100):  # done_claim's record: commands and files named, every pool full
+        clock.advance(1)
+        v = engine.check_tool_call(shell())
+        assert v.allowed, v.reason
+        engine.record_tool_result(result("Bash", True, {"stdout": words(400)}, call_id=v.call_id))
+    for _ in range(40):  # and calls left in flight
+        clock.advance(1)
+        assert engine.check_tool_call(shell()).allowed
     for t in range(200):  # calls left in flight
         clock.advance(1)
         engine.check_tool_call(call(f"send_{t}", {"q": words(300)}, thought=words(300)))
     for _ in range(100):
         engine.record_assistant({"type": "assistant", "session": "s1", "text": words(400)})
     state = engine.store.peek_session("s1")
+    assert state.work is not None and len(state.work.names) == 512 and len(state.work.awaited) == 32
     size = len(codec.encode(state))
     assert size <= MAX_SESSION_BYTES, size
 

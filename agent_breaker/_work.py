@@ -188,7 +188,7 @@ _READERS = frozenset(
 _GIT_EDITS = frozenset(
     {"apply", "checkout", "restore", "am", "cherry-pick", "merge", "rebase", "reset", "stash", "pull", "mv", "revert", "switch"}
 )
-_FILE_EDITS = frozenset({"patch", "mv", "cp", "touch", "truncate", "tee", "install", "ln", "unzip", "tar"})
+_FILE_EDITS = frozenset({"mv", "cp", "touch", "truncate", "tee", "install", "ln", "unzip", "tar"})
 # files whose edit changes no code: docs, logs, scratch output
 # what a redirect writes that is code (`cat > fix.py`); `> $LOG`, `> report.json` are output
 _SOURCE = re.compile(
@@ -196,8 +196,16 @@ _SOURCE = re.compile(
     r"sql|vue|svelte|ex|exs|erl|hs|ml|lua|pl|r|jl|dart|tf|gradle|proto|mk)$",
     re.IGNORECASE,
 )
+_DATA = re.compile(r"\.(?:toml|ya?ml|json|jsonc|ini|cfg|conf|properties|xml|csv|tsv|env)$", re.IGNORECASE)
+_MANIFESTS = frozenset(
+    {
+        "cargo.toml", "pyproject.toml", "setup.cfg", "tox.ini", "pytest.ini", "mypy.ini", "package.json", "tsconfig.json",
+        "jsconfig.json", "deno.json", "pom.xml", "go.mod", "composer.json", "pubspec.yaml", "mix.exs", "build.xml",
+        "angular.json", "babel.config.json", ".babelrc", "project.json", "nx.json", "turbo.json", "pnpm-workspace.yaml",
+    }
+)  # fmt: skip
 _HIDDEN_FOLDER = re.compile(r"(?:^|/)\.(?!\.?/)[^/]+/")
-_NOT_CODE = re.compile(r"(?:\.(?:md|markdown|rst|txt|log|out|adoc|org)$|(?:^|/)(?:tmp|temp)/|^/dev/|^/proc/)", re.IGNORECASE)
+_NOT_CODE = re.compile(r"(?:\.(?:md|markdown|rst|txt|log|out|adoc|org)$|^/dev/|^/proc/)", re.IGNORECASE)
 # what ends a command in a shell line, and what redirects its input or output (with its target)
 _SEPARATORS = frozenset({";", "&&", "||", "|", "&", ";;", "(", ")", "|&", ";&"})
 _REDIRECTIONS = frozenset({">", ">>", ">|", "&>", "&>>", ">&", "<", "<<", "<<<", "<&", "<>", "<<-"})
@@ -391,13 +399,16 @@ def _shell_edit(program: str, rest: list[str]) -> list[str]:
     a git command that rewrites the tree, a file moved, copied or deleted."""
     base = program.rsplit("/", 1)[-1]
     files = [w for w in rest if not w.startswith("-")]
+    if base == "patch":
+        return [""]  # its files are in its input
     if base in ("sed", "perl") and any(w.startswith("-i") or w == "--in-place" for w in rest):
         return [files[-1][:MAX_PATH] if files else ""]
     if base == "git":
         sub = next((w for w in rest if not w.startswith("-")), "")
         return [""] if sub in _GIT_EDITS else []
     if base in _FILE_EDITS:
-        return [f[:MAX_PATH] for f in files[-1:]] or [""]
+        # the file it writes, where it names a source file (not a folder, a variable, a log)
+        return [f for f in files[-1:] if _SOURCE.search(f) and "$" not in f]
     return []
 
 
@@ -525,7 +536,10 @@ def is_code(path: str) -> bool:
     """Whether an edit of `path` changes code (a doc, a log, a scratch file, a file under a
     hidden folder, such as a tool's own settings or CI's, changes none; an edit whose file is
     unknown may)."""
-    return not _NOT_CODE.search(path) and not _HIDDEN_FOLDER.search(path)
+    if _NOT_CODE.search(path) or _HIDDEN_FOLDER.search(path):
+        return False
+    # a data or settings file changes no code, unless a build reads it (Cargo.toml, package.json)
+    return not _DATA.search(path) or _basename(path).lower() in _MANIFESTS
 
 
 def exit_status(error: str | None) -> int | None:
@@ -807,7 +821,8 @@ class Work:
     command that made it named none); `program_ok` / `program_run` the steps of the last
     program run that passed / of any (a program may be a test); `delegated` the step of the
     last subagent started; `names` / `heads` the files and command heads named (keyed hashes);
-    `awaited` the calls let through whose result is due; `refused` the stops refused this turn."""
+    `awaited` the calls let through whose result is due; `refused` the stops refused this turn,
+    `said` the length and keyed hash of the last one's message."""
 
     step: int = 0
     runs: dict[str, Last] | None = None
@@ -819,6 +834,7 @@ class Work:
     heads: list[int] | None = None
     awaited: dict[str, Did] | None = None
     refused: int = 0
+    said: tuple[int, int] | None = None
 
     def await_call(self, key: str, did: Did) -> None:
         awaited = self.awaited = self.awaited or {}
@@ -852,6 +868,15 @@ class Work:
             self.edit = (step, did.edits[-1])
         return True
 
+    def unsaid(self, text: str, hashed: Callable[[str], int]) -> str:
+        """What a last message adds to the one refused before it in this turn: Gemini CLI sends
+        all the model's text for the prompt, the refused answers too, joined by newlines."""
+        if self.said is not None:
+            n, h = self.said
+            if len(text) > n and text[n] == "\n" and hashed(text[:n]) == h:
+                return text[n + 1 :]
+        return text
+
     def to_wire(self) -> list[Any]:
         runs = {k: [r.shown, r.step, r.failed, r.status, r.summary, r.no_tests] for k, r in (self.runs or {}).items()}
         awaited = {k: d.to_wire() for k, d in (self.awaited or {}).items()}
@@ -867,6 +892,7 @@ class Work:
             self.heads or [],
             awaited,
             self.refused,
+            None if self.said is None else list(self.said),
         ]
 
     @classmethod
@@ -874,7 +900,19 @@ class Work:
         runs = {k: Last(*r) for k, r in d[1].items()} or None
         awaited = {k: Did.from_wire(w) for k, w in d[8].items()} or None
         edit = None if d[2] is None else (d[2][0], d[2][1])
-        return cls(d[0], runs, edit, d[3], d[4], d[5], d[6] or None, d[7] or None, awaited, d[9])
+        return cls(
+            d[0],
+            runs,
+            edit,
+            d[3],
+            d[4],
+            d[5],
+            d[6] or None,
+            d[7] or None,
+            awaited,
+            d[9],
+            None if d[10] is None else (d[10][0], d[10][1]),
+        )
 
     def weight(self) -> int:
         """Roughly its bytes in memory (see SessionState.weight): its objects, strings (49 bytes

@@ -270,6 +270,16 @@ def test_a_refusal_sent_back_as_a_prompt_is_not_the_users_turn(engine):
     assert s.stop("All tests pass.", continued=True).allowed  # the third: let through
 
 
+def test_a_message_that_repeats_the_refused_one_is_read_for_what_it_adds(engine):
+    # Gemini CLI's prompt_response: all the model's text for the prompt, the refused answer too
+    s = Session(engine)
+    s.shell("pytest", "1 failed in 0.1s", status=1)
+    assert not s.stop("All tests pass now.").allowed
+    v = s.stop("All tests pass now.\nThe test still fails: 1 failed.", continued=True)
+    assert v.allowed and v.heuristic is None
+    assert not s.stop("Sorry.\nAll tests pass now.", continued=True).allowed  # not an extension of it
+
+
 def test_observe_mode_reports_and_lets_the_stop_through():
     engine = Engine({"modes": {"unverified_claim": "off", "done_claim": "observe"}}, clock=FakeClock())
     s = Session(engine)
@@ -308,7 +318,7 @@ def test_work_wire_round_trip():
 @given(st.lists(st.sampled_from(["stop", "stop_continued", "stop_new", "user", "pass", "fail"]), max_size=30), st.integers(0, 3))
 def test_refusals_never_exceed_the_cap_in_a_turn(steps, cap):
     # the loop heuristics off: a run of failing test commands is not what this test is about
-    modes = {"unverified_claim": "off", "identical_failure": "off", "circuit_open": "off"}
+    modes = dict.fromkeys([*H.LOOPS, H.CIRCUIT_OPEN, H.UNVERIFIED_CLAIM, H.SESSION_CHURN], "off")
     engine = Engine({"modes": modes, "done_claim": {"max_refusals_per_turn": cap}}, clock=FakeClock())
     s = Session(engine)
     refused_this_turn = 0

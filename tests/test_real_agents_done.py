@@ -6,8 +6,8 @@ the hooks exactly as `hooks print-config` prints them (the coding config).
 The project is a real one: `calc.py` and a `pytest` file for it. The model edits `calc.py` with
 the agent's own edit tool (Claude Code: Read then Edit; Gemini CLI: write_file; Codex: its
 shell), runs `python -m pytest -q test_calc.py` (the interpreter running these tests, by its
-path), then ends its turn with text. What reached the model after
-each of its ends of turn is read from the requests it got."""
+path), then ends its turn with text. What reached the model after each of its ends of turn is
+read from the requests it got."""
 
 from __future__ import annotations
 
@@ -158,13 +158,13 @@ def test_a_claim_after_a_passing_run_ends_the_turn_at_once(bins, user, agent):
 
 def incidents(user: Home, heuristic: str) -> list[dict]:
     """The guard's incidents of `heuristic`, beside its state (the daemon may write them a moment
-    after its answer)."""
+    after its answer: until one that is no refusal, the stop let through, is there)."""
     path = user.home / ".local" / "state" / "agent-breaker" / "hooks.incidents.jsonl"
     found: list[dict] = []
     for _ in range(50):
         lines = path.read_text().splitlines() if path.exists() else []
         found = [i for i in map(json.loads, lines) if i.get("heuristic") == heuristic]
-        if len(found) >= MAX_REFUSALS:
+        if found and found[-1].get("severity") != "block":
             break
         time.sleep(0.1)
     return found
@@ -185,8 +185,10 @@ def test_a_claim_repeated_after_each_refusal_goes_through_after_two_and_is_on_re
     assert CLAIM in ran.stdout, ran.stdout[-2000:]
     recorded = incidents(user, "done_claim")
     print(f"{agent}: done_claim incidents {[(i.get('kind'), i.get('severity'), i.get('session')) for i in recorded]}")
-    assert len(recorded) >= MAX_REFUSALS, recorded
-    assert len({i.get("session") for i in recorded}) == 1, recorded  # one session: the agent's
+    # the refusal, and the claim let through after them, quoted: one session's, the agent's
+    assert "block" in [i.get("severity") for i in recorded] and recorded[-1].get("severity") != "block", recorded
+    assert CLAIM in recorded[-1].get("reason", ""), recorded
+    assert len({i.get("session") for i in recorded}) == 1, recorded
     report = subprocess.run(
         [agent_breaker_path(), "report", "--json", str(user.home / ".local/state/agent-breaker/hooks.incidents.jsonl")],
         capture_output=True,

@@ -473,7 +473,7 @@ def decide_user(s: SessionState, references: Refs, said: int | None) -> tuple[Se
     s.ledger.observe(references)  # the user's own references may be quoted back
     decided = Decided(ALLOW)
     if s.work is not None:
-        s.work.refused = 0  # the user's turn: the agent's stops may be refused anew
+        s.work.refused, s.work.said = 0, None  # the user's turn: the agent's stops may be refused anew
     # after stopping a call, whatever the user says ("continue" too) is theirs to decide: a
     # harness only hands the turn back to them; an agent's own retries never reach here
     if s.loops.interrupted or (said is not None and said not in s.loops.said):
@@ -505,7 +505,8 @@ def decide_final(
     if p.cfg.mode_of(H.DONE_CLAIM) != "off":
         if continued is False and work is not None and work.refused:
             work.refused, counted = 0, True  # the agent's word: a new turn
-        found = check(claims(text), work or Work(), p.named)
+        said = text if work is None else work.unsaid(text, p.named)
+        found = check(claims(said), work or Work(), p.named)
         if found is not None:
             # the reason says what to do: a final answer's verdict event carries no observation
             trip = Trip(H.DONE_CLAIM, "session", f"{found[0]}. {found[1]}", "")
@@ -520,6 +521,7 @@ def decide_final(
     if block is not None and block.heuristic == H.DONE_CLAIM:
         s.work = work or Work()
         s.work.refused += 1
+        s.work.said = (len(text), p.named(text))
         counted = True
     # reading an answer changes no state, unless it froze the session for a human or counted a
     # refused stop

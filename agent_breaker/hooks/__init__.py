@@ -38,7 +38,7 @@ from .._hook_contract import CODEX as CODEX
 from .._hook_contract import GEMINI_CLI as GEMINI_CLI
 from .._hook_contract import MAX_INPUT_BYTES as MAX_INPUT_BYTES
 from .._text import normalize_name
-from ..heuristics import INVALID_EVENT
+from ..heuristics import DONE_CLAIM, INVALID_EVENT
 from ..protocol import BY_NAME, TOOL_CALL_EVENT, TOOL_RESULT_EVENT
 
 USER_EVENT = BY_NAME["user"].colang
@@ -166,7 +166,8 @@ def read_hook(agent: str, payload: Any) -> Hook:
     if name in _FAILED:
         # whether the user stopped it is the harness's flag, never the error's text (the tool's)
         stopped = payload.get("is_interrupt") is True
-        said = _short(payload.get("error")) or "the tool failed"
+        # its head and its tail: a command's error ends with its output's summary ("1 failed")
+        said = _ends(payload.get("error")) or "the tool failed"
         return Hook(agent, name, {**base, "type": TOOL_RESULT_EVENT, "ok": False, "error": said, "interrupted": stopped})
     response = payload.get("tool_response")
     error = failure(response)
@@ -305,6 +306,11 @@ def _exit_status(text: str) -> int:
     return int(found.group(1)) if found else 0
 
 
+def _ends(value: Any, head: int = 200, tail: int = 300) -> str:
+    text = _short(value, limit=1 << 30)
+    return text if len(text) <= head + tail else f"{text[:head]}\n...\n{text[-tail:]}"
+
+
 def _short(value: Any, limit: int = 500) -> str:
     if value is None:
         return ""
@@ -383,7 +389,8 @@ def _stop(hook: Hook, verdict: Mapping[str, Any]) -> HookAnswer:
         return HookAnswer()
     text = message(verdict)
     if verdict.get("accepted") or verdict.get("allowed"):
-        return HookAnswer({"systemMessage": text})
+        # a claim let through unsupported: the user reads it (another heuristic's report, no one)
+        return HookAnswer({"systemMessage": text}) if verdict["heuristic"] == DONE_CLAIM else HookAnswer()
     if hook.agent == GEMINI_CLI:
         return HookAnswer({"decision": "deny", "reason": text})
     return refused(text)

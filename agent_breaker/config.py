@@ -587,11 +587,7 @@ class DoneClaimConfig(_Frozen):
         for kind, patterns in commands.items():
             if kind not in kinds:
                 raise ValueError(f"done_claim.commands: unknown kind {kind!r}; one of {', '.join(kinds)}")
-            for pattern in patterns:
-                try:
-                    re.compile(pattern)
-                except re.error as exc:
-                    raise ValueError(f"done_claim.commands.{kind}: {pattern!r} is not a regular expression: {exc}") from None
+            _compiled(patterns, f"done_claim.commands.{kind}:")
         return commands
 
 

@@ -57,7 +57,7 @@ import yaml
 
 from agent_breaker._work import claims
 from agent_breaker.clock import FakeClock
-from agent_breaker.config import parse_config
+from agent_breaker.config import AgentBreakerConfig, parse_config
 from agent_breaker.engine import Engine
 from agent_breaker.events import EVENT_TYPES, InvalidEventError
 from agent_breaker.hooks import refusal
@@ -71,6 +71,7 @@ from benchmarks._harness import (
     out_argument,
     percentiles,
     serve,
+    shown,
     stop_process,
     wait_ready,
 )
@@ -331,7 +332,7 @@ def run_command(stops: int) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- 3. real sessions
 
 
-def replay_config() -> Any:
+def replay_config() -> AgentBreakerConfig:
     """The shipped coding_agent config, every heuristic observed but done_claim (enforced)."""
     data = yaml.safe_load((CODING_CONFIG / "config.yml").read_text(encoding="utf-8"))["custom_data"]["agent_breaker"]
     return parse_config({**data, "mode": "observe", "modes": {**data.get("modes", {}), "done_claim": "enforce"}})
@@ -389,7 +390,7 @@ def replay(name: str, path: Path, control: bool, timings: list[float]) -> dict[s
             )
     return {
         "name": name,
-        "file": str(path),
+        "file": shown(path),
         "control": control,
         "finals": finals,
         "finals_with_claim": claimed,

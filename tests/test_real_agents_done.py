@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from _agents import CLAUDE_CODE, GEMINI_CLI, Home, Ran, agent_breaker_path, run
 from _model import Scenario, ScriptedModel, serving
-from test_real_agents import bins, user  # noqa: F401  (the fixtures: the agents' binaries, a scratch user)
+from test_real_agents import bins, pytest_generate_tests, user  # noqa: F401  (its fixtures, and `agent` per module)
 
 pytestmark = pytest.mark.slow
 
@@ -47,11 +47,6 @@ TRUTH = "The test still fails: test_add expects add(2, 2) == 4 and add returns 2
 REASON = "agent-breaker (done_claim): "
 #: the turns the default `done_claim.max_refusals_per_turn` sends back before a claim goes through
 MAX_REFUSALS = 2
-
-
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "agent" in metafunc.fixturenames:
-        metafunc.parametrize("agent", metafunc.module.AGENTS)
 
 
 def project(user: Home) -> None:

@@ -50,14 +50,19 @@ def ls_tree(owner_repo, commit, path=""):
     return rows
 
 
-def cut(s, n=CUT):
+def cut(s, n=CUT, head=None):
+    """At most about n characters: the head, or (`head` given) that many of the head and the
+    rest from the tail (the end of a test run is where its summary is)."""
     if s is None:
         return s
     if not isinstance(s, str):
         s = orjson.dumps(s).decode()
     if len(s) <= n:
         return s
-    return s[:n] + f"...[+{len(s) - n} chars]"
+    if head is None:
+        return s[:n] + f"...[+{len(s) - n} chars]"
+    mark = f"\n...[+{len(s) - n} chars]...\n"
+    return s[:head] + mark + s[len(s) - (n - head - len(mark)) :]
 
 
 class Writer:

@@ -42,7 +42,7 @@ import re
 from collections import defaultdict
 
 import orjson
-from _common import Writer, blob, git, ls_tree
+from _common import Writer, blob, cut, git, ls_tree
 
 OH = "All-Hands-AI/OpenHands"
 OH_COMMIT = "4ce8594d56a8a09b6c12d6dfd6fe746e825be644"
@@ -66,23 +66,10 @@ SDK_COMMITS = [
 ]
 SDK_MIN_EVENTS = 20
 
-CUT = 2000
 HEAD = 980
 EXIT = re.compile(r"\[Command finished with exit code (-?\d+)\]\s*$")
 EXIT_ANY = re.compile(r"\[Command finished with exit code (-?\d+)\]")
 TIMEOUT = re.compile(r"Command timed out|\[Command timed out")
-
-
-def cut_ht(s, n=CUT):
-    """Head + tail cut to at most n characters (the end of a test run is where its summary is)."""
-    if s is None:
-        return s
-    if not isinstance(s, str):
-        s = orjson.dumps(s).decode()
-    if len(s) <= n:
-        return s
-    mark = f"\n...[+{len(s) - n} chars]...\n"
-    return s[:HEAD] + mark + s[len(s) - (n - HEAD - len(mark)) :]
 
 
 def text_of(content):
@@ -114,7 +101,7 @@ def result_ok(tool, text, exit_code=None, error=False):
 
 def emit_result(s, tool, cid, text, exit_code=None, error=False, ts=None):
     ok = result_ok(tool, text, exit_code, error)
-    out = cut_ht(text)
+    out = cut(text, head=HEAD)
     kw = {"exit_code": exit_code} if exit_code is not None else {}
     s.result(tool, cid, ok, output=out, error=None if ok else out, ts=ts, **kw)
 
@@ -205,7 +192,7 @@ def convert_completions(w):
                     name = fn.get("name")
                     args = raw_args(fn.get("arguments"))
                     if name == "finish":
-                        s.final(cut_ht(final_text(content if j == 0 else "", args)), ts=ts, **(tok if j == 0 else {}))
+                        s.final(cut(final_text(content if j == 0 else "", args), head=HEAD), ts=ts, **(tok if j == 0 else {}))
                         has_final = True
                         continue
                     ev = s.call(
@@ -268,7 +255,7 @@ def convert_v0(w, sid, history, success, **info):
             tok = {"input_tokens": usage.get("prompt_tokens"), "output_tokens": usage.get("completion_tokens")} if first else {}
             thought = args.get("thought") or (content if first else None)
             if act == "finish":
-                s.final(cut_ht(final_text(thought or "", {**args, **(targs or {})})), ts=created, **tok)
+                s.final(cut(final_text(thought or "", {**args, **(targs or {})}), head=HEAD), ts=created, **tok)
                 has_final = True
                 continue
             if act == "think":
@@ -374,7 +361,7 @@ def convert_sdk(w):
                     thought = None
                 seen_resp.add(rid)
                 if a.get("kind") == "FinishAction":
-                    s.final(cut_ht(final_text(thought or "", {"message": a.get("message")})))
+                    s.final(cut(final_text(thought or "", {"message": a.get("message")}), head=HEAD))
                     has_final = True
                     continue
                 ce = s.call(name, args, call_id=e.get("tool_call_id"), thought=thought)

@@ -27,6 +27,22 @@ LICENSE = {
     "noahshinn/reflexion": "MIT, Copyright (c) 2023 Noah Shinn (`LICENSE`)",
     "All-Hands-AI/OpenHands": "MIT for everything outside enterprise/ (`LICENSE`; the files used are outside it)",
     "OpenHands/benchmarks": "MIT, Copyright (c) 2025 All Hands AI (`LICENSE`)",
+    # claude-code-heldout: MIT stated in README.md (no LICENSE file); the wording is in claude-code-heldout.files.jsonl
+    **{
+        r: "MIT, stated in README.md (no LICENSE file; see claude-code-heldout.files.jsonl)"
+        for r in (
+            "JoshuaOliphant/ClimateHome",
+            "JoshuaOliphant/mochi_donut",
+            "Sstobo/agent-tree-package",
+            "ThomasJMcGovern/Golfgod_v1",
+            "mushfoo/puka",
+            "njdamstra/claude-code-config",
+            "odgsully/adhs-working",
+            "pleelapr/a-sdlc",
+            "stevengonsalvez/claudecode-bootstrap",
+            "superdisco-agents/moai-flow",
+        )
+    },
     "THUDM/AgentBench": "Apache-2.0 (`LICENSE`, the plain Apache License 2.0 text; no copyright line or NOTICE file in the "
     "repository)",
 }
@@ -79,6 +95,10 @@ software-agent-sdk conversations on SWE-bench instances (OpenHands/benchmarks, w
 committed and removed again in September 2025). ok = exit code == 0 where recorded (`exit_code` in the
 result), else not an error. Outputs and finals cut head + tail (980 + marker + the end). Outcome: SWE-bench
 Verified resolved (output.swebench_eval.md) for the first 50; success null for the others.""",
+    "claude-code-heldout": """Held-out Claude Code sessions: the `claude-code-hooks` Stop-hook transcripts (`logs/chat.json`)
+committed to 10 repositories outside the tuning set of tests/traces/real-claude-code.SOURCES.md; every version
+under 4 MiB, each line once (from the largest version holding it). The last assistant text of each turn is a
+`final`; ok = not is_error. Licence: MIT stated in each README (no LICENSE file). No outcome: success null.""",
     "medagentbench": """MedAgentBench inside AgentBench: gpt-4o, gpt-4o-mini, deepseek-v3, llama-3.3, gemini-2.0 on 100 FHIR
 tasks each (GET / POST against a FHIR server, then FINISH), from pull request 171. Short runs (0-3 tool
 calls): mostly a check that good runs are left alone. ok = the reply is "Here is the response ..." /

@@ -58,9 +58,9 @@ REPOS = {
     "Sstobo/agent-tree-package": ("1de90df3a4e7f1cd3cf6d467f12320adf9a56b6c", "9a66e93232deb67f136c70e60f685d4066df6316"),
     "ThomasJMcGovern/Golfgod_v1": ("0b343971595f0b194a47a4a34aa6ee34ae1b9f9c", "a7c6088480f5652ee7437b2238fb2b54b45cb089"),
     "mushfoo/puka": ("37a590eab4c3297dd35f330aa9cc587018b06945", "0dd8f6f6067722fb74c07753259898af55d10f45"),
-    "njdamstra/claude-code-config": ("d2a3d06cbd16264486e3da7851b49c45a362fa12", "f452f07e87637db6e8cb687443c369d2a9a8b1b5"),
+    "njdamstra/claude-code-config": (("d2a3d06cbd16264486e3da7851b49c45a362fa12", "f452f07e87637db6e8cb687443c369d2a9a8b1b5")),
     "odgsully/adhs-working": ("5dcd82ffaf2a17cd61195ed3a91e99c6cb767e8c", "e7eb923145931b9b3e5cbd57cc7322adb2403b39"),
-    "pleelapr/a-sdlc": ("c3a1f8fc603fbc2ffa4eefeb03b6dc1c6fb335d9", "b24c6fe297cb892ecd5da8d2a19a76525bc38b67"),
+    "pleelapr/a-sdlc": (("c3a1f8fc603fbc2ffa4eefeb03b6dc1c6fb335d9", "b24c6fe297cb892ecd5da8d2a19a76525bc38b67")),
     "stevengonsalvez/claudecode-bootstrap": (
         "889bd5361f668673ea94658c7296f39d8dca4cf8",
         "d0bd3d74b90463e0a0c9894405cc6cdec40d429d",

@@ -74,7 +74,8 @@ LICENCE = {
     "Sstobo/agent-tree-package": 'MIT, stated in README.md ("## License / MIT License - see LICENSE"; badge); no LICENSE file',
     "ThomasJMcGovern/Golfgod_v1": 'MIT, stated in README.md ("## License / MIT License - feel free to use ..."); no LICENSE file',
     "mushfoo/puka": 'MIT, stated in README.md ("licensed under the MIT License - see the LICENSE file"); no LICENSE file',
-    "njdamstra/claude-code-config": 'MIT, stated in README.md ("## License / MIT License - feel free to use and modify"); no LICENSE file',
+    "njdamstra/claude-code-config": 'MIT, stated in README.md ("## License / MIT License - feel free to use and modify"); '
+    "no LICENSE file",
     "odgsully/adhs-working": 'MIT, stated in README.md ("## License / MIT"); no LICENSE file',
     "pleelapr/a-sdlc": 'MIT, stated in README.md ("MIT License - see LICENSE") and pyproject.toml (license = "MIT"); no LICENSE file',
     "stevengonsalvez/claudecode-bootstrap": (

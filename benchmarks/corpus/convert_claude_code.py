@@ -77,7 +77,8 @@ LICENCE = {
     "njdamstra/claude-code-config": 'MIT, stated in README.md ("## License / MIT License - feel free to use and modify"); '
     "no LICENSE file",
     "odgsully/adhs-working": 'MIT, stated in README.md ("## License / MIT"); no LICENSE file',
-    "pleelapr/a-sdlc": 'MIT, stated in README.md ("MIT License - see LICENSE") and pyproject.toml (license = "MIT"); no LICENSE file',
+    "pleelapr/a-sdlc": 'MIT, stated in README.md ("MIT License - see LICENSE") and pyproject.toml (license = "MIT"); '
+    "no LICENSE file",
     "stevengonsalvez/claudecode-bootstrap": (
         'MIT, stated in README.md ("## License / MIT License - see LICENSE"; badge); no LICENSE file'
     ),

@@ -82,7 +82,8 @@ LICENCE = {
     "stevengonsalvez/claudecode-bootstrap": (
         'MIT, stated in README.md ("## License / MIT License - see LICENSE"; badge); no LICENSE file'
     ),
-    "superdisco-agents/moai-flow": 'MIT, stated in README.md ("## License / MIT License"; badge) and pyproject.toml; no LICENSE file',
+    "superdisco-agents/moai-flow": 'MIT, stated in README.md ("## License / MIT License"; badge) and pyproject.toml; '
+    "no LICENSE file",
 }
 
 #: (repository, first commit holding the version, path, blob): every committed version under 4 MiB

@@ -438,13 +438,13 @@ def sessions_of(repo, rows):
         versions.append((commit, path, sha, lines))
     by_size = sorted(versions, key=lambda v: (-len(v[3]), order.get(v[0], 0), v[2]))
     owner = {}
-    for commit, _path, sha, lines in by_size:
+    for _commit, _path, sha, lines in by_size:
         for e in lines:
             owner.setdefault(line_key(e), sha)
     sess = defaultdict(list)
     used = defaultdict(set)
-    for commit, path, sha, lines in sorted(versions, key=lambda v: (order.get(v[0], 0), v[2])):
-        for i, e in enumerate(lines):
+    for _commit, _path, sha, lines in sorted(versions, key=lambda v: (order.get(v[0], 0), v[2])):
+        for e in lines:
             k = line_key(e)
             if owner.get(k) != sha or e.get("type") not in ("user", "assistant"):
                 continue

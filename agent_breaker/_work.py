@@ -405,6 +405,10 @@ def _shell_edit(program: str, rest: list[str]) -> list[str]:
         return [files[-1][:MAX_PATH] if files else ""]
     if base == "git":
         sub = next((w for w in rest if not w.startswith("-")), "")
+        if (sub == "restore" and "--staged" in rest and not {"--worktree", "-W"} & set(rest)) or (
+            sub == "reset" and "--hard" not in rest
+        ):
+            return []  # the index only: the files stay as they are
         return [""] if sub in _GIT_EDITS else []
     if base in _FILE_EDITS:
         # the file it writes, where it names a source file (not a folder, a variable, a log)
@@ -668,15 +672,16 @@ _TESTS_RAN = re.compile(
     r"\b(?:i|we)(?: \w+){0,2}? (?:ran|executed|re-ran|reran) (?:the |all )?(?:\w+ )?(?:tests?|test suite|specs?)\b"
 )
 _CHECKER = (
-    r"(build|builds|compil\w*|type ?checks?|type-check\w*|typecheck\w*|types|lint\w*|"
+    r"(build|builds|compil\w*|type ?checks?|type-check\w*|typecheck\w*|lint\w*|"
     r"tsc|mypy|pyright|ruff|eslint|flake8|clippy|pylint)"
 )
 # "the build passes", "no type errors", "it compiles cleanly", "mypy reports no errors": group 1
 # names the check
 _CHECK_PASSES = (
+    re.compile(rf"\b{_CHECKER}\b{_BETWEEN}[\s,:*-]+(?:pass(?:es|ed)?|succeed(?:s|ed)?|completed? successfully|works)\b"),
     re.compile(
-        rf"\b{_CHECKER}\b(?:[\s,:*-]+[\w'()]+){{0,4}}?[\s,:*-]+"
-        r"(?:pass(?:es|ed|ing)?|succeed(?:s|ed)?|successful(?:ly)?|clean(?:ly)?|green|works?|ok)\b"
+        rf"\b{_CHECKER}\b{_BETWEEN}[\s,:*-]+(?:are|is|were|was|been|remains?|stays?)(?: all| still| now)? "
+        r"(?:passing|green|ok|successful|clean)\b"
     ),
     re.compile(r"\b(?:no|zero|0) (type|lint|compil\w*|build|tsc|mypy|ruff|eslint) (?:errors?|issues?|warnings?|problems?)\b"),
     re.compile(r"\b(?:it|code|project|everything|crate|package|app) (builds|compiles) (?:cleanly|successfully|fine|without)\b"),
@@ -697,9 +702,16 @@ _PUSHED = re.compile(
     r"|\b(?:changes|commits?|branch|pr|it|them|everything|work)(?: #?\w+)? (?:ha(?:s|ve) been |was |were |are |is )?pushed\b"
     r"|\bpushed (?:\w+ ){0,3}to (?:origin|remote|upstream|github|gitlab|the remote|the branch|main|master|`)"
 )
-_CHANGE_VERBS = re.compile(
-    r"\b(?:updated|modified|changed|edited|created|added|wrote|written|rewrote|rewritten|fixed|patched|refactored|"
-    r"implemented|deleted|removed|renamed|moved|adjusted|amended|extended|introduced|replaced|adapted)\b"
+_CHANGE_VERB = (
+    r"(?:updated|modified|changed|edited|created|added|wrote|rewrote|fixed|patched|refactored|implemented|renamed|"
+    r"adjusted|amended|extended|replaced|adapted)"
+)
+# "I updated `src/app.ts`", "we've modified the parse method in src/cds.py": the agent's own act
+# (first person), the files its object, up to where the clause turns to something else ("to
+# reflect that X", "similar to Y", "(see Z)")
+_CHANGED = re.compile(
+    rf"\b(?:i|we)(?:'ve| have)?(?: \w+ly| also| then| now| just)? {_CHANGE_VERB}\b"
+    r"((?:(?! to | so | that | which | because | similar | like | from | see | for |[;(]| - | — ).){1,200})"
 )
 _PATH = re.compile(
     r"(?<![\w@/.-])((?:[\w.-]+/)*[\w-]+(?:\.[\w-]+)*\.(?:py|pyi|js|jsx|ts|tsx|mjs|cjs|go|rs|java|kt|kts|c|h|cc|cpp|hpp|cs|rb|php|"
@@ -715,8 +727,8 @@ def claims(text: str) -> list[Claim]:
     seen: set[tuple[str, str]] = set()
     for raw in _SENTENCE.split(_FENCE.sub("\n", text[:MAX_MESSAGE])):
         sentence = raw.strip(" \t*-#>•").replace("’", "'")
-        if not sentence or sentence.endswith("?"):
-            continue
+        if not sentence or sentence.endswith("?") or sentence.startswith("[ ]"):
+            continue  # a question, a checklist's open item
         lowered = sentence.lower()
         if _HEDGES.search(lowered):
             continue
@@ -743,8 +755,8 @@ def _sentence_claims(sentence: str, lowered: str, negated: bool) -> Iterable[Cla
             yield Claim(PUSH, "", quote)
         if _TESTS_RAN.search(lowered):
             yield Claim(TESTS_RAN, "", quote)
-        if _CHANGE_VERBS.search(lowered):
-            for path in _PATH.findall(sentence):
+        for m in _CHANGED.finditer(lowered):
+            for path in _PATH.findall(sentence[m.start(1) : m.end(1)]):
                 if not _product_name(path):
                     yield Claim(CHANGED, path, quote)
     for m in _RAN_COMMAND.finditer(sentence):
@@ -822,7 +834,8 @@ class Work:
     program run that passed / of any (a program may be a test); `delegated` the step of the
     last subagent started; `names` / `heads` the files and command heads named (keyed hashes);
     `awaited` the calls let through whose result is due; `refused` the stops refused this turn,
-    `said` the length and keyed hash of the last one's message."""
+    `said` the length and keyed hash of the last one's message; `generated` whether a program
+    that may write files it does not name ran (`bun install`, a generator, a script)."""
 
     step: int = 0
     runs: dict[str, Last] | None = None
@@ -835,6 +848,7 @@ class Work:
     awaited: dict[str, Did] | None = None
     refused: int = 0
     said: tuple[int, int] | None = None
+    generated: bool = False
 
     def await_call(self, key: str, did: Did) -> None:
         awaited = self.awaited = self.awaited or {}
@@ -860,6 +874,8 @@ class Work:
             for kind in run.kinds:
                 self.runs = self.runs or {}
                 self.runs[kind] = Last(run.shown, step, broke, status, read.summary, read.no_tests)
+            if run.program and not set(run.kinds) & _NAMES_ITS_WRITES:
+                self.generated = True
             if run.program:
                 self.program_run = step
                 if not broke:
@@ -893,6 +909,7 @@ class Work:
             awaited,
             self.refused,
             None if self.said is None else list(self.said),
+            self.generated,
         ]
 
     @classmethod
@@ -912,6 +929,7 @@ class Work:
             awaited,
             d[9],
             None if d[10] is None else (d[10][0], d[10][1]),
+            d[11],
         )
 
     def weight(self) -> int:
@@ -933,6 +951,9 @@ def _kept(pool: list[int] | None, new: Iterable[int]) -> list[int] | None:
     kept = (pool or []) + fresh
     return kept[-MAX_NAMES:]
 
+
+#: commands that write no source files of their own (a program that does may write any)
+_NAMES_ITS_WRITES = frozenset({TEST, TYPECHECK, LINT, COMMIT, PUSH})
 
 #: what the agent is told to do instead, by the claim refused
 _INSTEAD = {
@@ -999,8 +1020,8 @@ def _unbacked(claim: Claim, work: Work, hashed: Callable[[str], int]) -> str | N
             return None
         return "no test command ran in this session"
     if claim.kind == CHANGED:
-        if work.delegated >= 0 or claim_name(claim.subject, hashed) in (work.names or ()):
-            return None
+        if work.delegated >= 0 or work.generated or claim_name(claim.subject, hashed) in (work.names or ()):
+            return None  # a subagent, or a program, may have written what no call named
         return f"no tool of this session edited or named {_basename(claim.subject)}"
     head = claim_head(claim.subject, hashed)
     if head is None or work.delegated >= 0 or head in (work.heads or ()):

@@ -22,11 +22,13 @@ on recorded real coding sessions.
    daemon) is reported apart.
 3. Real sessions: the recorded coding sessions with final messages (the OpenHands corpus built
    by benchmarks/corpus/convert_openhands.py, ../shared/traces/real-swe-agent.jsonl and
-   real-openhands.jsonl; real-tau-bench.jsonl, a chat agent's, as a control) replayed event by
-   event through an Engine on the shipped coding_agent config, done_claim enforced and every other
-   heuristic observed (the recorded agent ran every call: a call refused by another heuristic
-   would drop its outcome from the record). Per source: finals, finals with a checkable claim,
-   refusals; each final with a claim listed with its claims and its verdict, to check by hand.
+   real-openhands.jsonl, tests/traces/real-claude-code.jsonl.gz, which done_claim was tuned on,
+   and the held-out Claude Code sessions of benchmarks/corpus/convert_claude_code.py, counted but
+   not listed; real-tau-bench.jsonl, a chat agent's, as a control) replayed event by event through
+   an Engine on the shipped coding_agent config, done_claim enforced and every other heuristic
+   observed (the recorded agent ran every call: a call refused by another heuristic would drop
+   its outcome from the record). Per source: finals, finals with a checkable claim, refusals;
+   each final with a claim listed with its claims and its verdict, to check by hand.
 The client shares the machine's cores with the server. Percentiles are nearest-rank. Reports
 figures; nothing is asserted.
 """
@@ -83,12 +85,17 @@ ROOT = Path(__file__).resolve().parents[1]
 CODING_CONFIG = ROOT / "config" / "coding_agent"
 TRACES = DEFAULT_SHARED / "traces"
 CORPUS = EVAL / "openhands.jsonl.gz"
-#: the real sources replayed: (name, path, a control: a chat agent, no claims expected)
+#: the real sources replayed: (name, path, role). A control is a chat agent's (no claims expected);
+#: a held-out set's finals are counted, not listed (its data is not committed: convert_claude_code.py)
+CODING, CONTROL, HELD_OUT = "coding", "control", "coding, held out"
+HELD_OUT_WHY = "held out to judge done_claim on sessions its rules were not read on, its data not committed"
 SOURCES = (
-    ("openhands corpus", CORPUS, False),
-    ("real-swe-agent", TRACES / "real-swe-agent.jsonl", False),
-    ("real-openhands", TRACES / "real-openhands.jsonl", False),
-    ("real-tau-bench (control)", TRACES / "real-tau-bench.jsonl", True),
+    ("openhands corpus", CORPUS, CODING),
+    ("real-swe-agent", TRACES / "real-swe-agent.jsonl", CODING),
+    ("real-openhands", TRACES / "real-openhands.jsonl", CODING),
+    ("real-claude-code (done_claim tuned on it)", ROOT / "tests" / "traces" / "real-claude-code.jsonl.gz", CODING),
+    ("claude-code-heldout", EVAL / "claude-code-heldout.jsonl.gz", HELD_OUT),
+    ("real-tau-bench", TRACES / "real-tau-bench.jsonl", CONTROL),
 )
 SKIPPED = {
     "real-openhands-codeact": "the same 50 runs as the corpus's swebv-claude35, without the commands' exit codes",
@@ -360,7 +367,7 @@ def events(path: Path) -> Iterator[dict[str, Any]]:
                     yield {k: raw[k] for k in FIELDS if k in raw}
 
 
-def replay(name: str, path: Path, control: bool, timings: list[float]) -> dict[str, Any]:
+def replay(name: str, path: Path, role: str, timings: list[float]) -> dict[str, Any]:
     engine = Engine(replay_config(), clock=FakeClock(), sinks=False, escalations=False, listeners=[])
     finals = claimed = refused = invalid = 0
     listing = []
@@ -378,7 +385,7 @@ def replay(name: str, path: Path, control: bool, timings: list[float]) -> dict[s
         found = claims(ev.get("text") or "")
         claimed += bool(found)
         refused += not verdict.allowed
-        if found or not verdict.allowed:
+        if (found or not verdict.allowed) and role != HELD_OUT:
             listing.append(
                 {
                     "session": ev["session"],
@@ -391,28 +398,29 @@ def replay(name: str, path: Path, control: bool, timings: list[float]) -> dict[s
     return {
         "name": name,
         "file": shown(path),
-        "control": control,
+        "role": role,
         "finals": finals,
         "finals_with_claim": claimed,
         "claim_share_pct": round(100 * claimed / finals, 1) if finals else None,
         "refused": refused,
         "invalid_events": invalid,
         "finals_listed": listing,
+        **({"note": f"finals not listed: {HELD_OUT_WHY}"} if role == HELD_OUT else {}),
     }
 
 
 def run_real() -> dict[str, Any]:
     sources, skipped, timings = [], dict(SKIPPED), []
     note = corpus_note()
-    for name, path, control in SOURCES:
+    for name, path, role in SOURCES:
         if path == CORPUS and note:
             skipped[name] = note
         elif not path.exists():
             skipped[name] = f"skipped: {path} absent"
         else:
-            sources.append(replay(name, path, control, timings))
+            sources.append(replay(name, path, role, timings))
     us = [round(v * 1e6, 1) for v in percentiles(timings, (50, 99, 100))] if timings else [None] * 3
-    coding = [s for s in sources if not s["control"]]
+    coding = [s for s in sources if s["role"] != CONTROL]
     finals, claimed = sum(s["finals"] for s in coding), sum(s["finals_with_claim"] for s in coding)
     return {
         "config": f"{CODING_CONFIG.relative_to(ROOT)}/config.yml, done_claim enforced, every other heuristic observed",

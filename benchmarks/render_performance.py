@@ -220,12 +220,12 @@ def done_section(name: str, run: dict[str, Any]) -> list[str]:
     lines += [f"- a refusal, {p['phase']}: {shown(p['a_refusal'])}" for p in (paths[0], paths[-1]) if p.get("a_refusal")]
     real = run["real_sessions"]
     lines += ["", f"Recorded real sessions replayed through the engine ({real['config']}):"]
-    rows = [[s["name"], s["finals"], s["finals_with_claim"], s["claim_share_pct"], s["refused"]] for s in real["sources"]]
-    rows.append(
-        ["all coding sessions", *(real[f"coding_{k}"] for k in ("finals", "finals_with_claim", "claim_share_pct", "refused"))]
-    )
-    lines += table(["source", "finals", "with a checkable claim", "share %", "refused"], rows)
-    lines += [""] + [f"- {source}: {why}" for source, why in real.get("skipped", {}).items()]
+    keys = ("finals", "finals_with_claim", "claim_share_pct", "refused")
+    rows = [[s["name"], s.get("role", ""), *(s[k] for k in keys)] for s in real["sources"]]
+    rows.append(["all coding sessions", "", *(real[f"coding_{k}"] for k in keys)])
+    lines += table(["source", "sessions", "finals", "with a checkable claim", "share %", "refused"], rows)
+    lines += [""] + [f"- {s['name']}: {s['note']}" for s in real["sources"] if s.get("note")]
+    lines += [f"- {source}: {why}" for source, why in real.get("skipped", {}).items()]
     us = real.get("engine_us_per_final")
     if us:
         lines += [f"- the engine's time per final message, in process: p50 / p99 / max {' / '.join(map(shown, us.values()))} µs"]

@@ -129,6 +129,13 @@ def test_a_commands_output_is_read_whatever_its_exit_status(output, failed, no_t
         ("I looked at src/app.ts and found the bug.", []),
         ("```\n5 passed in 0.1s\n```", []),
         ("Node.js 20 was added to the matrix.", []),
+        # what the sentence names besides the agent's own act; a checklist's open item; a noun
+        ("I updated `README.md` to reflect that `scripts/run.py` is the entry point.", [CHANGED]),
+        ("- [ ] Main ETL test passes", []),
+        ("Extended the table with 7 fields: architect, grass types, green size.", []),
+        ("The integration tests run `sls offline` against serverless v3.", []),
+        ("See the work through to a pushed, green PR.", []),
+        ("Improve while keeping tests green.", []),
     ],
 )
 def test_claims_are_read_and_plans_questions_and_failures_are_not(text, kinds):
@@ -238,6 +245,17 @@ def test_a_file_claimed_changed_must_be_one_a_tool_touched(engine):
     assert s.stop("I updated `src/app.ts`.").allowed
     v = s.stop("I updated `src/app.ts` and added tests in `tests/app.test.ts`.", continued=False)
     assert not v.allowed and "app.test.ts" in v.reason and "app.ts`" not in v.reason.split("but")[1]
+
+
+def test_a_file_a_program_may_have_written_and_the_index_alone_are_no_evidence_against(engine):
+    s = Session(engine)
+    s.shell("bun install", "Saved lockfile")
+    assert s.stop("I created `bun.lock` and updated nothing else.").allowed  # bun wrote it, unnamed
+    s.shell("bun run build", "Compiled successfully")
+    s.shell("git restore --staged logs/x.json")  # unstaged: the files stay as they are
+    assert s.stop("The build completed successfully.", continued=False).allowed
+    s.shell("git checkout -- src/app.ts")
+    assert not s.stop("The build completed successfully.", continued=False).allowed
 
 
 def test_a_subagents_work_makes_the_record_unable_to_tell(engine):

@@ -38,7 +38,9 @@ MAX_CALL_NAMES = 64  # files one call names, kept as keyed hashes
 MAX_PATH = 160
 MAX_SUMMARY = 100
 MAX_READ = 8_000  # of a command's output: its head and its tail (summaries come last)
-MAX_MESSAGE = 100_000  # characters of a last message read for claims
+MAX_MESSAGE = 20_000  # characters of a last message read for claims: its head and its tail
+MAX_LINE = 8_000  # characters of a shell line read for its commands (tokenizing costs ~1 µs each)
+MAX_LINE_COMMANDS = 64  # commands of a shell line read
 
 # tools, by their normalized names
 _SHELLS = frozenset(
@@ -305,7 +307,7 @@ class Commands:
         heads: set[int] = set()
         commands, targets = _commands(line)
         edits += [t for t in targets if _SOURCE.search(t) and "$" not in t]
-        for words in commands:
+        for words in commands[:MAX_LINE_COMMANDS]:
             segment = shlex.join(words)
             program, rest = _program(words)
             if program is None:
@@ -462,7 +464,8 @@ def _commands(line: str) -> tuple[list[list[str]], list[str]]:
     """The commands of a shell line, each as its words (redirections dropped), and the files it
     writes by redirection. Quoted text stays one word (`python -c "print(a > b)"` redirects
     nothing); a here-document's body is dropped."""
-    text = _HEREDOC.sub(r"\1", line[:100_000])[:20_000].replace("\n", " ; ")
+    # here-documents dropped first (a file's body may be most of the line), then the rest cut
+    text = _HEREDOC.sub(r"\1", line[: 8 * MAX_LINE])[:MAX_LINE].replace("\n", " ; ")
     lexer = shlex.shlex(text, posix=True, punctuation_chars=True)
     lexer.whitespace_split = True
     try:
@@ -725,7 +728,9 @@ def claims(text: str) -> list[Claim]:
     """The claims of work done in a last message (see the module's docstring)."""
     found: list[Claim] = []
     seen: set[tuple[str, str]] = set()
-    for raw in _SENTENCE.split(_FENCE.sub("\n", text[:MAX_MESSAGE])):
+    if len(text) > MAX_MESSAGE:  # a summary's claims open or close it
+        text = f"{text[: MAX_MESSAGE // 2]}\n{text[-MAX_MESSAGE // 2 :]}"
+    for raw in _SENTENCE.split(_FENCE.sub("\n", text)):
         sentence = raw.strip(" \t*-#>•").replace("’", "'")
         if not sentence or sentence.endswith("?") or sentence.startswith("[ ]"):
             continue  # a question, a checklist's open item

@@ -825,6 +825,8 @@ class Last:
     no_tests: bool
 
     def outcome(self) -> str:
+        if self.failed and self.status == 0:  # `pytest | tail`: the pipe's status, the tests' summary
+            return f"exited 0, but its output says {self.summary or 'it failed'}"
         said = "failed" if self.status is None else f"exited {self.status}"
         if not self.failed:
             said = "ran no tests" if self.no_tests else "passed" if self.status is None else "exited 0"

@@ -191,7 +191,10 @@ def test_a_piped_run_that_exits_0_is_read_by_its_summary(engine):
     s.edit("src/app.py")
     s.shell("pytest | tail -3", "==== 2 failed, 5 passed in 1.0s ====")
     v = s.stop("All tests passed.")
-    assert not v.allowed and "2 failed, 5 passed" in v.reason
+    assert (
+        not v.allowed
+        and "`pytest`, after your last edit of src/app.py, exited 0, but its output says 2 failed, 5 passed" in v.reason
+    )
 
 
 def test_a_true_tests_pass_stops_at_once(engine):

@@ -728,6 +728,7 @@ def claims(text: str) -> list[Claim]:
     """The claims of work done in a last message (see the module's docstring)."""
     found: list[Claim] = []
     seen: set[tuple[str, str]] = set()
+    disclosed: set[str] = set()  # kinds whose failures the message itself reports
     if len(text) > MAX_MESSAGE:  # a summary's claims open or close it
         text = f"{text[: MAX_MESSAGE // 2]}\n{text[-MAX_MESSAGE // 2 :]}"
     for raw in _SENTENCE.split(_FENCE.sub("\n", text)):
@@ -739,11 +740,23 @@ def claims(text: str) -> list[Claim]:
             continue
         bare = _ALL_CLEAR.sub(" ", lowered)
         negated = bool(_NEGATIONS.search(bare))
+        if negated:
+            disclosed.update(kind for kind, pattern in _DISCLOSED if pattern.search(bare))
         for claim in _sentence_claims(sentence, lowered, negated):
             if (claim.kind, claim.subject) not in seen:
                 seen.add((claim.kind, claim.subject))
                 found.append(claim)
-    return found
+    # "the core tests pass; the failures are from other parts of the codebase": the user is told
+    return [c for c in found if c.kind not in disclosed]
+
+
+# a report of failures, in a sentence of its own: the claims of that kind are the message's summary
+# of a mixed result, not a hidden failure
+_FAILURES = r"\b(?:fail\w*|errors?|broken|break\w*|red)\b"
+_DISCLOSED = (
+    (TEST, re.compile(rf"(?:{_TEST_SUBJECT}|\btest\w*).{{0,80}}{_FAILURES}|{_FAILURES}.{{0,80}}(?:{_TEST_SUBJECT}|\btest\w*)")),
+    (BUILD, re.compile(rf"\b(?:build|compil\w*).{{0,80}}{_FAILURES}|{_FAILURES}.{{0,80}}\b(?:build|compil\w*)")),
+)
 
 
 def _sentence_claims(sentence: str, lowered: str, negated: bool) -> Iterable[Claim]:

@@ -358,13 +358,27 @@ def corpus_note() -> str | None:
 
 
 def events(path: Path) -> Iterator[dict[str, Any]]:
+    """A trace's events, with each turn's end a `final`: a coding agent's Stop hook fires when a
+    turn ends, with the turn's last text. A trace that marks no final for a turn (one recorded
+    from a transcript: real-claude-code) has the agent's last text before the user's next prompt
+    as its final."""
+    last: dict[str, str] = {}  # session -> the agent's text since its last call, its turn not closed
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt", encoding="utf-8") as f:
         for line in f:
-            if line.strip():
-                raw = json.loads(line)
-                if raw.get("type") in EVENT_TYPES:
-                    yield {k: raw[k] for k in FIELDS if k in raw}
+            if not line.strip():
+                continue
+            raw = json.loads(line)
+            kind, session = raw.get("type"), raw.get("session")
+            if kind not in EVENT_TYPES:
+                continue
+            if kind == "assistant":
+                last[session] = raw.get("text") or ""
+            elif kind in ("tool_call", "final"):
+                last.pop(session, None)
+            elif kind == "user" and last.get(session):
+                yield {"session": session, "type": "final", "text": last.pop(session)}
+            yield {k: raw[k] for k in FIELDS if k in raw}
 
 
 def replay(name: str, path: Path, role: str, timings: list[float]) -> dict[str, Any]:

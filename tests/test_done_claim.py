@@ -126,6 +126,7 @@ def test_a_commands_output_is_read_whatever_its_exit_status(output, failed, no_t
         ("Not all tests pass yet.", []),
         ("The build failed with 3 errors.", []),
         ("All tests pass except test_io, which was already failing.", []),
+        ("The core tests pass.\nThe failures in `make test` are from other parts of the codebase.", []),
         ("I looked at src/app.ts and found the bug.", []),
         ("```\n5 passed in 0.1s\n```", []),
         ("Node.js 20 was added to the matrix.", []),

@@ -234,3 +234,40 @@ def test_a_loop_is_cut_at_the_same_call_on_every_transport(client, server, tmp_p
             else:
                 by_command(CLAUDE_CODE, done, "open", state, server=server.base if how == "forwarded" else None)
     assert len(cut_at) == 3 and len(set(cut_at.values())) == 1, cut_at
+
+
+def test_a_false_claim_at_the_end_of_a_turn_is_refused_alike_on_every_transport(
+    client, server, daemon_state, tmp_path, monkeypatch
+):
+    """A failing test run, then a Stop that says the tests pass: refused with the same reason by
+    the command (alone and through its daemon), the command forwarding to a server, and the
+    endpoint; the truth, after it, stops."""
+    from _server import TOKEN
+
+    monkeypatch.setenv("AGENT_BREAKER_API_TOKEN", TOKEN)
+    state = f"sqlite:///{tmp_path}/hooks.db"
+    said = {}
+    for how in ("command", "daemon", "forwarded", "endpoint"):
+        session = f"{how}-{uuid.uuid4().hex}"
+
+        def send(event: dict[str, Any], how: str = how) -> tuple[str, Any]:
+            raw = json.dumps(event).encode()
+            if how == "endpoint":
+                return by_endpoint(client, CLAUDE_CODE, raw, "open")
+            where = daemon_state if how == "daemon" else state
+            return by_command(
+                CLAUDE_CODE, raw, "open", where, server=server.base if how == "forwarded" else None, daemon=how == "daemon"
+            )
+
+        send(pre(CLAUDE_CODE, session, 1, "pytest -q"))
+        send(post(CLAUDE_CODE, session, 1, "pytest -q", "F.\n1 failed, 1 passed in 0.1s", 1))
+        stop = {"session_id": session, "hook_event_name": "Stop", "stop_hook_active": False}
+        said[how] = send({**stop, "last_assistant_message": "All tests pass now."})
+        truth = send({**stop, "stop_hook_active": True, "last_assistant_message": "One test still fails: 1 failed, 1 passed."})
+        assert truth == ("allow", {}), (how, truth)
+    assert {kind for kind, _ in said.values()} == {"deny"}, said
+    assert len({reason for _, reason in said.values()}) == 1, said
+    assert (
+        next(iter(said.values()))[1].startswith("agent-breaker (done_claim): ")
+        and "exited 1: 1 failed, 1 passed" in said["command"][1]
+    )

@@ -50,6 +50,22 @@ def ls_tree(owner_repo, commit, path=""):
     return rows
 
 
+def text_of(content, skip_empty=False):
+    """A message's text: a string, or its text blocks joined by newlines (`skip_empty`: those
+    with text only)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            c.get("text", "")
+            for c in content
+            if isinstance(c, dict) and c.get("type", "text") == "text" and (c.get("text") or not skip_empty)
+        )
+    return str(content)
+
+
 def cut(s, n=CUT, head=None):
     """At most about n characters: the head, or (`head` given) that many of the head and the
     rest from the tail (the end of a test run is where its summary is)."""

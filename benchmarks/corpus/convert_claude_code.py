@@ -44,11 +44,10 @@ from collections import defaultdict
 from datetime import datetime
 
 import orjson
-from _common import Writer, blob, git
+from _common import Writer, blob, cut, git, text_of
 
 SOURCE = "claude-code-heldout"
 AGENT = "claude-code"
-CUT = 2000
 HEAD = 980
 
 #: repository -> (commit of the licence statement, README blob, licence basis)
@@ -382,18 +381,6 @@ def red_obj(x):
     return x
 
 
-def cut_ht(s, n=CUT):
-    """Head + tail cut to at most n characters (as convert_openhands)."""
-    if s is None:
-        return s
-    if not isinstance(s, str):
-        s = orjson.dumps(s).decode()
-    if len(s) <= n:
-        return s
-    mark = f"\n...[+{len(s) - n} chars]...\n"
-    return s[:HEAD] + mark + s[len(s) - (n - HEAD - len(mark)) :]
-
-
 def ts_of(e):
     t = e.get("timestamp")
     if not isinstance(t, str):
@@ -402,18 +389,6 @@ def ts_of(e):
         return datetime.fromisoformat(t.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return None
-
-
-def text_of(content):
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(
-            c.get("text", "") for c in content if isinstance(c, dict) and c.get("type", "text") == "text" and c.get("text")
-        )
-    return str(content)
 
 
 def load(repo, sha):
@@ -489,7 +464,7 @@ def convert_session(w, sid, lines, info):
         ev = turn["last"]
         if ev is not None:
             ev["type"] = "final"
-            ev["text"] = cut_ht(ev.pop("_full"))
+            ev["text"] = cut(ev.pop("_full"), head=HEAD)
             stats["finals"] += 1
         turn["last"] = None
 
@@ -511,14 +486,14 @@ def convert_session(w, sid, lines, info):
             tur = e.get("toolUseResult")
             for b in results:
                 cid = b.get("tool_use_id")
-                out = red(text_of(b.get("content")))
+                out = red(text_of(b.get("content"), skip_empty=True))
                 interrupted = isinstance(tur, dict) and bool(tur.get("interrupted"))
                 ok = not b.get("is_error") and not interrupted
-                o = cut_ht(out)
+                o = cut(out, head=HEAD)
                 s.result(pend.pop(cid, "tool"), cid, ok, output=o, error=None if ok else o, **kw)
             if results:
                 continue
-            text = text_of(content)
+            text = text_of(content, skip_empty=True)
             if side or e.get("isMeta") or e.get("isCompactSummary") or e.get("isVisibleInTranscriptOnly"):
                 continue
             t = text.strip()

@@ -42,7 +42,7 @@ import re
 from collections import defaultdict
 
 import orjson
-from _common import Writer, blob, cut, git, ls_tree
+from _common import Writer, blob, cut, git, ls_tree, text_of
 
 OH = "All-Hands-AI/OpenHands"
 OH_COMMIT = "4ce8594d56a8a09b6c12d6dfd6fe746e825be644"
@@ -70,16 +70,6 @@ HEAD = 980
 EXIT = re.compile(r"\[Command finished with exit code (-?\d+)\]\s*$")
 EXIT_ANY = re.compile(r"\[Command finished with exit code (-?\d+)\]")
 TIMEOUT = re.compile(r"Command timed out|\[Command timed out")
-
-
-def text_of(content):
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(c.get("text", "") for c in content if isinstance(c, dict) and c.get("type", "text") == "text")
-    return str(content)
 
 
 def raw_args(arguments):

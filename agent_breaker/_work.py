@@ -83,6 +83,9 @@ _EDITORS = frozenset(
 _DELEGATES = frozenset(
     {"task", "agent", "spawn_agent", "delegate", "delegate_to_agent", "subagent", "dispatch_agent", "run_subagent"}
 )
+# what reads a command running in the background, and the argument naming it
+_POLLS = frozenset({"write_stdin", "bashoutput", "taskoutput", "read_background_output"})
+_PROCESS_KEYS = ("session_id", "bash_id", "shell_id", "task_id")
 # str_replace_editor's commands that only read
 _VIEWS = frozenset({"view", "read"})
 _COMMAND_KEYS = ("command", "cmd", "script", "commands")
@@ -241,6 +244,8 @@ class Did:
     names: tuple[int, ...] = ()
     heads: tuple[int, ...] = ()
     delegates: bool = False
+    # the background process whose output it reads (Codex's write_stdin, Claude Code's BashOutput)
+    polls: str = ""
 
     def to_wire(self) -> list[Any]:
         return [
@@ -249,12 +254,13 @@ class Did:
             list(self.names),
             list(self.heads),
             self.delegates,
+            self.polls,
         ]
 
     @classmethod
     def from_wire(cls, d: list[Any]) -> Did:
         runs = tuple(Run(tuple(k), shown, program) for k, shown, program in d[0])
-        return cls(runs, tuple(d[1]), tuple(d[2]), tuple(d[3]), d[4])
+        return cls(runs, tuple(d[1]), tuple(d[2]), tuple(d[3]), d[4], d[5])
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,6 +271,10 @@ class Reading:
     failed: bool = False
     no_tests: bool = False
     summary: str = ""
+    # the background process it runs on as (Codex hands back a command still running after
+    # 10 s; Claude Code's run_in_background), and the exit status an output reports
+    running: str = ""
+    status: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,6 +308,9 @@ class Commands:
         if name in _SHELLS or name.endswith(("bash", "shell", "_command")):
             line = _command_text(args)
             return None if line is None else self._shell(line, hashed)
+        if name in _POLLS:
+            process = next((args[k] for k in _PROCESS_KEYS if isinstance(args.get(k), (str, int))), None)
+            return None if process is None else Did(polls=str(process)[:MAX_PATH])
         return None
 
     def _shell(self, line: str, hashed: Callable[[str], int]) -> Did | None:
@@ -587,6 +600,10 @@ _NO_TESTS = re.compile(
 _CLEAN = re.compile(r"(?m)^(?:Success: no issues found[^\n]*|All checks passed!|BUILD SUCCESS(?:FUL)?[^\n]*|ok\s+\S+[^\n]*)$")
 
 
+_RUNNING = re.compile(r"Process running with session ID (\d+)|running in (?:the )?background with ID: ?([\w-]+)", re.IGNORECASE)
+_STATUS = re.compile(r"Process exited with code (-?\d+)|<exit_code>(-?\d+)</exit_code>|\bExit Code: (-?\d+)")
+
+
 def output_text(result: Any) -> str:
     """A shell result's text (its output fields, or the result itself), head and tail."""
     if isinstance(result, Mapping):
@@ -627,7 +644,14 @@ def reading(result: Any) -> Reading:
     no_tests = bool(_NO_TESTS.search(text)) and not any(
         int(n) > 0 for n, word in _COUNT.findall(summary) if word.startswith(("pass", "fail"))
     )
-    return Reading(failed, no_tests, summary[:MAX_SUMMARY])
+    running, status = _RUNNING.search(text[:2_000]), _STATUS.search(text)
+    return Reading(
+        failed,
+        no_tests,
+        summary[:MAX_SUMMARY],
+        next((g for g in running.groups() if g), "")[:MAX_PATH] if running else "",
+        int(next(g for g in status.groups() if g)) if status else None,
+    )
 
 
 def _says_failed(summary: str) -> bool:
@@ -822,6 +846,7 @@ def claim_name(path: str, hashed: Callable[[str], int]) -> int:
 #: files and command heads a session's record keeps (keyed hashes), and calls awaiting a result
 MAX_NAMES = 512
 MAX_AWAITED = 32
+MAX_RUNNING = 8
 
 
 @dataclass(slots=True)
@@ -836,6 +861,7 @@ class Last:
     status: int | None
     summary: str
     no_tests: bool
+    running: bool = False  # it ran on in the background, its end not seen yet
 
     def outcome(self) -> str:
         if self.failed and self.status == 0:  # `pytest | tail`: the pipe's status, the tests' summary
@@ -869,6 +895,8 @@ class Work:
     refused: int = 0
     said: tuple[int, int] | None = None
     generated: bool = False
+    # background processes a run goes on as: process -> the kinds of its commands
+    running: dict[str, list[str]] | None = None
 
     def await_call(self, key: str, did: Did) -> None:
         awaited = self.awaited = self.awaited or {}
@@ -887,13 +915,21 @@ class Work:
         self.heads = _kept(self.heads, did.heads)
         if did.delegates:
             self.delegated = step
-        read = reading(result) if did.runs else Reading()
+        read = reading(result) if did.runs or did.polls else Reading()
+        if did.polls:
+            self._ended(did.polls, failed, read)
         broke = failed or read.failed
         status = exit_status(error) if failed else 0
+        if read.running and not broke:  # it goes on: its end tells how it went (`_ended`)
+            self.running = self.running or {}
+            while len(self.running) >= MAX_RUNNING:
+                del self.running[next(iter(self.running))]
+            self.running[read.running] = sorted({k for run in did.runs for k in run.kinds})
+        going = bool(read.running) and not broke
         for run in did.runs:
             for kind in run.kinds:
                 self.runs = self.runs or {}
-                self.runs[kind] = Last(run.shown, step, broke, status, read.summary, read.no_tests)
+                self.runs[kind] = Last(run.shown, step, broke, status, read.summary, read.no_tests, going)
             if run.program and not set(run.kinds) & _NAMES_ITS_WRITES:
                 self.generated = True
             if run.program:
@@ -903,6 +939,23 @@ class Work:
         if not failed and did.edits:
             self.edit = (step, did.edits[-1])
         return True
+
+    def _ended(self, process: str, failed: bool, read: Reading) -> None:
+        """A poll of a background process: when its output says the process ended, its runs
+        are what it says."""
+        running = self.running or {}
+        kinds = running.get(process)
+        if kinds is None or (read.status is None and not failed):
+            return  # not one of the session's runs, or still running
+        del running[process]
+        runs = self.runs or {}
+        for kind in kinds:
+            last = runs.get(kind)
+            if last is not None and last.running:
+                broke = failed or read.failed or bool(read.status)
+                runs[kind] = Last(last.shown, last.step, broke, read.status, read.summary, read.no_tests)
+                if not broke:
+                    self.program_ok = max(self.program_ok, last.step)
 
     def unsaid(self, text: str, hashed: Callable[[str], int]) -> str:
         """What a last message adds to the one refused before it in this turn: Gemini CLI sends
@@ -914,7 +967,7 @@ class Work:
         return text
 
     def to_wire(self) -> list[Any]:
-        runs = {k: [r.shown, r.step, r.failed, r.status, r.summary, r.no_tests] for k, r in (self.runs or {}).items()}
+        runs = {k: [r.shown, r.step, r.failed, r.status, r.summary, r.no_tests, r.running] for k, r in (self.runs or {}).items()}
         awaited = {k: d.to_wire() for k, d in (self.awaited or {}).items()}
         edit = None if self.edit is None else list(self.edit)
         return [
@@ -930,6 +983,7 @@ class Work:
             self.refused,
             None if self.said is None else list(self.said),
             self.generated,
+            self.running or {},
         ]
 
     @classmethod
@@ -950,6 +1004,7 @@ class Work:
             d[9],
             None if d[10] is None else (d[10][0], d[10][1]),
             d[11],
+            d[12] or None,
         )
 
     def weight(self) -> int:
@@ -960,7 +1015,8 @@ class Work:
             300 + sum(180 + len(r.shown) for r in d.runs) + sum(60 + len(p) for p in d.edits) + 40 * (len(d.names) + len(d.heads))
             for d in (self.awaited or {}).values()
         )
-        return 300 + runs + awaited + 40 * (len(self.names or ()) + len(self.heads or ()))
+        running = sum(150 + len(p) for p in (self.running or {}))
+        return 300 + runs + awaited + running + 40 * (len(self.names or ()) + len(self.heads or ()))
 
 
 def _kept(pool: list[int] | None, new: Iterable[int]) -> list[int] | None:

@@ -262,6 +262,38 @@ def test_a_file_a_program_may_have_written_and_the_index_alone_are_no_evidence_a
     assert not s.stop("The build completed successfully.", continued=False).allowed
 
 
+def test_a_run_that_goes_on_in_the_background_is_judged_when_its_end_is_read(engine):
+    s = Session(engine)
+    s.edit("src/app.py")
+    # Codex hands back a command still running after 10 s; its end comes with a poll
+    s.run(
+        "exec_command",
+        {"cmd": "pytest -q"},
+        True,
+        "Chunk ID: 1\nWall time: 10.0 seconds\nProcess running with session ID 42\nOutput:\n..F",
+    )
+    assert s.stop("All tests pass.").allowed  # not ended yet: the record cannot tell
+    s.run(
+        "write_stdin", {"session_id": 42, "chars": ""}, True, "Process exited with code 1\nOutput:\n1 failed, 2 passed in 12.0s"
+    )
+    v = s.stop("All tests pass.", continued=False)
+    assert not v.allowed and "the last `pytest -q`, after your last edit of src/app.py, exited 1: 1 failed, 2 passed" in v.reason
+    # Claude Code's background shell, read with BashOutput
+    s.run(
+        "Bash",
+        {"command": "npm test", "run_in_background": True},
+        True,
+        {"stdout": "Command running in background with ID: bash_1"},
+    )
+    s.run(
+        "BashOutput",
+        {"bash_id": "bash_1"},
+        True,
+        "<status>completed</status>\n<exit_code>0</exit_code>\n<stdout>Tests: 3 passed, 3 total</stdout>",
+    )
+    assert s.stop("All tests pass.", continued=False).allowed
+
+
 def test_a_subagents_work_makes_the_record_unable_to_tell(engine):
     s = Session(engine)
     s.edit("src/app.py")

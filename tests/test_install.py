@@ -55,10 +55,13 @@ def tree_files() -> dict[str, str]:
 
 
 def run(argv: list[Any], **kwargs: Any) -> subprocess.CompletedProcess[str]:
-    """A command that must succeed; what it printed, in the failure's message. It runs outside the
-    source tree unless told otherwise (`python -c` imports from its working directory first)."""
-    kwargs.setdefault("cwd", tempfile.gettempdir())
-    done = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, **kwargs)
+    """A command that must succeed; what it printed, in the failure's message. It runs in an
+    empty folder of its own unless told otherwise: `python -c` and `python -m` import from their
+    working directory first (the source tree, or a stray `inspect.py` in /tmp, would shadow what
+    is installed)."""
+    with tempfile.TemporaryDirectory() as empty:
+        kwargs.setdefault("cwd", empty)
+        done = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, **kwargs)
     assert done.returncode == 0, f"{argv} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done
 

@@ -8,6 +8,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from .._work import sent_back
 from ..events import is_id
 from ..protocol import TOOL_CALL_EVENT, TOOL_RESULT_EVENT
 from . import CLAUDE_CODE, CODEX, USER_EVENT, GuardFailure, Hook, HookAnswer, answer, refused, users_turn
@@ -67,6 +68,8 @@ class HookGuard:
         event, session = hook.event, hook.event["session_id"]
         call = event["type"] == TOOL_CALL_EVENT
         if event["type"] == USER_EVENT:
+            if sent_back(event.get("text") or ""):
+                return HookAnswer()  # a refused stop's reason, which Gemini CLI sends as a prompt: not the user's
             in_flight = self._engine.in_flight(session)
             if not users_turn(hook, in_flight, recorded_users_turn):
                 return HookAnswer()

@@ -230,6 +230,24 @@ def test_a_halted_session_whose_rows_are_deleted_stays_refused(runtime_dir, tmp_
     assert call(pre(CLAUDE_CODE, session, 60, FAILING), state, fail="open")[0] == 0
 
 
+def test_a_refused_stops_reason_sent_back_as_a_prompt_is_not_the_users_turn(runtime_dir, tmp_path):
+    """Gemini CLI sends a refused stop's reason back as the next prompt: a false claim must not
+    be a way to have the guard take a turn for the user's (here, lifting a record gone back)."""
+    import sqlite3
+
+    path, _ = started_daemon(tmp_path)
+    state, session = f"sqlite:///{tmp_path}/h.db", "s-claim"
+    halted_at = looped_until_halted(state, session)
+    with sqlite3.connect(tmp_path / "h.db") as db:
+        db.execute("DELETE FROM sessions")
+    assert call(pre(CLAUDE_CODE, session, halted_at, FAILING), state, fail="open")[0] == BLOCK_EXIT
+    transcript = claude_transcript(tmp_path / f"{session}.jsonl", 0, last=assistant_turn_ended())
+    reason = 'agent-breaker (done_claim): your last message says "All tests pass.", but no test command ran in this session.'
+    assert call(prompt(CLAUDE_CODE, session, reason, transcript), state)[0] == 0
+    code, _, err = call(pre(CLAUDE_CODE, session, 60, FAILING), state, fail="open")
+    assert code == BLOCK_EXIT and "corrupt_state" in err, err
+
+
 def test_a_full_disk_keeps_a_halted_session_refused_and_others_go_to_the_fail_policy(runtime_dir, tmp_path):
     import resource
 

@@ -173,6 +173,22 @@ def has_invalid_chars(text: str) -> bool:
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+# a shell command's status on a line of its output text: Claude Code's error ("Exit code 1"),
+# Codex's header ("Process exited with code 1"), the hooks' own "exit code 1"
+_EXIT_LINE = re.compile(r"(?:^|\n)\s*(?:Exit code|Process exited with code)[: ]\s*(-?\d+)", re.IGNORECASE)
+# Gemini CLI reports it after the whole output, followed only by its other report lines
+_EXIT_TRAILER = re.compile(
+    r"\nExit Code: (-?\d+)\n(?:(?:Signal|Background PIDs|Process Group PGID): [^\n]*\n)*(?:</untrusted_context>\s*)?$"
+)
+
+
+def reported_exit(text: str) -> int | None:
+    """The status a command's output text reports on its own line: near the top, or as the last
+    line of Gemini CLI's report after the whole output (None: none). A line that says so in the
+    middle of a long output is the output's own."""
+    found = _EXIT_LINE.search(text[:2_000]) or _EXIT_TRAILER.search(text[-1_000:])
+    return int(found.group(1)) if found else None
+
 
 # --------------------------------------------------------------------- random-looking values
 

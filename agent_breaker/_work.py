@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ._text import normalize_name
+from ._text import reported_exit
 
 TEST, BUILD, TYPECHECK, LINT, COMMIT, PUSH = "test", "build", "typecheck", "lint", "commit", "push"
 #: what a command may be, in the order a reason names them
@@ -194,7 +194,6 @@ _GIT_EDITS = frozenset(
     {"apply", "checkout", "restore", "am", "cherry-pick", "merge", "rebase", "reset", "stash", "pull", "mv", "revert", "switch"}
 )
 _FILE_EDITS = frozenset({"mv", "cp", "touch", "truncate", "tee", "install", "ln", "unzip", "tar"})
-# files whose edit changes no code: docs, logs, scratch output
 # what a redirect writes that is code (`cat > fix.py`); `> $LOG`, `> report.json` are output
 _SOURCE = re.compile(
     r"\.(?:py|pyi|js|jsx|ts|tsx|mjs|cjs|go|rs|java|kt|kts|c|h|cc|cpp|hpp|cs|rb|php|swift|scala|sh|bash|toml|ya?ml|cfg|ini|"
@@ -209,6 +208,7 @@ _MANIFESTS = frozenset(
         "angular.json", "babel.config.json", ".babelrc", "project.json", "nx.json", "turbo.json", "pnpm-workspace.yaml",
     }
 )  # fmt: skip
+# files whose edit changes no code: under a hidden folder, docs, logs, devices
 _HIDDEN_FOLDER = re.compile(r"(?:^|/)\.(?!\.?/)[^/]+/")
 _NOT_CODE = re.compile(r"(?:\.(?:md|markdown|rst|txt|log|out|adoc|org)$|^/dev/|^/proc/)", re.IGNORECASE)
 # what ends a command in a shell line, and what redirects its input or output (with its target)
@@ -218,8 +218,6 @@ _WRITES = frozenset({">", ">>", ">|", "&>", "&>>"})
 _ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 # a here-document's body is data, not commands: dropped, its first line kept
 _HEREDOC = re.compile(r"(<<-?\s*(['\"]?)(\w+)\2[^\n]*)\n.*?\n\s*\3[ \t]*(?=\n|$)", re.DOTALL)
-# a refusal's reason names a file at most this long
-_EXIT_IN_ERROR = re.compile(r"exit (?:code|status)[: ]\s*(-?\d+)", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,6 +286,17 @@ class Claim:
     quote: str
 
 
+def runs_commands(name: str) -> bool:
+    """Whether the tool `name` (normalized) runs shell commands."""
+    return name in _SHELLS or name.endswith(("bash", "shell", "_command"))
+
+
+def reads_output(name: str) -> bool:
+    """Whether a result of the tool `name` (normalized) is a command's output: a shell's, or a
+    poll's of a command running in the background."""
+    return runs_commands(name) or name in _POLLS
+
+
 class Commands:
     """Which commands are tests, builds, type checks, lints, commits and pushes: the common
     tools', plus a config's own patterns (`done_claim.commands`: kind -> regular expressions,
@@ -297,15 +306,14 @@ class Commands:
     def __init__(self, extra: Mapping[str, Iterable[str]] | None = None) -> None:
         self._extra = [(kind, re.compile(p)) for kind, patterns in (extra or {}).items() for p in patterns]
 
-    def did(self, tool: str, args: Mapping[str, Any], hashed: Callable[[str], int]) -> Did | None:
-        """What a call of `tool` with `args` does (None: it runs nothing and edits nothing);
-        `hashed` keys the names it keeps."""
-        name = normalize_name(tool)
+    def did(self, name: str, args: Mapping[str, Any], hashed: Callable[[str], int]) -> Did | None:
+        """What a call of the tool `name` (normalized, as events give it) with `args` does (None:
+        it runs nothing and edits nothing); `hashed` keys the names it keeps."""
         if name in _DELEGATES:
             return Did(delegates=True)
         if name in _EDITORS:
             return _edit(name, args, hashed)
-        if name in _SHELLS or name.endswith(("bash", "shell", "_command")):
+        if runs_commands(name):
             line = _command_text(args)
             return None if line is None else self._shell(line, hashed)
         if name in _POLLS:
@@ -321,7 +329,6 @@ class Commands:
         commands, targets = _commands(line)
         edits += [t for t in targets if _SOURCE.search(t) and "$" not in t]
         for words in commands[:MAX_LINE_COMMANDS]:
-            segment = shlex.join(words)
             program, rest = _program(words)
             if program is None:
                 continue
@@ -334,13 +341,15 @@ class Commands:
             edits += edited
             if program in _READERS and not edited:
                 continue
-            kinds = self._kinds(program, rest, segment)
+            kinds = self._kinds(program, rest, words)
             runs.append(Run(kinds, _shown(program, rest), program in _INTERPRETERS or program.startswith("./") or bool(kinds)))
         return _did(runs, edits, names, heads) if runs or edits or heads else None
 
-    def _kinds(self, program: str, rest: list[str], segment: str) -> tuple[str, ...]:
-        found = [kind for kind, pattern in self._extra if pattern.search(segment.strip())]
-        found += _known_kinds(program, rest)
+    def _kinds(self, program: str, rest: list[str], words: list[str]) -> tuple[str, ...]:
+        found = _known_kinds(program, rest)
+        if self._extra:  # a config's own commands, matched against the command as written
+            segment = shlex.join(words)
+            found += [kind for kind, pattern in self._extra if pattern.search(segment)]
         return tuple(k for k in KINDS if k in found)
 
 
@@ -562,12 +571,6 @@ def is_code(path: str) -> bool:
     return not _DATA.search(path) or _basename(path).lower() in _MANIFESTS
 
 
-def exit_status(error: str | None) -> int | None:
-    """The exit status an error text reports ("exit code 1"), or None."""
-    found = _EXIT_IN_ERROR.search(error or "")
-    return int(found.group(1)) if found else None
-
-
 # ----------------------------------------------------------------------------- outputs
 _PYTEST_COUNTS = re.compile(
     r"(?m)^[=\s]*((?:\d+ (?:failed|passed|errors?|skipped|xfailed|xpassed|deselected|warnings?|rerun)(?:, )?)+) in [\d.]+\s?s"
@@ -593,15 +596,16 @@ _FAILURE_MARKS = re.compile(
     r"Found [1-9]\d* errors?|error TS\d+|\S+\.\w+:\d+:\d+: error)|\b\d+ failing\b|✖ \d+ problems?"
 )
 _NO_TESTS = re.compile(
-    r"no tests ran|collected 0 items|No tests found|running 0 tests|\[no test files\]|Ran 0 tests|0 passing|no test specified|"
-    r"No test files found|0 examples, 0 failures|Tests run: 0,",
+    r"no tests ran|\bcollected 0 items|No tests found|\brunning 0 tests|\[no test files\]|\bRan 0 tests|\b0 passing|"
+    r"no test specified|No test files found|\b0 examples, 0 failures|\bTests run: 0,",
     re.IGNORECASE,
 )
 _CLEAN = re.compile(r"(?m)^(?:Success: no issues found[^\n]*|All checks passed!|BUILD SUCCESS(?:FUL)?[^\n]*|ok\s+\S+[^\n]*)$")
 
 
 _RUNNING = re.compile(r"Process running with session ID (\d+)|running in (?:the )?background with ID: ?([\w-]+)", re.IGNORECASE)
-_STATUS = re.compile(r"Process exited with code (-?\d+)|<exit_code>(-?\d+)</exit_code>|\bExit Code: (-?\d+)")
+# Claude Code's BashOutput of a background shell that ended
+_EXIT_TAG = re.compile(r"<exit_code>(-?\d+)</exit_code>")
 
 
 def output_text(result: Any) -> str:
@@ -644,13 +648,13 @@ def reading(result: Any) -> Reading:
     no_tests = bool(_NO_TESTS.search(text)) and not any(
         int(n) > 0 for n, word in _COUNT.findall(summary) if word.startswith(("pass", "fail"))
     )
-    running, status = _RUNNING.search(text[:2_000]), _STATUS.search(text)
+    running, tagged = _RUNNING.search(text[:2_000]), _EXIT_TAG.search(text)
     return Reading(
         failed,
         no_tests,
         summary[:MAX_SUMMARY],
         next((g for g in running.groups() if g), "")[:MAX_PATH] if running else "",
-        int(next(g for g in status.groups() if g)) if status else None,
+        int(tagged.group(1)) if tagged else reported_exit(text),
     )
 
 
@@ -764,7 +768,7 @@ def claims(text: str) -> list[Claim]:
             continue
         bare = _ALL_CLEAR.sub(" ", lowered)
         negated = bool(_NEGATIONS.search(bare))
-        if negated:
+        if negated and not _FIXED.search(bare):
             disclosed.update(kind for kind, pattern in _DISCLOSED if pattern.search(bare))
         for claim in _sentence_claims(sentence, lowered, negated):
             if (claim.kind, claim.subject) not in seen:
@@ -775,7 +779,8 @@ def claims(text: str) -> list[Claim]:
 
 
 # a report of failures, in a sentence of its own: the claims of that kind are the message's summary
-# of a mixed result, not a hidden failure
+# of a mixed result, not a hidden failure. Failures it says were fixed are not a report of any
+_FIXED = re.compile(r"\b(?:fixed|fixes|fixing|resolved|repaired|addressed|corrected)\b")
 _FAILURES = r"\b(?:fail\w*|errors?|broken|break\w*|red)\b"
 _DISCLOSED = (
     (TEST, re.compile(rf"(?:{_TEST_SUBJECT}|\btest\w*).{{0,80}}{_FAILURES}|{_FAILURES}.{{0,80}}(?:{_TEST_SUBJECT}|\btest\w*)")),
@@ -904,8 +909,10 @@ class Work:
             del awaited[next(iter(awaited))]
         awaited[key] = did
 
-    def record(self, key: str, failed: bool, error: str | None, result: Any) -> bool:
-        """Record the result of the call awaited under `key` (False: none was)."""
+    def record(self, key: str, failed: bool, error: str | None, read: Reading | None) -> bool:
+        """Record the result of the call awaited under `key` (False: none was): whether it
+        failed, its error, and what its output says (`reading`, for a command's: None for
+        another tool's)."""
         did = (self.awaited or {}).pop(key, None)
         if did is None:
             return False
@@ -915,11 +922,11 @@ class Work:
         self.heads = _kept(self.heads, did.heads)
         if did.delegates:
             self.delegated = step
-        read = reading(result) if did.runs or did.polls else Reading()
+        read = read or Reading()
         if did.polls:
             self._ended(did.polls, failed, read)
         broke = failed or read.failed
-        status = exit_status(error) if failed else 0
+        status = reported_exit(error or "") if failed else 0
         if read.running and not broke:  # it goes on: its end tells how it went (`_ended`)
             self.running = self.running or {}
             while len(self.running) >= MAX_RUNNING:

@@ -47,7 +47,7 @@ def call_input(p: Policy, tool: str = "search", args: dict[str, Any] | None = No
         call_id=ev.call_id,
         result_promised=ev.result_promised,
         f=f,
-        did=p.commands.did(tool, ev.args, p.named),
+        did=p.commands.did(ev.tool, ev.args, p.named),
         p=p,
         now=NOW,
         tenant=None,
@@ -87,6 +87,7 @@ def result_input(p: Policy, tool: str = "search", result: Any = None, **kw: Any)
         fp=FP,
         receipt_keys=None,
         escalation_id=None,
+        output=None,
     )
 
 

@@ -15,7 +15,6 @@ from agent_breaker._work import BUILD, CHANGED, COMMIT, LINT, PUSH, RAN, TEST, T
 from agent_breaker.clock import FakeClock
 from agent_breaker.dispatch import verdict_event
 from agent_breaker.hooks import CLAUDE_CODE, CODEX, GEMINI_CLI, answer, read
-from agent_breaker.store import codec
 
 
 def _hash(text: str) -> int:
@@ -23,7 +22,7 @@ def _hash(text: str) -> int:
 
 
 def kinds_of(command: str, commands: Commands | None = None) -> list[tuple[str, ...]]:
-    did = (commands or Commands()).did("Bash", {"command": command}, _hash)
+    did = (commands or Commands()).did("bash", {"command": command}, _hash)
     return [] if did is None else [run.kinds for run in did.runs if run.kinds]
 
 
@@ -68,22 +67,20 @@ def test_a_config_names_its_own_commands():
 
 def test_edits_are_read_from_edit_tools_patches_and_shell_writes():
     c = Commands()
-    assert c.did("Edit", {"file_path": "/w/src/app.ts", "old_string": "a", "new_string": "b"}, _hash).edits == ("/w/src/app.ts",)
+    assert c.did("edit", {"file_path": "/w/src/app.ts", "old_string": "a", "new_string": "b"}, _hash).edits == ("/w/src/app.ts",)
     assert c.did("write_file", {"file_path": "a.py", "content": "x"}, _hash).edits == ("a.py",)
     patch = "*** Begin Patch\n*** Update File: src/a.py\n@@\n-x\n+y\n*** Add File: src/b.py\n+z\n*** End Patch"
     assert c.did("apply_patch", {"input": patch}, _hash).edits == ("src/b.py",)  # the last: what a reason names
     assert c.did("str_replace_editor", {"command": "view", "path": "/a.py"}, _hash) is None
-    assert c.did("Bash", {"command": "sed -i 's/a/b/' src/app.py"}, _hash).edits == ("src/app.py",)
+    assert c.did("bash", {"command": "sed -i 's/a/b/' src/app.py"}, _hash).edits == ("src/app.py",)
     heredoc = "cat > fix.py << 'EOF'\nimport os\npytest is not run here\nEOF\npython fix.py"
-    did = c.did("Bash", {"command": heredoc}, _hash)
+    did = c.did("bash", {"command": heredoc}, _hash)
     assert did.edits == ("fix.py",) and [r.shown for r in did.runs] == ["python fix.py"]
     # quoted text redirects nothing; a scratch file deleted is no edit
-    assert c.did("Bash", {"command": "python -c 'print(1 > 2)'"}, _hash).edits == ()
-    assert c.did("Bash", {"command": "python x.py > /tmp/out.txt 2>&1 > log.md"}, _hash).edits == ()  # no code
-    assert (
-        c.did("Bash", {"command": "rm test_scratch.py"}, _hash) is None or not c.did("Bash", {"command": "rm x.py"}, _hash).edits
-    )
-    assert c.did("Task", {"prompt": "fix it"}, _hash).delegates
+    assert c.did("bash", {"command": "python -c 'print(1 > 2)'"}, _hash).edits == ()
+    assert c.did("bash", {"command": "python x.py > /tmp/out.txt 2>&1 > log.md"}, _hash).edits == ()  # no code
+    assert c.did("bash", {"command": "rm test_scratch.py"}, _hash).edits == ()
+    assert c.did("task", {"prompt": "fix it"}, _hash).delegates
 
 
 @pytest.mark.parametrize(
@@ -100,6 +97,8 @@ def test_edits_are_read_from_edit_tools_patches_and_shell_writes():
         ("src/a.ts(3,1): error TS2304: Cannot find name 'x'.\nFound 1 error.", True, False, "Found 1 error"),
         ("Found 0 errors. Watching for file changes.", False, False, ""),
         ("Success: no issues found in 12 source files", False, False, "Success: no issues found in 12 source files"),
+        ("Finished in 0.3 seconds\n10 examples, 0 failures", False, False, "10 examples, 0 failures"),
+        ("  10 passing (12ms)", False, False, "10 passing (12ms)"),
     ],
 )
 def test_a_commands_output_is_read_whatever_its_exit_status(output, failed, no_tests, summary):
@@ -185,6 +184,14 @@ def test_a_false_tests_pass_is_refused_with_the_evidence(engine):
     assert not v.allowed and v.heuristic == H.DONE_CLAIM
     assert "the last `pytest -q`, after your last edit of src/app.py, exited 1: 1 failed, 2 passed" in v.reason
     assert s.stop("The fix is in, but the test still fails: 1 failed, 2 passed.").allowed  # the truth stops
+
+
+def test_failures_said_to_be_fixed_are_no_report_of_failures(engine):
+    s = Session(engine)
+    s.edit("src/app.py")
+    s.shell("pytest -q", "1 failed, 2 passed in 0.1s", status=1)
+    v = s.stop("I fixed the failing test. All tests pass now.")
+    assert not v.allowed and "exited 1: 1 failed, 2 passed" in v.reason
 
 
 def test_a_piped_run_that_exits_0_is_read_by_its_summary(engine):
@@ -358,12 +365,14 @@ def test_work_wire_round_trip():
     w = Work()
     from agent_breaker._work import Did, Run
 
+    # every part set, so that one the wire form leaves out fails the comparison
     w.await_call("c1", Did((Run((TEST,), "pytest", True),), ("a.py",), (1, 2), (3,), False))
-    w.record("c1", True, "Exit code 1", "1 failed in 0.1s")
-    w.await_call("c2", Did(edits=("b.py",), names=(4,)))
-    w.refused = 1
-    assert Work.from_wire(json.loads(json.dumps(w.to_wire()))) == w
-    assert codec.FORMAT == 3
+    w.record("c1", False, None, reading("Process running with session ID 7"))
+    w.await_call("c2", Did(edits=("b.py",), names=(4,), polls="7"))
+    w.await_call("c3", Did(delegates=True))
+    w.refused, w.said, w.generated = 1, (12, 34), True
+    back = Work.from_wire(json.loads(json.dumps(w.to_wire())))
+    assert back == w and back.running == {"7": [TEST]} and back.runs[TEST].running
 
 
 # a session's stops, the user's turns and the agent's flag in any order: never more refusals in a

@@ -28,7 +28,7 @@ from .._state import (
     SessionState,
     put_bounded,
 )
-from .._work import Did, Work, check, claims
+from .._work import Did, Reading, Work, check, claims
 from ..breaker import BreakerStateName, Permission
 from ..breaker import core as breaker_core
 from ..config import AgentBreakerConfig
@@ -300,6 +300,7 @@ class ResultInput:
     fp: Fingerprinter  # echoes are masked against the call's own facts, known only from the state
     receipt_keys: ReceiptKeys | None
     escalation_id: str | None
+    output: Reading | None  # done_claim: what a command's output says of its run (None: not a command's)
 
 
 #: the placeholder verdict of a result until its fields are known (a frozen dataclass costs ~1 us to build)
@@ -326,7 +327,7 @@ def decide_tool_result(s: SessionState, x: ResultInput) -> tuple[SessionState | 
         heuristic, reason = trip.heuristic, trip.reason
     f = pending.facts
     if s.work is not None:
-        s.work.record(pending.call_id, out.failed, ev.error, ev.result if ev.result is not None else ev.error)
+        s.work.record(pending.call_id, out.failed, ev.error, x.output)
     if ev.mutating and not f.mutating:
         f.mutating = True  # the result says so (the facts were taken out of the state: a copy)
     if r.references is not None:

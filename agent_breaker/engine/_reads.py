@@ -16,6 +16,8 @@ from .._outcomes import FailurePredicate, classify
 from .._policy import Policies
 from .._state import SessionState
 from .._text import normalize_text
+from .._work import reading as command_reading
+from .._work import reads_output
 from ..breaker import BreakerState
 from ..breaker.states import MANUAL_STATES
 from ..detectors import failures
@@ -111,7 +113,7 @@ class Reads:
             call_id=ev.call_id,
             result_promised=ev.result_promised,
             f=f,
-            did=p.commands.did(ev.tool, ev.args, p.named) if p.mode(H.DONE_CLAIM) != "off" else None,
+            did=p.commands.did(f.tool, ev.args, p.named) if p.mode(H.DONE_CLAIM) != "off" else None,
             p=p,
             now=now,
             tenant=ev.tenant,
@@ -157,6 +159,10 @@ class Reads:
             fp=self._fp,
             receipt_keys=self._receipt_keys,
             escalation_id=self.escalation_id(),
+            # read here, out of the session's lock (and of a shared store's retries)
+            output=command_reading(ev.result if ev.result is not None else ev.error)
+            if p.mode(H.DONE_CLAIM) != "off" and reads_output(ev.tool)
+            else None,
         )
 
     def turn(self, step: Step[Assistant]) -> TurnInput | Verdict:

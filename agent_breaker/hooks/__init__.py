@@ -37,7 +37,7 @@ from .._hook_contract import CLAUDE_CODE as CLAUDE_CODE
 from .._hook_contract import CODEX as CODEX
 from .._hook_contract import GEMINI_CLI as GEMINI_CLI
 from .._hook_contract import MAX_INPUT_BYTES as MAX_INPUT_BYTES
-from .._text import normalize_name
+from .._text import normalize_name, reported_exit
 from ..heuristics import DONE_CLAIM, INVALID_EVENT
 from ..protocol import BY_NAME, TOOL_CALL_EVENT, TOOL_RESULT_EVENT
 
@@ -59,12 +59,6 @@ _STOP = {"Stop", "SubagentStop", "AfterAgent"}
 _LAST_MESSAGE = ("last_assistant_message", "prompt_response")
 #: result fields that carry an exit status
 _EXIT_KEYS = ("exit_code", "exitCode", "returncode", "return_code")
-# Codex and Gemini CLI print a shell command's status in its output text
-_EXIT_LINE = re.compile(r"(?:^|\n)\s*(?:Exit code|Process exited with code)[: ]\s*(-?\d+)", re.IGNORECASE)
-# Gemini CLI reports it after the whole output, followed only by its other report lines
-_EXIT_TRAILER = re.compile(
-    r"\nExit Code: (-?\d+)\n(?:(?:Signal|Background PIDs|Process Group PGID): [^\n]*\n)*(?:</untrusted_context>\s*)?$"
-)
 
 
 class HookInputError(AgentBreakerError, ValueError):
@@ -288,22 +282,14 @@ def failure(response: Any) -> str | None:
             return "the command was interrupted"
         for key in ("output", "llmContent", "stdout"):
             if isinstance(response.get(key), str):
-                status = _exit_status(response[key])
+                status = reported_exit(response[key])
                 if status:
                     return f"exit code {status}"
         return None
     if isinstance(response, str):
-        status = _exit_status(response)
+        status = reported_exit(response)
         return f"exit code {status}" if status else None
     return None
-
-
-def _exit_status(text: str) -> int:
-    """The status a command's output text reports on its own line: near the top (Claude Code's
-    error, Codex's header), or as the last line of Gemini CLI's report after the whole output
-    (0: none). A line that says so in the middle of a long output is the output's own."""
-    found = _EXIT_LINE.search(text[:2_000]) or _EXIT_TRAILER.search(text[-1_000:])
-    return int(found.group(1)) if found else 0
 
 
 def _ends(value: Any, head: int = 200, tail: int = 300) -> str:
